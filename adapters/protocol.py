@@ -1,0 +1,272 @@
+"""The Core <-> adapter wire protocol, version `streameval/1` (see docs/protocol.md).
+
+One WebSocket per session. Control messages are JSON text frames with a `type` field; video
+frames are binary messages: a 4-byte big-endian header length, a JSON `FrameHeader`, then
+the encoded image bytes. Both sides import this module; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+PROTOCOL_VERSION = "streameval/1"
+# A 960-wide JPEG q90 frame is 60-200 KB; 8 MiB leaves room for 4K frames and long texts
+# while still refusing a runaway peer before it exhausts memory.
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_TEXT_CHARS = 200_000
+HEARTBEAT_INTERVAL_S = 20.0
+HEARTBEAT_TIMEOUT_S = 20.0
+WS_PATH = "/ws"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- conditions
+
+
+class AdapterConditions(BaseModel):
+    """Execution conditions an adapter declares about itself (TRACE section 3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: Literal["native", "non-native"]
+    initiation: Literal["autonomous", "polled", "query"]
+    boundary: Literal["model+adapter", "full-system"] = "model+adapter"
+    deployment: Literal["in-process", "local-service", "remote-api", "none"] = "in-process"
+    model_name: str
+    model_version: str = ""
+    history: str = ""
+
+
+class RunConditions(BaseModel):
+    """Conditions the Core declares for a session: how the timeline is delivered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: str
+    pacing: Literal["logical", "wall_clock"]
+    speed: float = 1.0
+    fps: float
+    max_width: int
+    jpeg_quality: int
+    qa_history_s: float
+    proactive_lead_s: float
+
+
+# ----------------------------------------------------------------------------- Core -> adapter
+
+
+class SessionStart(_Message):
+    type: Literal["session_start"] = "session_start"
+    protocol: str = PROTOCOL_VERSION
+    run_id: str
+    session_id: str
+    record_ids: list[str]
+    conditions: RunConditions
+
+
+class Question(_Message):
+    type: Literal["question"] = "question"
+    task_id: str
+    t: float
+    text: str
+    options: list[str]
+
+
+class Instruction(_Message):
+    type: Literal["instruction"] = "instruction"
+    task_id: str
+    t: float
+    text: str
+
+
+class Step(_Message):
+    """Logical pacing: "decide now" for the active proactive task at video time `t`."""
+
+    type: Literal["step"] = "step"
+    task_id: str
+    step: int
+    t: float
+
+
+class SessionEnd(_Message):
+    type: Literal["session_end"] = "session_end"
+    reason: str = "complete"
+
+
+class ProtocolError(_Message):
+    """Sent by either side just before it closes the socket because of a violation."""
+
+    type: Literal["protocol_error"] = "protocol_error"
+    code: str
+    message: str
+
+
+class FrameHeader(_Message):
+    type: Literal["frame"] = "frame"
+    index: int
+    frame_id: str
+    t: float
+    encoding: Literal["jpeg"] = "jpeg"
+    width: int
+    height: int
+    nbytes: int
+
+
+CoreMessage = Annotated[
+    SessionStart | Question | Instruction | Step | SessionEnd | ProtocolError,
+    Field(discriminator="type"),
+]
+
+# ----------------------------------------------------------------------------- adapter -> Core
+
+
+class Hello(_Message):
+    type: Literal["hello"] = "hello"
+    protocol: str = PROTOCOL_VERSION
+    adapter: str
+    adapter_version: str = ""
+    conditions: AdapterConditions
+
+
+class FrameAck(_Message):
+    type: Literal["frame_ack"] = "frame_ack"
+    index: int
+
+
+class ResponseStart(_Message):
+    type: Literal["response_start"] = "response_start"
+    response_id: str
+    task_id: str
+
+
+class ResponseDelta(_Message):
+    type: Literal["response_delta"] = "response_delta"
+    response_id: str
+    seq: int
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    snapshot: bool = False
+
+
+class ResponseFinal(_Message):
+    type: Literal["response_final"] = "response_final"
+    response_id: str
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    output_tokens: int | None = None
+    input_tokens: int | None = None
+
+
+class Silent(_Message):
+    type: Literal["silent"] = "silent"
+    task_id: str
+    step: int | None = None
+
+
+class Workload(_Message):
+    """What the adapter actually did with the model; every field is optional (missing = unknown).
+
+    `frame_ids` lists every image occurrence submitted in this call, replays included.
+    """
+
+    type: Literal["workload"] = "workload"
+    kind: Literal["model_call", "state_commit", "drop", "replay"]
+    frame_ids: list[str] = Field(default_factory=list)
+    images: int | None = None
+    pixels: int | None = None
+    replayed_frames: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
+
+
+class AdapterError(_Message):
+    type: Literal["error"] = "error"
+    code: str
+    message: str = Field(max_length=10_000)
+    fatal: bool = False
+
+
+class SessionClosed(_Message):
+    """The adapter's answer to `session_end`: it has flushed everything."""
+
+    type: Literal["session_closed"] = "session_closed"
+
+
+AdapterMessage = Annotated[
+    Hello
+    | FrameAck
+    | ResponseStart
+    | ResponseDelta
+    | ResponseFinal
+    | Silent
+    | Workload
+    | AdapterError
+    | SessionClosed
+    | ProtocolError,
+    Field(discriminator="type"),
+]
+
+_ADAPTER_MESSAGE = TypeAdapter(AdapterMessage)
+_CORE_MESSAGE = TypeAdapter(CoreMessage)
+
+
+class ProtocolViolation(Exception):
+    """A message that is malformed, oversized or out of order."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _parse(adapter: TypeAdapter, raw: str | bytes, side: str):
+    if isinstance(raw, bytes):
+        raise ProtocolViolation("unexpected_binary", f"{side} sent a binary message")
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "message"
+        raise ProtocolViolation("malformed", f"{where}: {first['msg']}") from None
+
+
+def parse_adapter_message(raw: str | bytes):
+    return _parse(_ADAPTER_MESSAGE, raw, "adapter")
+
+
+def parse_core_message(raw: str | bytes):
+    return _parse(_CORE_MESSAGE, raw, "core")
+
+
+_HEADER_LEN = struct.Struct(">I")
+
+
+def encode_frame(header: FrameHeader, payload: bytes) -> bytes:
+    head = header.model_dump_json().encode()
+    return _HEADER_LEN.pack(len(head)) + head + payload
+
+
+def decode_frame(message: bytes) -> tuple[FrameHeader, bytes]:
+    if len(message) < _HEADER_LEN.size:
+        raise ProtocolViolation("malformed", "binary frame shorter than its header length")
+    (size,) = _HEADER_LEN.unpack_from(message)
+    end = _HEADER_LEN.size + size
+    try:
+        header = FrameHeader.model_validate(json.loads(message[_HEADER_LEN.size : end]))
+    except (ValueError, ValidationError) as exc:
+        raise ProtocolViolation("malformed", f"frame header: {exc}") from None
+    payload = message[end:]
+    if len(payload) != header.nbytes:
+        raise ProtocolViolation("malformed", "frame payload size differs from its header")
+    return header, payload
+
+
+def dump(message: _Message) -> str:
+    return message.model_dump_json()
