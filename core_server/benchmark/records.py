@@ -96,7 +96,9 @@ class ProactiveRecord(BaseModel):
         ends = []
         for trig in self.triggers:
             if trig.is_state:
-                ends.append(trig.interval_end_s if trig.interval_end_s is not None else trig.start_s)
+                ends.append(
+                    trig.interval_end_s if trig.interval_end_s is not None else trig.start_s
+                )
             elif trig.window_end_s is not None:
                 ends.append(max(trig.window_end_s, trig.start_s + tolerance_s))
             else:

@@ -1,0 +1,47 @@
+"""`python -m adapters NAME [--host H] [--port P]`: serve one adapter as its own process.
+
+Prints `streameval-adapter listening on HOST:PORT` once it accepts connections, so a parent
+that asked for port 0 learns the port the OS chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+
+from adapters.registry import UnknownAdapter, load_adapter
+from adapters.server import serve
+
+READY_PREFIX = "streameval-adapter listening on"
+
+
+def run_adapter(name: str, host: str, port: int) -> None:
+    adapter = load_adapter(name)
+
+    def ready(bound: int) -> None:
+        print(f"{READY_PREFIX} {host}:{bound}", flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(adapter, host, port, ready=ready))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m adapters", description=__doc__)
+    parser.add_argument("name")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        run_adapter(args.name, args.host, args.port)
+    except UnknownAdapter as exc:
+        sys.exit(f"error: {exc}")
+    except OSError as exc:
+        sys.exit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Baselines that need no model: they bound what a score means from below."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from adapters.protocol import AdapterConditions, Question, Step
+from adapters.sdk import Adapter, Responder, Session
+
+
+def _conditions(model: str) -> AdapterConditions:
+    return AdapterConditions(
+        state="non-native", initiation="polled", deployment="in-process", model_name=model
+    )
+
+
+class SilentAdapter(Adapter):
+    """Never speaks: declines every question and stays silent at every step."""
+
+    name = "silent"
+    version = "1"
+    conditions = _conditions("baseline-silent")
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await respond.silent()
+
+
+class AlwaysAdapter(Adapter):
+    """Speaks at every step (a false-alarm upper bound) and always picks the first option."""
+
+    name = "always"
+    version = "1"
+    conditions = _conditions("baseline-always")
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await respond.say(question.options[0].split(".", 1)[0] if question.options else "A")
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        await respond.say("yes")
+
+
+class RandomChoiceAdapter(Adapter):
+    """Picks an option uniformly at random, seeded by the record so reruns agree."""
+
+    name = "random-choice"
+    version = "1"
+    conditions = _conditions("baseline-random-choice")
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        rng = random.Random(zlib.crc32(question.task_id.encode()))
+        labels = [option.split(".", 1)[0].strip() for option in question.options] or ["A"]
+        await respond.say(rng.choice(labels))

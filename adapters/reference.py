@@ -1,0 +1,59 @@
+"""The reference adapter: answers the synthetic benchmark from pixels alone, no model weights.
+
+It never sees ground truth; it keeps a small per-session summary of what it has seen
+(`ReferencePolicy`) and stays silent until the evidence is on screen. It shows what a
+well-behaved adapter looks like on the wire: workload records for every frame it analyses,
+an explicit decision at every step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from adapters.protocol import AdapterConditions, Instruction, Question, Step
+from adapters.reference_policy import ReferencePolicy
+from adapters.sdk import Adapter, Frame, Responder, Session
+
+
+class ReferenceAdapter(Adapter):
+    name = "reference"
+    version = "1"
+    conditions = AdapterConditions(
+        state="native",
+        initiation="polled",
+        boundary="model+adapter",
+        deployment="in-process",
+        model_name="reference-pixel-policy",
+        model_version="1",
+        history="per-frame summaries of every delivered frame",
+    )
+
+    async def on_session_start(self, session: Session) -> None:
+        session.state["policy"] = ReferencePolicy()
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        started = time.monotonic_ns()
+        rgb = frame.rgb()
+        session.state["policy"].observe(frame.t, rgb)
+        # Each frame is analysed once and folded into the state: one model call, one image.
+        await session.workload(
+            kind="model_call",
+            frame_ids=[frame.frame_id],
+            images=1,
+            pixels=int(rgb.shape[0] * rgb.shape[1]),
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await respond.say(session.state["policy"].answer(question.text, question.options), 1)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
+        session.state["policy"].instruct(instruction.text)
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        utterance = session.state["policy"].decide()
+        if utterance is None:
+            await respond.silent(step.step)
+        else:
+            await respond.say(utterance, output_tokens=len(utterance.split()))

@@ -1,0 +1,184 @@
+"""The adapter SDK: subclass `Adapter`, implement a few async hooks, `serve()` it.
+
+One `Adapter` instance serves many sessions; per-session state lives on the `Session`
+object the hooks receive. Hooks run in the order the Core's messages arrive, one at a time
+per session, so an adapter sees the stream exactly as causally as the Core sends it.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from adapters.protocol import (
+    AdapterConditions,
+    Instruction,
+    Question,
+    ResponseDelta,
+    ResponseFinal,
+    ResponseStart,
+    RunConditions,
+    Silent,
+    Step,
+    Workload,
+)
+
+Send = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One delivered video frame: its identity, its video time and the encoded image."""
+
+    index: int
+    frame_id: str
+    t: float
+    width: int
+    height: int
+    data: bytes
+
+    def rgb(self):
+        """Decode to an HxWx3 uint8 numpy array (Pillow + numpy, imported lazily)."""
+        import numpy as np
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.data)) as image:
+            return np.asarray(image.convert("RGB"))
+
+
+@dataclass
+class Session:
+    """One stream: what the Core declared, the active task and the adapter's own state."""
+
+    run_id: str
+    session_id: str
+    record_ids: list[str]
+    conditions: RunConditions
+    send: Send
+    task: Question | Instruction | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    responder: Responder | None = None
+
+    async def workload(self, kind: str = "model_call", **fields: Any) -> None:
+        """Record what the model actually did; `frame_ids` lists every submitted image."""
+        await self.send(Workload(kind=kind, **fields).model_dump_json())
+
+
+class ResponseStream:
+    """An open response episode; tokens go out as deltas the moment they are produced."""
+
+    def __init__(self, responder: Responder, response_id: str) -> None:
+        self._responder = responder
+        self.response_id = response_id
+        self._seq = 0
+        self._parts: list[str] = []
+        self._started = False
+
+    async def token(self, text: str) -> None:
+        if not self._started:
+            self._started = True
+            await self._responder._send_model(
+                ResponseStart(response_id=self.response_id, task_id=self._responder.task_id)
+            )
+        self._parts.append(text)
+        await self._responder._send_model(
+            ResponseDelta(response_id=self.response_id, seq=self._seq, text=text)
+        )
+        self._seq += 1
+
+    async def finish(self, output_tokens: int | None = None, input_tokens: int | None = None):
+        if not self._started:
+            await self.token("")
+        tokens = self._seq if output_tokens is None else output_tokens
+        await self._responder._send_model(
+            ResponseFinal(
+                response_id=self.response_id,
+                text="".join(self._parts),
+                output_tokens=tokens,
+                input_tokens=input_tokens,
+            )
+        )
+
+    async def __aenter__(self) -> ResponseStream:
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            await self.finish()
+
+
+class Responder:
+    """What a hook uses to answer the Core: speak, stream, stay silent, report workload."""
+
+    _ids = itertools.count()
+
+    def __init__(self, send: Send, task_id: str) -> None:
+        self._send = send
+        self.task_id = task_id
+        self.decided = False
+
+    async def _send_model(self, message) -> None:
+        self.decided = True
+        await self._send(message.model_dump_json())
+
+    def stream(self) -> ResponseStream:
+        return ResponseStream(self, f"r{next(self._ids)}")
+
+    async def say(self, text: str, output_tokens: int | None = None) -> None:
+        """A whole answer at once (one delta)."""
+        response = self.stream()
+        await response.token(text)
+        await response.finish(output_tokens=output_tokens)
+
+    async def say_tokens(self, tokens: AsyncIterator[str], input_tokens: int | None = None):
+        response = self.stream()
+        count = 0
+        async for token in tokens:
+            await response.token(token)
+            count += 1
+        await response.finish(output_tokens=count, input_tokens=input_tokens)
+
+    async def silent(self, step: int | None = None) -> None:
+        await self._send_model(Silent(task_id=self.task_id, step=step))
+
+
+class Adapter:
+    """Base class of every adapter. Override the hooks you need.
+
+    `on_step` defaults to silence, and the SDK sends an explicit silent decision for any
+    step whose hook returned without deciding, so a step is never left unanswered.
+    """
+
+    name: ClassVar[str] = "adapter"
+    version: ClassVar[str] = "0"
+    conditions: ClassVar[AdapterConditions]
+
+    async def on_session_start(self, session: Session) -> None:
+        """A new session: reset per-session state on `session.state`."""
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        """A frame arrived. Autonomous adapters may speak here via `session.responder`."""
+
+    async def on_question(self, session: Session, question: Question, respond: Responder) -> None:
+        raise NotImplementedError(f"adapter {self.name} does not answer questions")
+
+    async def on_instruction(
+        self, session: Session, instruction: Instruction, respond: Responder
+    ) -> None:
+        """A monitoring instruction arrived; later frames and steps belong to it."""
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        await respond.silent(step.step)
+
+    async def on_session_end(self, session: Session) -> None:
+        """The stream is over; free per-session resources."""
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "adapter": self.name,
+            "adapter_version": self.version,
+            "conditions": self.conditions.model_dump(),
+        }

@@ -1,0 +1,178 @@
+"""Expose any `Adapter` as a WebSocket service: `/ws` for sessions, `/healthz`, `/info`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from http import HTTPStatus
+
+from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from adapters.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_TIMEOUT_S,
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    WS_PATH,
+    AdapterError,
+    Hello,
+    Instruction,
+    ProtocolError,
+    ProtocolViolation,
+    Question,
+    SessionClosed,
+    SessionEnd,
+    SessionStart,
+    Step,
+    decode_frame,
+    parse_core_message,
+)
+from adapters.sdk import Adapter, Frame, Responder, Session
+
+log = logging.getLogger("streameval.adapter")
+
+
+class _Connection:
+    """The adapter side of one session: the Core's messages in order, hooks called inline."""
+
+    def __init__(self, adapter: Adapter, ws: ServerConnection) -> None:
+        self.adapter = adapter
+        self.ws = ws
+        self.session: Session | None = None
+
+    async def send(self, text: str) -> None:
+        await self.ws.send(text)
+
+    async def run(self) -> None:
+        hello = Hello(
+            adapter=self.adapter.name,
+            adapter_version=self.adapter.version,
+            conditions=self.adapter.conditions,
+        )
+        await self.send(hello.model_dump_json())
+        try:
+            async for raw in self.ws:
+                if not await self.handle(raw):
+                    return
+        except ProtocolViolation as exc:
+            await self.send(ProtocolError(code=exc.code, message=exc.message).model_dump_json())
+            await self.ws.close(1002, exc.code)
+        except ConnectionClosed:
+            pass
+        finally:
+            if self.session is not None:
+                await self.adapter.on_session_end(self.session)
+
+    async def handle(self, raw: str | bytes) -> bool:
+        """Dispatch one message; False once the session is over."""
+        if isinstance(raw, bytes):
+            await self.on_frame(raw)
+            return True
+        message = parse_core_message(raw)
+        if isinstance(message, ProtocolError):
+            log.warning("core reported a protocol error: %s", message.message)
+            return False
+        if isinstance(message, SessionStart):
+            await self.on_session_start(message)
+            return True
+        session = self.require_session(message.type)
+        if isinstance(message, SessionEnd):
+            await self.send(SessionClosed().model_dump_json())
+            return False
+        try:
+            await self.dispatch_task(session, message)
+        except NotImplementedError as exc:
+            error = AdapterError(code="unsupported", message=str(exc), fatal=True)
+            await self.send(error.model_dump_json())
+        return True
+
+    async def dispatch_task(self, session: Session, message: Question | Instruction | Step):
+        if isinstance(message, Step):
+            respond = session.responder or Responder(self.send, message.task_id)
+            respond.decided = False
+            await self.adapter.on_step(session, message, respond)
+            if not respond.decided:
+                await respond.silent(message.step)
+            return
+        session.task = message
+        session.responder = Responder(self.send, message.task_id)
+        if isinstance(message, Question):
+            await self.adapter.on_question(session, message, session.responder)
+        else:
+            await self.adapter.on_instruction(session, message, session.responder)
+
+    def require_session(self, what: str) -> Session:
+        if self.session is None:
+            raise ProtocolViolation("out_of_order", f"{what} before session_start")
+        return self.session
+
+    async def on_session_start(self, message: SessionStart) -> None:
+        if self.session is not None:
+            raise ProtocolViolation("out_of_order", "second session_start on one connection")
+        if message.protocol != PROTOCOL_VERSION:
+            raise ProtocolViolation("version", f"core speaks {message.protocol}")
+        self.session = Session(
+            run_id=message.run_id,
+            session_id=message.session_id,
+            record_ids=list(message.record_ids),
+            conditions=message.conditions,
+            send=self.send,
+        )
+        await self.adapter.on_session_start(self.session)
+
+    async def on_frame(self, raw: bytes) -> None:
+        session = self.require_session("frame")
+        header, payload = decode_frame(raw)
+        frame = Frame(
+            index=header.index,
+            frame_id=header.frame_id,
+            t=header.t,
+            width=header.width,
+            height=header.height,
+            data=payload,
+        )
+        await self.adapter.on_frame(session, frame)
+        await self.send(json.dumps({"type": "frame_ack", "index": header.index}))
+
+
+def _http_routes(adapter: Adapter):
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == WS_PATH:
+            return None
+        if path == "/healthz":
+            return connection.respond(HTTPStatus.OK, "ok\n")
+        if path == "/info":
+            body = json.dumps({**adapter.info(), "protocol": PROTOCOL_VERSION})
+            response = connection.respond(HTTPStatus.OK, body + "\n")
+            response.headers["Content-Type"] = "application/json"
+            return response
+        return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
+
+    return process_request
+
+
+async def serve(adapter: Adapter, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:
+    """Serve `adapter` until cancelled. `ready(port)` is called once it listens."""
+
+    async def handler(ws: ServerConnection) -> None:
+        await _Connection(adapter, ws).run()
+
+    async with ws_serve(
+        handler,
+        host,
+        port,
+        compression=None,  # permessage-deflate stalls the loop on frame traffic (DESIGN.md)
+        max_size=MAX_MESSAGE_BYTES,
+        ping_interval=HEARTBEAT_INTERVAL_S,
+        ping_timeout=HEARTBEAT_TIMEOUT_S,
+        process_request=_http_routes(adapter),
+    ) as server:
+        bound = server.sockets[0].getsockname()[1]
+        if ready is not None:
+            ready(bound)
+        await asyncio.Future()

@@ -1,0 +1,675 @@
+"""The synthetic benchmark: small generated videos whose ground truth is known exactly.
+
+Every video is a dark background with coloured shapes moving in a fixed grid of slots and,
+on the right, large seven-segment digits. Each video is first described as a scene (which
+shape is where, in which colour, when; which digit is shown when) and the records are
+derived from that description, never from pixels. The scene is then rendered and encoded.
+
+All times inside a scene are frame numbers at `FPS` (10 fps, so one frame is 0.1 s); question
+and instruction times are whole seconds so that any sampling grid of 1 or 2 fps lands on
+them. Everything is drawn from one seeded numpy Generator per video: the same seed gives the
+same records and byte-identical videos.
+
+The visual vocabulary (palette, shapes, digit glyphs) is public because a pixel-reading
+policy may know it, as any image-analysis program would; the scenes are not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from math import ceil, floor
+from pathlib import Path
+
+import av
+import numpy as np
+
+from core_server.benchmark.loader import BenchmarkError, load_benchmark_file
+from core_server.benchmark.records import (
+    Benchmark,
+    EvidenceSpan,
+    ProactiveRecord,
+    QARecord,
+    Record,
+    Trigger,
+)
+
+GENERATOR_VERSION = "1"
+SOURCE = "synthetic"
+
+# ----------------------------------------------------------------------------- vocabulary
+
+WIDTH, HEIGHT, FPS, GOP = 320, 240, 10, 20
+BACKGROUND_RGB = (16, 16, 24)
+# Far apart in RGB so that JPEG/H.264 noise and 4:2:0 chroma never move a colour to another.
+PALETTE: dict[str, tuple[int, int, int]] = {
+    "red": (230, 30, 30),
+    "green": (30, 200, 50),
+    "blue": (40, 80, 240),
+    "yellow": (240, 220, 30),
+    "white": (245, 245, 245),
+}
+COLOURS = tuple(PALETTE)
+SHAPES = ("circle", "square", "triangle")
+SHAPE_SIZE = 36
+DIGIT_COLOUR = "white"
+UNABLE = "Unable to answer"
+
+# Seven-segment glyph: segments are filled rectangles (x0, y0, x1, y1) in a 44x76 box. The
+# vertical segments overlap the horizontal ones so every digit is one connected blob.
+GLYPH_W, GLYPH_H, GLYPH_T = 44, 76, 10
+_MID = (GLYPH_H - GLYPH_T) // 2
+SEGMENT_RECTS: dict[str, tuple[int, int, int, int]] = {
+    "a": (0, 0, GLYPH_W, GLYPH_T),
+    "b": (GLYPH_W - GLYPH_T, 0, GLYPH_W, _MID + GLYPH_T),
+    "c": (GLYPH_W - GLYPH_T, _MID, GLYPH_W, GLYPH_H),
+    "d": (0, GLYPH_H - GLYPH_T, GLYPH_W, GLYPH_H),
+    "e": (0, _MID, GLYPH_T, GLYPH_H),
+    "f": (0, 0, GLYPH_T, _MID + GLYPH_T),
+    "g": (0, _MID, GLYPH_W, _MID + GLYPH_T),
+}
+DIGIT_SEGMENTS: dict[int, str] = {
+    0: "abcdef",
+    1: "bc",
+    2: "abdeg",
+    3: "abcdg",
+    4: "bcfg",
+    5: "acdfg",
+    6: "acdefg",
+    7: "abc",
+    8: "abcdefg",
+    9: "abcdfg",
+}
+
+# Layout: shapes live in a 3x4 grid of 80x60 slots on the left 240 pixels and slide +-10 px
+# horizontally, which keeps neighbours at least 24 px apart; digits sit right of the grid.
+_SLOT_CENTRES = tuple((40 + 80 * col, 30 + 60 * row) for row in range(4) for col in range(3))
+_SLIDE_PX = 10
+_DIGIT_X = 262
+
+# ----------------------------------------------------------------------------- questions
+
+Q_PRESENT_COLOUR = "What colour is the {shape} right now?"
+Q_PRESENT_COUNT = "How many {shape}s are there right now?"
+Q_PRESENT_DIGIT = "Which digit is shown right now?"
+Q_LAST_DIGIT = "What was the last digit shown on screen?"
+I_COUNT_CHANGE = "Each time the number of {shape}s changes, say the new number."
+I_COLOUR_STATE = "Say '{colour}' whenever the {shape} is {colour}."
+
+# ----------------------------------------------------------------------------- scenes
+
+
+@dataclass(frozen=True)
+class _Shape:
+    kind: str
+    slot: int
+    colours: tuple[tuple[int, str], ...]  # (first frame, colour), sorted, the first at 0
+    shown: tuple[int, int]  # [first frame, end frame)
+    phase: int  # where in its slide the shape starts
+
+    def colour_at(self, frame: int) -> str:
+        current = self.colours[0][1]
+        for start, colour in self.colours:
+            if start > frame:
+                break
+            current = colour
+        return current
+
+    def change_frames(self) -> list[int]:
+        return [start for start, _ in self.colours[1:]]
+
+
+@dataclass(frozen=True)
+class _Digit:
+    value: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class _Scene:
+    name: str
+    frames: int
+    shapes: tuple[_Shape, ...]
+    digits: tuple[_Digit, ...] = ()
+    digit_y: int = 80
+
+    @property
+    def video_path(self) -> str:
+        return f"videos/{self.name}.mp4"
+
+    def the(self, kind: str) -> _Shape:
+        """The one shape of this kind in the scene (questions say "the square")."""
+        (shape,) = [s for s in self.shapes if s.kind == kind]
+        return shape
+
+
+def _sec(frame: int) -> float:
+    return frame / FPS
+
+
+def _constant(colour: str) -> tuple[tuple[int, str], ...]:
+    return ((0, colour),)
+
+
+def _pick(rng: np.random.Generator, items: Sequence, exclude: Sequence = ()) -> object:
+    allowed = [item for item in items if item not in exclude]
+    return allowed[int(rng.integers(len(allowed)))]
+
+
+def _shuffled(rng: np.random.Generator, items: Sequence[str]) -> list[str]:
+    return [items[int(i)] for i in rng.permutation(len(items))]
+
+
+def _colour_timeline(
+    rng: np.random.Generator, frames: int, min_len: int, max_len: int
+) -> tuple[tuple[int, str], ...]:
+    timeline: list[tuple[int, str]] = []
+    start, previous = 0, None
+    while start < frames:
+        previous = _pick(rng, COLOURS, exclude=[previous])
+        timeline.append((start, previous))
+        start += int(rng.integers(min_len, max_len + 1))
+    return tuple(timeline)
+
+
+def _shape(rng: np.random.Generator, kind: str, slot: int, colours, shown=(0, 1 << 30)) -> _Shape:
+    return _Shape(kind, int(slot), colours, shown, int(rng.integers(4 * _SLIDE_PX)))
+
+
+def _stable_seconds(changes: Sequence[int], frames: int, used: Sequence[int] = ()) -> list[int]:
+    """Whole seconds at which a state has held for 2 s and will hold for 1 s more.
+
+    The margins let every 1 or 2 fps sampling grid see the state before the question.
+    """
+    return [
+        second
+        for second in range(5, frames // FPS - 1)
+        if second not in used and not any(-2 * FPS < f - second * FPS <= FPS for f in changes)
+    ]
+
+
+def _last_change(changes: Sequence[int], frame: int) -> int:
+    return max([0, *(f for f in changes if f <= frame)])
+
+
+def _digit_sequence(rng: np.random.Generator, first: int, frames: int) -> tuple[_Digit, ...]:
+    """Digits shown 3-4 s each with 4-6 s gaps; two in a row always differ."""
+    digits: list[_Digit] = []
+    start, previous = first, None
+    while True:
+        shown = int(rng.integers(30, 41))
+        if start + shown + 2 * FPS > frames:
+            return tuple(digits)
+        previous = _pick(rng, range(10), exclude=[previous])
+        digits.append(_Digit(int(previous), start, start + shown))
+        start += shown + int(rng.integers(40, 61))
+
+
+# ----------------------------------------------------------------------------- records
+
+
+class _Records:
+    """Builds records for one benchmark, numbering them in creation order."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.records: list[Record] = []
+
+    def _meta(self, scene: _Scene) -> dict:
+        video = {"duration_s": _sec(scene.frames), "fps": FPS, "width": WIDTH, "height": HEIGHT}
+        return {"seed": self.seed, "generator_version": GENERATOR_VERSION, "video": video}
+
+    def _next_id(self, task: str) -> str:
+        return f"{SOURCE}:{task}:{sum(r.task == task for r in self.records):03d}"
+
+    def qa(
+        self,
+        rng: np.random.Generator,
+        scene: _Scene,
+        task_type: str,
+        question: str,
+        answer: str | None,
+        distractors: Sequence[str],
+        question_s: int,
+        anchor_frame: int,
+        spans: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """Four content options in random order, then "Unable to answer" last.
+
+        `distractors` are taken in the order given (callers shuffle them); `answer` None
+        means the video cannot answer the question.
+        """
+        pool = [d for d in dict.fromkeys(distractors) if d != answer]
+        chosen = pool[: 4 if answer is None else 3]
+        if answer is not None:
+            chosen.insert(int(rng.integers(4)), answer)
+        texts = [*chosen, UNABLE]
+        labels = "ABCDE"
+        correct = labels[texts.index(UNABLE if answer is None else answer)]
+        self.records.append(
+            QARecord(
+                record_id=self._next_id("qa"),
+                source_id=f"{scene.name}@{question_s}s",
+                source_benchmark=SOURCE,
+                task_type=task_type,
+                video_path=scene.video_path,
+                question=question,
+                options=tuple(
+                    f"{label}. {text}" for label, text in zip(labels, texts, strict=True)
+                ),
+                answer=correct,
+                question_time_s=float(question_s),
+                evidence_anchor_s=_sec(anchor_frame),
+                evidence_spans=tuple(
+                    EvidenceSpan(start_s=_sec(a), end_s=_sec(b), description=task_type)
+                    for a, b in spans
+                ),
+                metadata=self._meta(scene),
+            )
+        )
+
+    def proactive(
+        self,
+        scene: _Scene,
+        task_type: str,
+        instruction: str,
+        instruction_s: int,
+        triggers: Sequence[Trigger],
+    ) -> None:
+        self.records.append(
+            ProactiveRecord(
+                record_id=self._next_id("proactive"),
+                source_id=f"{scene.name}@{instruction_s}s",
+                source_benchmark=SOURCE,
+                task_type=task_type,
+                video_path=scene.video_path,
+                instruction=instruction,
+                instruction_time_s=float(instruction_s),
+                triggers=tuple(triggers),
+                metadata=self._meta(scene),
+            )
+        )
+
+    def present_colour(self, rng: np.random.Generator, scene: _Scene, kind: str, used: list[int]):
+        shape = scene.the(kind)
+        changes = shape.change_frames()
+        second = int(_pick(rng, _stable_seconds(changes, scene.frames, used)))
+        used.append(second)
+        anchor = _last_change(changes, second * FPS)
+        colour = shape.colour_at(second * FPS)
+        question = Q_PRESENT_COLOUR.format(shape=kind)
+        span = (anchor, second * FPS)
+        self.qa(
+            rng,
+            scene,
+            "present_color",
+            question,
+            colour,
+            _shuffled(rng, COLOURS),
+            second,
+            anchor,
+            [span],
+        )
+
+    def past_digit(self, rng: np.random.Generator, scene: _Scene, index: int) -> None:
+        """Asked 1-3 s after the digit went away, before the next one, <= 10 s after onset."""
+        digit = scene.digits[index]
+        latest = digit.start + 10 * FPS
+        if index + 1 < len(scene.digits):
+            latest = min(latest, scene.digits[index + 1].start - FPS)
+        second = int(rng.integers(ceil((digit.end + FPS) / FPS), floor(latest / FPS) + 1))
+        # The digit shown before is the most tempting wrong answer, so offer it when there is one.
+        earlier = [str(scene.digits[index - 1].value)] if index > 0 else []
+        others = _shuffled(rng, [str(v) for v in range(10)])
+        span = (digit.start, digit.end)
+        self.qa(
+            rng,
+            scene,
+            "past_digit",
+            Q_LAST_DIGIT,
+            str(digit.value),
+            [*earlier, *others],
+            second,
+            digit.start,
+            [span],
+        )
+
+    def present_digit(self, rng: np.random.Generator, scene: _Scene, index: int) -> None:
+        digit = scene.digits[index]
+        second = int(
+            rng.integers(ceil((digit.start + FPS) / FPS), floor((digit.end - 6) / FPS) + 1)
+        )
+        others = _shuffled(rng, [str(v) for v in range(10)])
+        span = (digit.start, second * FPS)
+        self.qa(
+            rng,
+            scene,
+            "present_digit",
+            Q_PRESENT_DIGIT,
+            str(digit.value),
+            others,
+            second,
+            digit.start,
+            [span],
+        )
+
+
+# ----------------------------------------------------------------------------- videos
+
+
+def _colours_video(rng: np.random.Generator, records: _Records) -> _Scene:
+    """One shape of each kind, each changing colour every 5-9 s; four present-colour QAs."""
+    frames = 40 * FPS
+    slots = rng.choice(len(_SLOT_CENTRES), 3, replace=False)
+    shapes = tuple(
+        _shape(rng, kind, slot, _colour_timeline(rng, frames, 50, 90))
+        for kind, slot in zip(SHAPES, slots, strict=True)
+    )
+    scene = _Scene("v0_colours", frames, shapes)
+    used: list[int] = []
+    for kind in (*SHAPES, _pick(rng, SHAPES)):
+        records.present_colour(rng, scene, kind, used)
+    return scene
+
+
+def _digits_video(rng: np.random.Generator, records: _Records) -> _Scene:
+    """Digits come and go among two steady shapes; three past-digit QAs, one present-digit."""
+    frames = 45 * FPS
+    slots = rng.choice(len(_SLOT_CENTRES), 2, replace=False)
+    shapes = tuple(
+        _shape(rng, kind, slot, _constant(_pick(rng, COLOURS)))
+        for kind, slot in zip(("circle", "triangle"), slots, strict=True)
+    )
+    digits = _digit_sequence(rng, int(rng.integers(20, 31)), frames)
+    scene = _Scene("v1_digits", frames, shapes, digits, int(rng.integers(20, 145)))
+    for index in range(3):
+        records.past_digit(rng, scene, index)
+    records.present_digit(rng, scene, 3)
+    return scene
+
+
+def _no_triangle_video(rng: np.random.Generator, records: _Records) -> _Scene:
+    """Circles and a square, no triangle and no digit ever: two unanswerable QAs."""
+    frames = 25 * FPS
+    slots = rng.choice(len(_SLOT_CENTRES), 3, replace=False)
+    shapes = tuple(
+        _shape(rng, kind, slot, _colour_timeline(rng, frames, 50, 90))
+        for kind, slot in zip(("circle", "circle", "square"), slots, strict=True)
+    )
+    scene = _Scene("v2_no_triangle", frames, shapes)
+    second = int(rng.integers(8, 16))
+    question = Q_PRESENT_COLOUR.format(shape="triangle")
+    records.qa(
+        rng, scene, "unanswerable", question, None, _shuffled(rng, COLOURS), second, second * FPS
+    )
+    # Anchored at 0 so that every profile delivers the whole video: no digit anywhere in it.
+    digits = _shuffled(rng, [str(v) for v in range(10)])
+    records.qa(rng, scene, "unanswerable", Q_LAST_DIGIT, None, digits, int(rng.integers(16, 24)), 0)
+    return scene
+
+
+def _count_video(rng: np.random.Generator, records: _Records, name: str) -> _Scene:
+    """Circles appear and vanish 3-5 times, 4-8 s apart (at least one gap under 5 s)."""
+    instruction_s = int(rng.integers(2, 4))
+    n_changes = int(rng.integers(3, 6))
+    gaps = rng.integers(40, 81, size=n_changes - 1)
+    gaps[int(rng.integers(n_changes - 1))] = int(rng.integers(40, 49))
+    first = instruction_s * FPS + int(rng.integers(30, 51))
+    change_frames = [first, *(first + np.cumsum(gaps)).tolist()]
+    frames = change_frames[-1] + int(rng.integers(60, 91))
+
+    square_slot, *circle_slots = rng.permutation(len(_SLOT_CENTRES)).tolist()
+    counts = [int(rng.integers(1, 4))]
+    for _ in change_frames:
+        counts.append(
+            int(
+                _pick(
+                    rng,
+                    range(max(1, counts[-1] - 2), min(5, counts[-1] + 2) + 1),
+                    exclude=[counts[-1]],
+                )
+            )
+        )
+
+    # Each circle keeps its slot and colour while shown; the set changes only at change frames.
+    alive: dict[int, tuple[int, str]] = {}  # slot -> (first frame, colour)
+    circles: list[_Shape] = []
+    for frame, count in zip([0, *change_frames], counts, strict=True):
+        while len(alive) > count:
+            slot = int(_pick(rng, sorted(alive)))
+            since, colour = alive.pop(slot)
+            circles.append(_shape(rng, "circle", slot, _constant(colour), (since, frame)))
+        while len(alive) < count:
+            alive[int(_pick(rng, circle_slots, exclude=list(alive)))] = (frame, _pick(rng, COLOURS))
+    for slot, (since, colour) in sorted(alive.items()):
+        circles.append(_shape(rng, "circle", slot, _constant(colour), (since, frames)))
+    square = _shape(rng, "square", square_slot, _constant(_pick(rng, COLOURS)))
+    scene = _Scene(name, frames, (square, *circles))
+
+    triggers = [
+        Trigger(
+            trigger_type="event_onset",
+            answer=str(count),
+            point_s=_sec(frame),
+            evidence_start_s=_sec(frame),
+            evidence_end_s=_sec(end),
+        )
+        for frame, end, count in zip(
+            change_frames, [*change_frames[1:], frames], counts[1:], strict=True
+        )
+    ]
+    instruction = I_COUNT_CHANGE.format(shape="circle")
+    records.proactive(scene, "count_change", instruction, instruction_s, triggers)
+
+    second = int(_pick(rng, _stable_seconds(change_frames, frames)))
+    anchor = _last_change(change_frames, second * FPS)
+    count = counts[sum(f <= second * FPS for f in change_frames)]
+    question = Q_PRESENT_COUNT.format(shape="circle")
+    others = _shuffled(rng, [str(n) for n in range(7)])
+    span = [(anchor, second * FPS)]
+    records.qa(rng, scene, "present_count", question, str(count), others, second, anchor, span)
+    return scene
+
+
+def _state_video(rng: np.random.Generator, records: _Records) -> _Scene:
+    """The square cycles n, A, n, B, n, A, ... (n: any other colour); one colour-state task
+    for A (three intervals) and one for B (two), plus a present-colour QA."""
+    target_a = str(_pick(rng, COLOURS))
+    target_b = str(_pick(rng, COLOURS, exclude=[target_a]))
+    pattern = ["n", target_a, "n", target_b] * 2 + ["n", target_a, "n"]
+    timeline: list[tuple[int, str]] = []
+    start = 0
+    for position, colour in enumerate(pattern):
+        if colour == "n":
+            colour = str(_pick(rng, COLOURS, exclude=[target_a, target_b]))
+        timeline.append((start, colour))
+        start += int(rng.integers(50, 71) if position == 0 else rng.integers(30, 51))
+    frames = start
+
+    slots = rng.choice(len(_SLOT_CENTRES), 3, replace=False)
+    square = _shape(rng, "square", slots[0], tuple(timeline))
+    distractors = tuple(
+        _shape(rng, kind, slot, _colour_timeline(rng, frames, 50, 90))
+        for kind, slot in zip(("circle", "triangle"), slots[1:], strict=True)
+    )
+    scene = _Scene("v5_state", frames, (square, *distractors))
+
+    ends = [s for s, _ in timeline[1:]] + [frames]
+    for target, instruction_s in ((target_a, 2), (target_b, 3)):
+        triggers = [
+            Trigger(
+                trigger_type="state_interval",
+                answer=target,
+                interval_start_s=_sec(s),
+                interval_end_s=_sec(e),
+                evidence_start_s=_sec(s),
+                evidence_end_s=_sec(e),
+            )
+            for (s, colour), e in zip(timeline, ends, strict=True)
+            if colour == target
+        ]
+        instruction = I_COLOUR_STATE.format(colour=target, shape="square")
+        records.proactive(scene, "color_state", instruction, instruction_s, triggers)
+    records.present_colour(rng, scene, "square", [])
+    return scene
+
+
+def _mixed_video(rng: np.random.Generator, records: _Records) -> _Scene:
+    """A changing circle, a steady square and digits: past digit, present colour, no triangle."""
+    frames = 30 * FPS
+    slots = rng.choice(len(_SLOT_CENTRES), 2, replace=False)
+    circle = _shape(rng, "circle", slots[0], _colour_timeline(rng, frames, 50, 90))
+    square = _shape(rng, "square", slots[1], _constant(_pick(rng, COLOURS)))
+    digits = _digit_sequence(rng, int(rng.integers(30, 61)), frames)
+    scene = _Scene("v6_mixed", frames, (circle, square), digits, int(rng.integers(20, 145)))
+    records.past_digit(rng, scene, 1)
+    records.present_colour(rng, scene, "circle", [])
+    second = int(rng.integers(10, 28))
+    question = Q_PRESENT_COLOUR.format(shape="triangle")
+    records.qa(
+        rng, scene, "unanswerable", question, None, _shuffled(rng, COLOURS), second, second * FPS
+    )
+    return scene
+
+
+_VIDEOS: tuple[Callable[[np.random.Generator, _Records], _Scene], ...] = (
+    _colours_video,
+    _digits_video,
+    _no_triangle_video,
+    lambda rng, records: _count_video(rng, records, "v3_count"),
+    lambda rng, records: _count_video(rng, records, "v4_count"),
+    _state_video,
+    _mixed_video,
+)
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _sprite(kind: str) -> np.ndarray:
+    size = SHAPE_SIZE
+    ys, xs = np.mgrid[0:size, 0:size]
+    centre = (size - 1) / 2
+    if kind == "square":
+        return np.ones((size, size), bool)
+    if kind == "circle":
+        return (ys - centre) ** 2 + (xs - centre) ** 2 <= (size / 2) ** 2
+    # An upright triangle, apex at the top middle, base the full width of the bottom row.
+    return np.abs(xs - centre) <= (ys + 1) / 2
+
+
+_SPRITES = {kind: _sprite(kind) for kind in SHAPES}
+_COLOUR_INDEX = {name: i + 1 for i, name in enumerate(COLOURS)}  # 0 is the background
+
+
+def _bt601(rgb: np.ndarray) -> np.ndarray:
+    """RGB -> limited-range Y'CbCr (BT.601), what decoders assume for SD video."""
+    matrix = np.array(
+        [[65.481, 128.553, 24.966], [-37.797, -74.203, 112.0], [112.0, -93.786, -18.214]]
+    )
+    return rgb / 255.0 @ matrix.T + np.array([16.0, 128.0, 128.0])
+
+
+_YUV_OF_INDEX = _bt601(np.array([BACKGROUND_RGB, *PALETTE.values()], dtype=float))
+
+
+def render_digit(canvas: np.ndarray, value: int, x: int, y: int, ink: int) -> None:
+    """Draw a seven-segment digit with its top-left corner at (x, y) into an index image."""
+    for segment in DIGIT_SEGMENTS[value]:
+        x0, y0, x1, y1 = SEGMENT_RECTS[segment]
+        canvas[y + y0 : y + y1, x + x0 : x + x1] = ink
+
+
+def _slide(frame: int, phase: int) -> int:
+    """A triangle wave in whole pixels, -_SLIDE_PX..+_SLIDE_PX, one pixel per frame."""
+    u = (frame + phase) % (4 * _SLIDE_PX)
+    return u - _SLIDE_PX if u < 2 * _SLIDE_PX else 3 * _SLIDE_PX - u
+
+
+def _render_indices(scene: _Scene, frame: int) -> np.ndarray:
+    """The frame as palette indices (0 = background): exact, so encoding is the only noise."""
+    canvas = np.zeros((HEIGHT, WIDTH), np.uint8)
+    half = SHAPE_SIZE // 2
+    for shape in scene.shapes:
+        if not shape.shown[0] <= frame < shape.shown[1]:
+            continue
+        cx, cy = _SLOT_CENTRES[shape.slot]
+        x, y = cx - half + _slide(frame, shape.phase), cy - half
+        view = canvas[y : y + SHAPE_SIZE, x : x + SHAPE_SIZE]
+        view[_SPRITES[shape.kind]] = _COLOUR_INDEX[shape.colour_at(frame)]
+    for digit in scene.digits:
+        if digit.start <= frame < digit.end:
+            render_digit(canvas, digit.value, _DIGIT_X, scene.digit_y, _COLOUR_INDEX[DIGIT_COLOUR])
+    return canvas
+
+
+def _to_yuv420p(indices: np.ndarray) -> np.ndarray:
+    """Index image -> PyAV's yuv420p array layout: Y rows, then the U plane, then V."""
+    yuv = _YUV_OF_INDEX[indices]
+    half = yuv.reshape(HEIGHT // 2, 2, WIDTH // 2, 2, 3).mean(axis=(1, 3))
+    planes = [yuv[..., 0], half[..., 1].reshape(-1, WIDTH), half[..., 2].reshape(-1, WIDTH)]
+    return np.clip(np.rint(np.concatenate(planes)), 0, 255).astype(np.uint8)
+
+
+def _encode(scene: _Scene, path: Path) -> None:
+    """H.264 in MP4, written to a temporary name first so a crash leaves no half video."""
+    partial = path.with_suffix(".partial.mp4")
+    with av.open(str(partial), "w") as container:
+        # One x264 thread: the bytes then do not depend on how many cores the machine has.
+        options = {"crf": "18", "preset": "veryfast", "threads": "1"}
+        stream = container.add_stream("libx264", rate=FPS, options=options)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.codec_context.gop_size = GOP
+        for frame in range(scene.frames):
+            image = av.VideoFrame.from_ndarray(
+                _to_yuv420p(_render_indices(scene, frame)), "yuv420p"
+            )
+            image.pts = frame
+            container.mux(stream.encode(image))
+        container.mux(stream.encode(None))
+    os.replace(partial, path)
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def _version(seed: int) -> str:
+    return f"{GENERATOR_VERSION}+seed.{seed}"
+
+
+def generate(out_dir: Path, seed: int = 0) -> Benchmark:
+    """Write `videos/*.mp4` and `benchmark.json` under `out_dir`; return the benchmark."""
+    out_dir = Path(out_dir)
+    (out_dir / "videos").mkdir(parents=True, exist_ok=True)
+    records = _Records(seed)
+    for index, build in enumerate(_VIDEOS):
+        scene = build(np.random.default_rng([seed, index]), records)
+        _encode(scene, out_dir / scene.video_path)
+    benchmark = Benchmark(
+        name=SOURCE, version=_version(seed), video_root=".", records=records.records
+    )
+    partial = out_dir / "benchmark.json.partial"
+    partial.write_text(benchmark.model_dump_json(indent=1))
+    os.replace(partial, out_dir / "benchmark.json")
+    return benchmark.model_copy(update={"video_root": str(out_dir)})
+
+
+def load_or_generate(out_dir: Path, seed: int = 0) -> Benchmark:
+    """Reuse `out_dir` when it holds this generator version's output for `seed`, else generate.
+
+    An unreadable benchmark.json is only a stale cache here, so it is regenerated.
+    """
+    out_dir = Path(out_dir)
+    path = out_dir / "benchmark.json"
+    if path.exists():
+        try:
+            benchmark = load_benchmark_file(path)
+        except BenchmarkError:
+            return generate(out_dir, seed)
+        root = Path(benchmark.video_root)
+        if benchmark.version == _version(seed) and all(
+            (root / record.video_path).is_file() for record in benchmark.records
+        ):
+            return benchmark
+    return generate(out_dir, seed)

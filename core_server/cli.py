@@ -1,0 +1,364 @@
+"""The `streameval` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core_server.adapter_process import AdapterProcess, AdapterProcessError
+from core_server.benchmark.loader import BenchmarkError
+from core_server.config import PROFILES, EndpointConfig, RunConfig, default_cache_dir
+from core_server.frames import VideoDecodeError
+from core_server.runner import RunError, RunExecutor, RunSummary
+from core_server.session import SessionOutcome
+from core_server.store.store import Store, StoreError
+
+app = typer.Typer(
+    help="Condition-aware evaluation of streaming video understanding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
+app.add_typer(adapter_app, name="adapter")
+
+console = Console(stderr=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", help="Store URL (sqlite:///file.db or postgresql+psycopg://...)."),
+]
+
+USER_ERRORS = (RunError, StoreError, BenchmarkError, VideoDecodeError, AdapterProcessError)
+
+
+def store_url(value: str | None, cache_dir: Path | None = None) -> str:
+    if value:
+        return value
+    if os.environ.get("STREAMEVAL_STORE"):
+        return os.environ["STREAMEVAL_STORE"]
+    directory = cache_dir or default_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'streameval.db'}"
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(2)
+
+
+def _progress_reporter(progress: Progress, task_id):
+    def report(outcome: SessionOutcome, done: int, total: int) -> None:
+        progress.update(task_id, completed=done, total=total)
+        if outcome.status == "failed":
+            progress.console.print(
+                f"[yellow]session {outcome.session_id} failed[/yellow] "
+                f"({outcome.stage}): {outcome.reason}",
+                highlight=False,
+            )
+
+    return report
+
+
+def execute(
+    config: RunConfig, store: Store, resume_id: str | None = None, show_progress: bool = True
+) -> RunSummary:
+    """Run (or resume) with a progress bar on stderr; user mistakes become one error line."""
+    progress = Progress(
+        TextColumn("[bold]sessions"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not show_progress,
+    )
+    with progress:
+        task_id = progress.add_task("run", total=None)
+        executor = RunExecutor(config, store, progress=_progress_reporter(progress, task_id))
+
+        async def go() -> RunSummary:
+            run_id = resume_id or await executor.prepare()
+            return await executor.execute(run_id)
+
+        return asyncio.run(go())
+
+
+# --------------------------------------------------------------------------- run
+
+
+@app.command()
+def run(
+    adapter_url: Annotated[
+        list[str] | None,
+        typer.Option("--adapter-url", help="Adapter endpoint ws://host:port/ws (repeatable)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Sessions in flight per endpoint.")] = 4,
+    benchmark: Annotated[str, typer.Option(help="'synthetic' or a benchmark.json.")] = "synthetic",
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
+    task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
+    task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many records.")] = None,
+    profile: Annotated[str, typer.Option(help=f"One of {', '.join(PROFILES)}.")] = "trace",
+    pacing: Annotated[str, typer.Option(help="logical or wall_clock.")] = "logical",
+    speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
+    fps: Annotated[float | None, typer.Option(help="Sampling rate (profile's by default).")] = None,
+    max_width: Annotated[int, typer.Option(help="Frame width cap.")] = 960,
+    qa_history: Annotated[
+        float | None, typer.Option("--qa-history", help="Seconds before the anchor; 0 = all.")
+    ] = None,
+    response_timeout: Annotated[float, typer.Option(help="Seconds per answer/step.")] = 60.0,
+    cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
+    store: StoreOption = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Continue an interrupted run by its id.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run a benchmark against adapter endpoints (or --resume an interrupted run)."""
+    try:
+        with Store(store_url(store, cache_dir)) as opened:
+            if resume:
+                stored = RunConfig.model_validate(opened.get_run(resume).config)
+                if adapter_url:
+                    endpoints = [
+                        EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url
+                    ]
+                    stored = stored.model_copy(update={"endpoints": endpoints})
+                config = stored
+            else:
+                if not adapter_url:
+                    raise fail("give at least one --adapter-url (or use `streameval demo`)")
+                config = RunConfig(
+                    benchmark=benchmark,
+                    benchmark_seed=seed,
+                    tasks=task or ["qa", "proactive"],
+                    task_types=task_type or [],
+                    limit=limit,
+                    endpoints=[EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url],
+                    profile=profile,
+                    pacing=pacing,
+                    speed=speed,
+                    fps=fps,
+                    max_width=max_width,
+                    qa_history_s=qa_history,
+                    response_timeout_s=response_timeout,
+                    **({"cache_dir": str(cache_dir)} if cache_dir else {}),
+                )
+            summary = execute(config, opened, resume_id=resume, show_progress=not as_json)
+            _print_summary(summary, opened, as_json)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except ValueError as exc:  # pydantic validation of the options
+        raise fail(_first_validation_error(exc)) from None
+
+
+def _first_validation_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}"
+    return str(exc)
+
+
+def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
+    body = {
+        "run_id": summary.run_id,
+        "store": store.url,
+        "sessions": summary.total,
+        "finished": summary.finished,
+        "failed": summary.failed,
+        "kept": summary.kept,
+    }
+    if as_json:
+        print(json.dumps(body))
+        return
+    console.print(
+        f"run [bold]{summary.run_id}[/bold]: {summary.finished} finished, {summary.failed} "
+        f"failed, {summary.kept} kept from before (store {store.url})",
+        highlight=False,
+    )
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@app.command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    store: StoreOption = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
+) -> None:
+    """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
+    cache = cache_dir or default_cache_dir()
+    try:
+        with (
+            AdapterProcess("reference") as adapter,
+            Store(store_url(store, cache)) as opened,
+        ):
+            config = RunConfig(
+                benchmark="synthetic",
+                benchmark_seed=seed,
+                endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
+                cache_dir=str(cache),
+            )
+            summary = execute(config, opened, show_progress=not as_json)
+            metrics = _score(opened, summary.run_id)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    if as_json:
+        print(json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": metrics}))
+        return
+    _print_metrics(summary, opened.url, metrics)
+
+
+def _score(store: Store, run_id: str) -> dict:
+    from scorer.report import score_run
+
+    return score_run(store, run_id).to_json()
+
+
+def _print_metrics(summary: RunSummary, url: str, metrics: dict) -> None:
+    out = Console()
+    table = Table(title=f"streameval demo: run {summary.run_id}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in _flatten(metrics.get("overall", metrics)):
+        table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
+    out.print(table)
+    out.print(
+        f"{summary.finished} sessions finished, {summary.failed} failed; store {url}",
+        highlight=False,
+    )
+
+
+def _flatten(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{name}.")
+        elif isinstance(value, (int, float, str, bool)) or value is None:
+            yield name, value
+
+
+# --------------------------------------------------------------------------- store views
+
+
+@app.command()
+def runs(store: StoreOption = None) -> None:
+    """List stored runs, newest first."""
+    try:
+        with Store(store_url(store)) as opened:
+            infos = opened.list_runs()
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    table = Table()
+    for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapter"):
+        table.add_column(column)
+    for info in infos:
+        adapters = info.conditions.get("adapters", [])
+        table.add_row(
+            info.run_id,
+            info.created_at.isoformat(timespec="seconds"),
+            info.status,
+            info.benchmark,
+            info.config.get("profile", ""),
+            info.config.get("pacing", ""),
+            ", ".join(a.get("adapter", "?") for a in adapters),
+        )
+    Console().print(table)
+
+
+@app.command()
+def export(
+    run_id: str,
+    format: Annotated[str, typer.Option("--format", help="Only jsonl.")] = "jsonl",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="File; - = stdout.")] = None,
+    store: StoreOption = None,
+) -> None:
+    """Write a run's complete event log (schema in docs/events.md)."""
+    from core_server.store.export import export_jsonl
+
+    if format != "jsonl":
+        raise fail(f"unknown export format {format!r}; only jsonl")
+    try:
+        with Store(store_url(store)) as opened:
+            if output is None or str(output) == "-":
+                lines = export_jsonl(opened, run_id, sys.stdout)
+            else:
+                with output.open("w") as handle:
+                    lines = export_jsonl(opened, run_id, handle)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"exported {lines} lines", highlight=False)
+
+
+# --------------------------------------------------------------------------- services
+
+
+@adapter_app.command("serve")
+def adapter_serve(
+    name: Annotated[str, typer.Argument(help="reference, silent, always, random-choice, ...")],
+    host: str = "127.0.0.1",
+    port: int = 8765,
+) -> None:
+    """Serve an adapter as a WebSocket service (ws://HOST:PORT/ws, /healthz, /info)."""
+    from adapters.__main__ import main as adapter_main
+
+    adapter_main([name, "--host", host, "--port", str(port)])
+
+
+@adapter_app.command("list")
+def adapter_list() -> None:
+    """The adapters this installation can serve."""
+    from adapters.registry import ADAPTERS
+
+    for name, target in sorted(ADAPTERS.items()):
+        print(f"{name}\t{target}")
+
+
+@app.command("core-api")
+def core_api(
+    host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
+    port: int = 8700,
+    store: StoreOption = None,
+) -> None:
+    """Serve the control API (start runs, run status, adapter registry) behind a bearer token."""
+    import uvicorn
+
+    from core_server.api import create_app, resolve_token
+
+    token, generated = resolve_token()
+    if generated:
+        console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
+    uvicorn.run(create_app(store_url(store), token), host=host, port=port, log_level="warning")
+
+
+def _register_scorer_commands() -> None:
+    try:
+        from scorer import cli as scorer_cli
+    except ImportError:  # the scorer package is optional at this stage of development
+        return
+    app.command("score")(scorer_cli.score)
+    app.command("compare")(scorer_cli.compare)
+    app.command("results-api")(scorer_cli.results_api)
+
+
+_register_scorer_commands()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

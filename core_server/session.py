@@ -1,0 +1,579 @@
+"""Drive one session against one adapter endpoint and record everything that happens.
+
+The driver owns the WebSocket: one task sends (the timeline, under a pacing), one task
+receives (every adapter message is timestamped on arrival with the Core's monotonic clock,
+checked against the protocol state machine and recorded). Any failure, from a refused
+connection to a malformed message, ends the session as `failed` with a stage and a reason;
+it never propagates out of `run()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from adapters.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_TIMEOUT_S,
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    AdapterError,
+    FrameAck,
+    FrameHeader,
+    Hello,
+    Instruction,
+    ProtocolError,
+    ProtocolViolation,
+    Question,
+    ResponseDelta,
+    ResponseFinal,
+    ResponseStart,
+    RunConditions,
+    SessionClosed,
+    SessionEnd,
+    SessionStart,
+    Silent,
+    Step,
+    Workload,
+    encode_frame,
+    parse_adapter_message,
+)
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from core_server.config import Profile
+from core_server.frames import VideoFrames
+from core_server.store.events import Event, EventKind
+from core_server.timeline import Timeline, TimelineItem
+
+CLOSE_GRACE_S = 5.0
+
+
+class SessionFailure(Exception):
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    session_id: str
+    status: str  # finished | failed
+    stage: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    run_id: str
+    session_id: str
+    record: QARecord | ProactiveRecord
+    timeline: Timeline
+    frames: VideoFrames
+
+
+class _Recorder:
+    """Numbers a session's events and hands them to the run's single writer."""
+
+    def __init__(self, run_id: str, session_id: str, sink: Callable[[Event], None]) -> None:
+        self.run_id = run_id
+        self.session_id = session_id
+        self.sink = sink
+        self.seq = 0
+
+    def record(self, kind: EventKind, runtime_ns: int, video_t: float | None, **payload: Any):
+        self.sink(Event(self.run_id, self.session_id, self.seq, kind, runtime_ns, video_t, payload))
+        self.seq += 1
+
+
+class SessionDriver:
+    def __init__(
+        self,
+        plan: SessionPlan,
+        *,
+        endpoint_url: str,
+        conditions: RunConditions,
+        profile: Profile,
+        response_timeout_s: float,
+        connect_timeout_s: float,
+        sink: Callable[[Event], None],
+    ) -> None:
+        self.plan = plan
+        self.endpoint_url = endpoint_url
+        self.conditions = conditions
+        self.profile = profile
+        self.response_timeout_s = response_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.recorder = _Recorder(plan.run_id, plan.session_id, sink)
+        self.task_id = plan.record.record_id
+        self.ws: ClientConnection | None = None
+        # Timeline position, for mapping arrivals to video time.
+        self.current_t: float | None = None
+        self.stream_origin: tuple[int, float] | None = None  # (runtime_ns, video t) wall clock
+        # Protocol state.
+        self.sent_frames: set[int] = set()
+        self.task_sent = False
+        self.open_response: str | None = None
+        self.next_delta_seq = 0
+        self.seen_responses: set[str] = set()
+        self.ending = False
+        self.waiter: asyncio.Future | None = None
+        self.waiting_for: tuple[str, int | None] | None = None
+        self.failure: SessionFailure | None = None
+        self.initiation = "polled"
+
+    # ------------------------------------------------------------------ public
+
+    async def run(self) -> SessionOutcome:
+        try:
+            await self._run()
+        except SessionFailure as failure:
+            return self._fail(failure)
+        except (ConnectionClosed, OSError) as exc:
+            return self._fail(self.failure or SessionFailure("streaming", _closed_reason(exc)))
+        finally:
+            if self.ws is not None:
+                with contextlib.suppress(Exception):
+                    await self.ws.close()
+        self.recorder.record(EventKind.SESSION_FINISHED, time.monotonic_ns(), self.current_t)
+        return SessionOutcome(self.plan.session_id, "finished")
+
+    # ------------------------------------------------------------------ phases
+
+    async def _run(self) -> None:
+        self.ws = await self._connect()
+        await self._handshake()
+        receiver = asyncio.create_task(self._receive_loop())
+        try:
+            if self.conditions.pacing == "logical":
+                await self._play_logical()
+            else:
+                await self._play_wall_clock()
+            await self._close()
+        finally:
+            receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await receiver
+        if self.failure is not None:
+            raise self.failure
+
+    async def _connect(self) -> ClientConnection:
+        try:
+            return await connect(
+                self.endpoint_url,
+                compression=None,  # permessage-deflate stalls frame traffic (DESIGN.md)
+                max_size=MAX_MESSAGE_BYTES,
+                open_timeout=self.connect_timeout_s,
+                ping_interval=HEARTBEAT_INTERVAL_S,
+                ping_timeout=HEARTBEAT_TIMEOUT_S,
+                close_timeout=2,
+            )
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            reason = f"cannot connect to {self.endpoint_url}: {exc or type(exc).__name__}"
+            raise SessionFailure("connect", reason) from None
+
+    async def _handshake(self) -> None:
+        assert self.ws is not None
+        try:
+            raw = await asyncio.wait_for(self.ws.recv(), self.connect_timeout_s)
+        except TimeoutError:
+            raise SessionFailure("handshake", "adapter sent no hello") from None
+        except ConnectionClosed as exc:
+            raise SessionFailure("handshake", _closed_reason(exc)) from None
+        arrived = time.monotonic_ns()
+        try:
+            hello = parse_adapter_message(raw)
+        except ProtocolViolation as violation:
+            await self._violate(violation)
+        if not isinstance(hello, Hello):
+            await self._violate(ProtocolViolation("out_of_order", f"{hello.type} before hello"))
+        self.recorder.record(
+            EventKind.ADAPTER_HELLO,
+            arrived,
+            None,
+            adapter=hello.adapter,
+            adapter_version=hello.adapter_version,
+            protocol=hello.protocol,
+            conditions=hello.conditions.model_dump(),
+        )
+        if hello.protocol != PROTOCOL_VERSION:
+            version = f"adapter speaks {hello.protocol}, core speaks {PROTOCOL_VERSION}"
+            await self._violate(ProtocolViolation("version", version))
+        self.initiation = hello.conditions.initiation
+        conflict = self.profile.conflicts(
+            hello.conditions, isinstance(self.plan.record, ProactiveRecord)
+        )
+        if conflict:
+            raise SessionFailure("handshake", f"declared conditions: {conflict}")
+        start = SessionStart(
+            run_id=self.plan.run_id,
+            session_id=self.plan.session_id,
+            record_ids=[self.plan.record.record_id],
+            conditions=self.conditions,
+        )
+        await self.ws.send(start.model_dump_json())
+        self.recorder.record(
+            EventKind.SESSION_START,
+            time.monotonic_ns(),
+            None,
+            endpoint=self.endpoint_url,
+            conditions=self.conditions.model_dump(),
+            record_ids=[self.plan.record.record_id],
+        )
+
+    async def _play_logical(self) -> None:
+        for item in self.plan.timeline.items:
+            if item.kind == "frame":
+                waiter = self._expect("ack", item.frame.index)
+                await self._send_frame(item, scheduled_ns=None, lag_ns=0)
+                await self._await(waiter, f"frame {item.frame.index} acknowledgement")
+            elif item.kind == "step":
+                waiter = self._expect("decision", item.step)
+                await self._send_step(item)
+                await self._await(waiter, f"decision at step {item.step}")
+            elif item.kind == "question":
+                waiter = self._expect("decision", None)
+                await self._send_task(item)
+                await self._await(waiter, "answer")
+            else:
+                await self._send_task(item)
+
+    async def _play_wall_clock(self) -> None:
+        items = self.plan.timeline.items
+        speed = self.conditions.speed
+        origin_ns = time.monotonic_ns()
+        origin_t = items[0].t
+        self.stream_origin = (origin_ns, origin_t)
+        answer: asyncio.Future | None = None
+
+        def scheduled_ns(t: float) -> int:
+            return origin_ns + int((t - origin_t) / speed * 1e9)
+
+        for position, item in enumerate(items):
+            scheduled = scheduled_ns(item.t)
+            delay = scheduled - time.monotonic_ns()
+            if delay > 0:
+                await asyncio.sleep(delay / 1e9)
+            self._raise_failure()
+            lag = time.monotonic_ns() - scheduled
+            if item.kind == "frame":
+                following = _next_frame_t(items, position)
+                if following is not None and scheduled_ns(following) <= time.monotonic_ns():
+                    # The next frame is already due: skip this one, never stall the clock.
+                    self.recorder.record(
+                        EventKind.FRAME_DROPPED,
+                        time.monotonic_ns(),
+                        item.t,
+                        index=item.frame.index,
+                        frame_id=item.frame.frame_id,
+                        t=item.t,
+                        scheduled_ns=scheduled,
+                        lag_ns=lag,
+                    )
+                    continue
+                await self._send_frame(item, scheduled_ns=scheduled, lag_ns=lag)
+            elif item.kind == "step":
+                # Autonomous adapters speak on their own under wall clock; only polled ones
+                # are asked to decide.
+                if self.initiation != "autonomous":
+                    await self._send_step(item)
+            else:
+                if item.kind == "question":
+                    answer = self._expect("decision", None)
+                await self._send_task(item)
+        if answer is not None:
+            await self._await(answer, "answer")
+        elif self.open_response is not None:
+            # Let a response that began inside the stream finish; its onset is already known.
+            waiter = self._expect("decision", None)
+            if self.open_response is not None:
+                await self._await(waiter, "final of the open response")
+
+    async def _close(self) -> None:
+        assert self.ws is not None
+        self.ending = True
+        waiter = self._expect("closed", None)
+        await self.ws.send(SessionEnd().model_dump_json())
+        self.recorder.record(
+            EventKind.SESSION_END, time.monotonic_ns(), self.current_t, reason="complete"
+        )
+        with contextlib.suppress(TimeoutError, SessionFailure):
+            await asyncio.wait_for(asyncio.shield(waiter), CLOSE_GRACE_S)
+        self._raise_failure()
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send_frame(self, item: TimelineItem, scheduled_ns: int | None, lag_ns: int):
+        assert self.ws is not None and item.frame is not None
+        ref = item.frame
+        payload = self.plan.frames.read(ref)
+        header = FrameHeader(
+            index=ref.index,
+            frame_id=ref.frame_id,
+            t=ref.t,
+            width=ref.width,
+            height=ref.height,
+            nbytes=len(payload),
+        )
+        self.sent_frames.add(ref.index)
+        self.current_t = ref.t
+        await self.ws.send(encode_frame(header, payload))
+        self.recorder.record(
+            EventKind.FRAME_SENT,
+            time.monotonic_ns(),
+            ref.t,
+            index=ref.index,
+            frame_id=ref.frame_id,
+            t=ref.t,
+            scheduled_ns=scheduled_ns,
+            lag_ns=lag_ns,
+            bytes=len(payload),
+            width=ref.width,
+            height=ref.height,
+        )
+
+    async def _send_step(self, item: TimelineItem) -> None:
+        assert self.ws is not None
+        await self.ws.send(Step(task_id=self.task_id, step=item.step, t=item.t).model_dump_json())
+        self.recorder.record(
+            EventKind.STEP_SENT,
+            time.monotonic_ns(),
+            self.current_t,
+            task_id=self.task_id,
+            step=item.step,
+            t=item.t,
+        )
+
+    async def _send_task(self, item: TimelineItem) -> None:
+        assert self.ws is not None
+        record = self.plan.record
+        self.task_sent = True
+        if isinstance(record, QARecord):
+            message = Question(
+                task_id=self.task_id, t=item.t, text=record.question, options=list(record.options)
+            )
+            await self.ws.send(message.model_dump_json())
+            self.recorder.record(
+                EventKind.QUESTION_SENT,
+                time.monotonic_ns(),
+                self.current_t,
+                task_id=self.task_id,
+                record_id=record.record_id,
+                t=item.t,
+                text=record.question,
+                options=list(record.options),
+            )
+        else:
+            message = Instruction(task_id=self.task_id, t=item.t, text=record.instruction)
+            await self.ws.send(message.model_dump_json())
+            self.recorder.record(
+                EventKind.INSTRUCTION_SENT,
+                time.monotonic_ns(),
+                self.current_t,
+                task_id=self.task_id,
+                record_id=record.record_id,
+                t=item.t,
+                text=record.instruction,
+            )
+
+    # ------------------------------------------------------------------ waiting
+
+    def _expect(self, what: str, key: int | None) -> asyncio.Future:
+        self._raise_failure()
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.waiting_for = (what, key)
+        return self.waiter
+
+    def _resolve(self, what: str, key: int | None = None) -> None:
+        if self.waiter is None or self.waiter.done() or self.waiting_for is None:
+            return
+        want, want_key = self.waiting_for
+        if want == what and (want_key is None or key is None or want_key == key):
+            self.waiter.set_result(None)
+
+    async def _await(self, waiter: asyncio.Future, what: str) -> None:
+        try:
+            await asyncio.wait_for(waiter, self.response_timeout_s)
+        except TimeoutError:
+            reason = f"no {what} within {self.response_timeout_s:g}s"
+            raise SessionFailure("response", reason) from None
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    # ------------------------------------------------------------------ receiving
+
+    def _video_time_now(self, now_ns: int) -> float | None:
+        if self.stream_origin is None:
+            return self.current_t
+        origin_ns, origin_t = self.stream_origin
+        return origin_t + (now_ns - origin_ns) / 1e9 * self.conditions.speed
+
+    async def _receive_loop(self) -> None:
+        assert self.ws is not None
+        try:
+            async for raw in self.ws:
+                arrived = time.monotonic_ns()
+                self._accept(parse_adapter_message(raw), arrived)
+        except SessionFailure as failure:
+            self._set_failure(failure)
+        except ProtocolViolation as violation:
+            await self._report_violation(violation)
+        except ConnectionClosed as exc:
+            if not self.ending:
+                self._set_failure(SessionFailure("streaming", _closed_reason(exc)))
+        else:
+            if not self.ending:
+                self._set_failure(SessionFailure("streaming", "adapter closed the connection"))
+        if self.ending and self.failure is None:
+            self._resolve("closed")
+
+    def _accept(self, message, arrived: int) -> None:
+        """Check one adapter message against the protocol state, record it, wake waiters."""
+        video_t = self._video_time_now(arrived)
+        record = self.recorder.record
+        if isinstance(message, FrameAck):
+            if message.index not in self.sent_frames:
+                raise ProtocolViolation("out_of_order", f"ack for unsent frame {message.index}")
+            record(EventKind.FRAME_ACK, arrived, video_t, index=message.index)
+            self._resolve("ack", message.index)
+        elif isinstance(message, ResponseStart):
+            self._check_task(message.task_id, "response_start")
+            if self.open_response is not None:
+                raise ProtocolViolation(
+                    "out_of_order", f"response_start while {self.open_response} is still open"
+                )
+            if message.response_id in self.seen_responses:
+                raise ProtocolViolation("out_of_order", f"reused response id {message.response_id}")
+            self.open_response = message.response_id
+            self.seen_responses.add(message.response_id)
+            self.next_delta_seq = 0
+            record(
+                EventKind.RESPONSE_START,
+                arrived,
+                video_t,
+                response_id=message.response_id,
+                task_id=message.task_id,
+            )
+        elif isinstance(message, ResponseDelta):
+            self._check_open(message.response_id, "response_delta")
+            if message.seq != self.next_delta_seq:
+                raise ProtocolViolation(
+                    "out_of_order", f"delta seq {message.seq}, expected {self.next_delta_seq}"
+                )
+            self.next_delta_seq += 1
+            record(
+                EventKind.RESPONSE_DELTA,
+                arrived,
+                video_t,
+                response_id=message.response_id,
+                seq=message.seq,
+                text=message.text,
+                snapshot=message.snapshot,
+            )
+        elif isinstance(message, ResponseFinal):
+            self._check_open(message.response_id, "response_final")
+            self.open_response = None
+            record(
+                EventKind.RESPONSE_FINAL,
+                arrived,
+                video_t,
+                response_id=message.response_id,
+                text=message.text,
+                output_tokens=message.output_tokens,
+                input_tokens=message.input_tokens,
+            )
+            self._resolve("decision")
+        elif isinstance(message, Silent):
+            self._check_task(message.task_id, "silent")
+            if self.open_response is not None:
+                raise ProtocolViolation("out_of_order", "silent while a response is open")
+            record(EventKind.SILENT, arrived, video_t, task_id=message.task_id, step=message.step)
+            self._resolve("decision", message.step)
+        elif isinstance(message, Workload):
+            record(EventKind.WORKLOAD, arrived, video_t, **message.model_dump(exclude={"type"}))
+        elif isinstance(message, AdapterError):
+            record(
+                EventKind.ADAPTER_ERROR,
+                arrived,
+                video_t,
+                code=message.code,
+                message=message.message,
+                fatal=message.fatal,
+            )
+            if message.fatal:
+                raise SessionFailure("adapter", f"adapter error {message.code}: {message.message}")
+        elif isinstance(message, SessionClosed):
+            if not self.ending:
+                raise ProtocolViolation("out_of_order", "session_closed before session_end")
+            self._resolve("closed")
+        elif isinstance(message, ProtocolError):
+            raise SessionFailure(
+                "streaming", f"adapter reported protocol error {message.code}: {message.message}"
+            )
+        else:  # a second hello
+            raise ProtocolViolation("out_of_order", f"unexpected {message.type} after hello")
+
+    def _check_task(self, task_id: str, what: str) -> None:
+        if not self.task_sent:
+            raise ProtocolViolation("out_of_order", f"{what} before any question or instruction")
+        if task_id != self.task_id:
+            raise ProtocolViolation("out_of_order", f"{what} for unknown task {task_id!r}")
+
+    def _check_open(self, response_id: str, what: str) -> None:
+        if self.open_response != response_id:
+            raise ProtocolViolation("out_of_order", f"{what} for unopened response {response_id!r}")
+
+    # ------------------------------------------------------------------ failure
+
+    async def _violate(self, violation: ProtocolViolation) -> None:
+        await self._report_violation(violation)
+        self._raise_failure()
+
+    async def _report_violation(self, violation: ProtocolViolation) -> None:
+        self._set_failure(SessionFailure("protocol", f"{violation.code}: {violation.message}"))
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                error = ProtocolError(code=violation.code, message=violation.message)
+                await self.ws.send(error.model_dump_json())
+                await self.ws.close(1002, violation.code)
+
+    def _set_failure(self, failure: SessionFailure) -> None:
+        if self.failure is None:
+            self.failure = failure
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(failure)
+
+    def _fail(self, failure: SessionFailure) -> SessionOutcome:
+        self.recorder.record(
+            EventKind.SESSION_FAILED,
+            time.monotonic_ns(),
+            self.current_t,
+            stage=failure.stage,
+            reason=failure.reason,
+        )
+        return SessionOutcome(self.plan.session_id, "failed", failure.stage, failure.reason)
+
+
+def _next_frame_t(items: tuple[TimelineItem, ...], position: int) -> float | None:
+    return next((item.t for item in items[position + 1 :] if item.kind == "frame"), None)
+
+
+def _closed_reason(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionClosed):
+        sent = exc.sent
+        if sent is not None and sent.code == 1009:
+            return f"adapter sent an oversized message (limit {MAX_MESSAGE_BYTES} bytes)"
+        received = exc.rcvd
+        if received is None:
+            return "adapter disconnected without a close frame"
+        return f"adapter closed the connection (code {received.code} {received.reason})".strip()
+    return f"{type(exc).__name__}: {exc}"

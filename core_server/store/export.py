@@ -1,0 +1,237 @@
+"""Export one run as JSON Lines (`streameval-events/1`) and read such a file back.
+
+The format is documented line by line in docs/events.md: a run line, then one line per
+record, per session and per event (in session, seq order). It carries everything the scorer
+needs, so a run can be scored or archived without the database.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from core_server.store.events import Event
+from core_server.store.store import RunInfo, SessionInfo, Store
+
+SCHEMA = "streameval-events/1"
+
+# Fields of each line type, with the JSON types each may hold (None = null allowed).
+_STR, _INT, _NUM, _OBJ, _LIST = (str,), (int,), (int, float), (dict,), (list,)
+_OPT_STR = (str, type(None))
+RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": _STR,
+    "schema": _STR,
+    "run_id": _STR,
+    "created_at": _STR,
+    "status": _STR,
+    "benchmark": _STR,
+    "config": _OBJ,
+    "config_hash": _STR,
+    "versions": _OBJ,
+    "conditions": _OBJ,
+    "finished_at": _OPT_STR,
+}
+SESSION_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": _STR,
+    "run_id": _STR,
+    "session_id": _STR,
+    "record_ids": _LIST,
+    "status": _STR,
+    "attempt": _INT,
+    "endpoint": _OPT_STR,
+    "failure_stage": _OPT_STR,
+    "failure_reason": _OPT_STR,
+    "started_at": _OPT_STR,
+    "finished_at": _OPT_STR,
+}
+EVENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": _STR,
+    "session_id": _STR,
+    "seq": _INT,
+    "kind": _STR,
+    "runtime_ns": _INT,
+    "video_t": (int, float, type(None)),
+    "payload": _OBJ,
+}
+RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": _STR,
+    "record_id": _STR,
+    "task": _STR,
+    "task_type": _STR,
+    "source_benchmark": _STR,
+    "video_path": _STR,
+}
+_LINE_ORDER = ("run", "record", "session", "event")
+
+
+class ExportFormatError(Exception):
+    """A JSONL export is malformed; the message names the file and line."""
+
+
+@dataclass
+class ExportedRun:
+    run: dict[str, Any]  # the run line without "type" and "schema"
+    records: list[dict[str, Any]]  # record lines without "type"
+    sessions: list[dict[str, Any]]  # session lines without "type"
+    events: list[Event]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(timespec="microseconds")
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def run_line(run: RunInfo) -> dict[str, Any]:
+    line = {"type": "run", "schema": SCHEMA, **asdict(run)}
+    line["created_at"] = _iso(run.created_at)
+    line["finished_at"] = _iso(run.finished_at)
+    return line
+
+
+def session_line(session: SessionInfo) -> dict[str, Any]:
+    line = {"type": "session", **asdict(session)}
+    line["started_at"] = _iso(session.started_at)
+    line["finished_at"] = _iso(session.finished_at)
+    return line
+
+
+def event_line(event: Event) -> dict[str, Any]:
+    return {
+        "type": "event",
+        "session_id": event.session_id,
+        "seq": event.seq,
+        "kind": str(event.kind),
+        "runtime_ns": event.runtime_ns,
+        "video_t": event.video_t,
+        "payload": event.payload,
+    }
+
+
+def _reject_constant(name: str) -> None:
+    # Python's json accepts NaN and Infinity, which are not JSON; the exporter never writes them.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def export_jsonl(store: Store, run_id: str, out: TextIO) -> int:
+    """Write the run to `out`; returns the number of lines. Events are streamed."""
+    lines = [run_line(store.get_run(run_id))]
+    lines += [{"type": "record", **record} for record in store.records(run_id)]
+    lines += [session_line(session) for session in store.sessions(run_id)]
+    for line in lines:
+        out.write(_dumps(line) + "\n")
+    count = len(lines)
+    for event in store.iter_events(run_id):
+        out.write(_dumps(event_line(event)) + "\n")
+        count += 1
+    return count
+
+
+def read_jsonl(path: str | Path) -> ExportedRun:
+    """Read and validate an export; the first problem raises ExportFormatError."""
+    reader = _Reader(Path(path))
+    with open(path, encoding="utf-8") as lines:
+        for number, text in enumerate(lines, start=1):
+            reader.add(number, text)
+    return reader.result()
+
+
+class _Reader:
+    """Checks each line's fields and the line order (run, records, sessions, events)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._run: dict[str, Any] | None = None
+        self._records: list[dict[str, Any]] = []
+        self._sessions: list[dict[str, Any]] = []
+        self._events: list[Event] = []
+        self._last_type = ""
+
+    def add(self, number: int, text: str) -> None:
+        obj = self._parse(number, text)
+        kind = obj.get("type")
+        if kind not in _LINE_ORDER:
+            raise self._error(number, f"unknown line type {kind!r}")
+        if self._run is None and kind != "run":
+            raise self._error(number, f"the first line must be the run line, not {kind!r}")
+        if self._run is not None and _LINE_ORDER.index(kind) < _LINE_ORDER.index(self._last_type):
+            raise self._error(number, f"a {kind} line cannot follow {self._last_type} lines")
+        self._last_type = kind
+        handlers = {
+            "run": self._add_run,
+            "record": self._add_record,
+            "session": self._add_session,
+            "event": self._add_event,
+        }
+        handlers[kind](number, obj)
+
+    def _parse(self, number: int, text: str) -> dict[str, Any]:
+        try:
+            obj = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise self._error(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        except ValueError as exc:
+            raise self._error(number, f"not valid JSON ({exc})") from exc
+        if not isinstance(obj, dict):
+            raise self._error(number, "expected a JSON object")
+        return obj
+
+    def _add_run(self, number: int, obj: dict[str, Any]) -> None:
+        if self._run is not None:
+            raise self._error(number, "a second run line")
+        self._check(number, obj, RUN_FIELDS, exact=True)
+        if obj["schema"] != SCHEMA:
+            raise self._error(number, f"unsupported schema {obj['schema']!r}; expected {SCHEMA}")
+        self._run = {k: v for k, v in obj.items() if k not in ("type", "schema")}
+
+    def _add_record(self, number: int, obj: dict[str, Any]) -> None:
+        self._check(number, obj, RECORD_FIELDS, exact=False)
+        self._records.append({k: v for k, v in obj.items() if k != "type"})
+
+    def _add_session(self, number: int, obj: dict[str, Any]) -> None:
+        self._check(number, obj, SESSION_FIELDS, exact=True)
+        self._sessions.append({k: v for k, v in obj.items() if k != "type"})
+
+    def _add_event(self, number: int, obj: dict[str, Any]) -> None:
+        self._check(number, obj, EVENT_FIELDS, exact=True)
+        assert self._run is not None
+        self._events.append(
+            Event(
+                run_id=self._run["run_id"],
+                session_id=obj["session_id"],
+                seq=obj["seq"],
+                kind=obj["kind"],
+                runtime_ns=obj["runtime_ns"],
+                video_t=obj["video_t"],
+                payload=obj["payload"],
+            )
+        )
+
+    def _check(
+        self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
+    ) -> None:
+        missing = [name for name in fields if name not in obj]
+        if missing:
+            raise self._error(number, f"{obj['type']} line lacks field(s) {', '.join(missing)}")
+        extra = [name for name in obj if name not in fields]
+        if exact and extra:
+            raise self._error(number, f"{obj['type']} line has unknown field(s) {', '.join(extra)}")
+        for name, types in fields.items():
+            value = obj[name]
+            # JSON true/false parse as bool, which Python also counts as int.
+            if isinstance(value, bool) or not isinstance(value, types):
+                wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+                raise self._error(number, f"field {name!r} must be {wanted}, got {value!r}")
+
+    def _error(self, number: int, message: str) -> ExportFormatError:
+        return ExportFormatError(f"{self._path}: line {number}: {message}")
+
+    def result(self) -> ExportedRun:
+        if self._run is None:
+            raise ExportFormatError(f"{self._path}: empty file, expected a run line")
+        return ExportedRun(self._run, self._records, self._sessions, self._events)

@@ -1,0 +1,109 @@
+"""Table definitions the store reads and writes (SQLAlchemy Core).
+
+The schema itself is created and evolved only by the Alembic migrations in `migrations/`;
+these definitions must describe the same columns (the tests compare them with a migrated
+database). docs/events.md documents every table: it is the contract with the scorer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Double,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+RUN_STATUSES = ("created", "running", "finished", "interrupted", "failed")
+SESSION_STATUSES = ("pending", "running", "finished", "failed")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    SQLite has no time zone type and hands back naive values; PostgreSQL hands back the
+    session's zone. Both are normalised here so callers always see UTC-aware datetimes.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store timestamps must be UTC-aware")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("benchmark", String(200), nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("config_hash", String(64), nullable=False),
+    Column("versions", JSON, nullable=False),
+    Column("conditions", JSON, nullable=False),
+    Column("finished_at", UTCDateTime(), nullable=True),
+)
+
+run_records = Table(
+    "run_records",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("record_id", String(200), primary_key=True),
+    Column("task", String(20), nullable=False),
+    Column("task_type", String(200), nullable=False),
+    Column("source_benchmark", String(200), nullable=False),
+    Column("video_path", Text, nullable=False),
+    Column("record", JSON, nullable=False),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("session_id", String(200), primary_key=True),
+    Column("record_ids", JSON, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("endpoint", Text, nullable=True),
+    Column("failure_stage", String(50), nullable=True),
+    Column("failure_reason", Text, nullable=True),
+    Column("started_at", UTCDateTime(), nullable=True),
+    Column("finished_at", UTCDateTime(), nullable=True),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("session_id", String(200), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("kind", String(50), nullable=False),
+    Column("runtime_ns", BigInteger, nullable=False),
+    Column("video_t", Double, nullable=True),
+    Column("payload", JSON, nullable=False),
+)

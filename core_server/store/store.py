@@ -1,0 +1,489 @@
+"""The event store: runs, their records and sessions, and every recorded event.
+
+One synchronous SQLAlchemy engine over SQLite (the default, a single file in WAL mode) or
+PostgreSQL (`postgresql+psycopg://...`), with the same code for both. The Core writes through
+one writer task (see writer.py) that calls this class via `asyncio.to_thread`; the scorer only
+reads. Opening a store migrates it to the newest schema with Alembic.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import platform
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, Row, create_engine, delete, event, func, insert, select
+from sqlalchemy import text as sql_text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from core_server.store import models
+from core_server.store.events import Event
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+DEFAULT_DB_NAME = "streameval.db"
+# Any constant works: it only has to be the same for every process migrating one database.
+_MIGRATION_LOCK_KEY = 0x5E7A_0001
+_VERSIONED_PACKAGES = (
+    "streameval",
+    "av",
+    "sqlalchemy",
+    "websockets",
+    "numpy",
+    "pydantic",
+    "fastapi",
+)
+
+
+class StoreError(Exception):
+    """A store operation failed; the message names the run, session or URL involved."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    created_at: datetime
+    status: str
+    benchmark: str
+    config: dict[str, Any]
+    config_hash: str
+    versions: dict[str, str]
+    conditions: dict[str, Any]
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    run_id: str
+    session_id: str
+    record_ids: list[str]
+    status: str
+    attempt: int
+    endpoint: str | None
+    failure_stage: str | None
+    failure_reason: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text of a value: sorted keys, no spaces, UTF-8, no NaN/Infinity."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    """Versions that can change results, read from package metadata (nothing is imported)."""
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def default_store_url(directory: Path) -> str:
+    return f"sqlite:///{Path(directory) / DEFAULT_DB_NAME}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's own message (first line), without SQLAlchemy's statement dump."""
+    orig = getattr(exc, "orig", None)
+    message = str(orig if orig is not None else exc).strip()
+    return message.splitlines()[0] if message else type(exc).__name__
+
+
+def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets the scorer read while the Core writes; NORMAL is durable enough in WAL mode and
+    # much faster; the busy timeout makes a second process wait instead of failing at once.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    # Compact, strict JSON: NaN would be accepted by SQLite but rejected by PostgreSQL.
+    serializer = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False)
+    if parsed.get_backend_name() == "postgresql":
+        # Fail within seconds on an unreachable host instead of waiting out TCP timeouts.
+        timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": 10}
+        return create_engine(
+            parsed, json_serializer=serializer, pool_pre_ping=True, connect_args=timeout
+        )
+    if parsed.get_backend_name() != "sqlite":
+        raise StoreError(
+            f"cannot open store {parsed.render_as_string(hide_password=True)}: "
+            "only sqlite:/// and postgresql+psycopg:// URLs are supported"
+        )
+    in_memory = parsed.database in (None, "", ":memory:")
+    # An in-memory database lives in one connection: share it across the writer's threads.
+    extra: dict[str, Any] = (
+        {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}} if in_memory else {}
+    )
+    engine = create_engine(parsed, json_serializer=serializer, **extra)
+    event.listen(engine, "connect", _set_sqlite_pragmas)
+    return engine
+
+
+def _run_info(row: Row[Any]) -> RunInfo:
+    return RunInfo(
+        run_id=row.run_id,
+        created_at=row.created_at,
+        status=row.status,
+        benchmark=row.benchmark,
+        config=row.config,
+        config_hash=row.config_hash,
+        versions=row.versions,
+        conditions=row.conditions,
+        finished_at=row.finished_at,
+    )
+
+
+def _session_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        run_id=row.run_id,
+        session_id=row.session_id,
+        record_ids=row.record_ids,
+        status=row.status,
+        attempt=row.attempt,
+        endpoint=row.endpoint,
+        failure_stage=row.failure_stage,
+        failure_reason=row.failure_reason,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _event_row(event_: Event) -> dict[str, Any]:
+    return {
+        "run_id": event_.run_id,
+        "session_id": event_.session_id,
+        "seq": event_.seq,
+        "kind": str(event_.kind),
+        "runtime_ns": event_.runtime_ns,
+        "video_t": event_.video_t,
+        "payload": event_.payload,
+    }
+
+
+def _check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
+    if status not in allowed:
+        raise StoreError(f"invalid {what} status {status!r}; expected one of {', '.join(allowed)}")
+
+
+class Store:
+    """Open (and migrate) a store by URL; every method is one short transaction."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self._display_url = make_url(url).render_as_string(hide_password=True)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open store {url!r}: {_reason(exc)}") from exc
+        try:
+            self._engine = _create_engine(url)
+            self._migrate()
+        except (SQLAlchemyError, ImportError) as exc:
+            raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
+
+    def _migrate(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Several Core workers may open one fresh database at once: one migrates.
+                conn.execute(
+                    sql_text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
+                )
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    @property
+    def url(self) -> str:
+        """The store URL with any password hidden (safe to print)."""
+        return self._display_url
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- runs -------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        benchmark: str,
+        config: dict[str, Any],
+        conditions: dict[str, Any] | None = None,
+    ) -> RunInfo:
+        info = RunInfo(
+            run_id=run_id,
+            created_at=_now(),
+            status="created",
+            benchmark=benchmark,
+            config=config,
+            config_hash=config_hash(config),
+            versions=library_versions(),
+            conditions=dict(conditions or {}),
+            finished_at=None,
+        )
+        with self._transaction(f"cannot create run {run_id!r}") as conn:
+            if self._run_exists(conn, run_id):
+                raise StoreError(f"run {run_id!r} already exists in {self._display_url}")
+            conn.execute(insert(models.runs).values(**asdict(info)))
+        return info
+
+    def set_run_status(self, run_id: str, status: str) -> None:
+        _check_status(status, models.RUN_STATUSES, "run")
+        values: dict[str, Any] = {"status": status}
+        if status in ("finished", "interrupted", "failed"):
+            values["finished_at"] = _now()
+        self._update_run(run_id, values)
+
+    def update_run_conditions(self, run_id: str, conditions: dict[str, Any]) -> None:
+        self._update_run(run_id, {"conditions": conditions})
+
+    def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
+        with self._transaction(f"cannot update run {run_id!r}") as conn:
+            table = models.runs
+            result = conn.execute(table.update().where(table.c.run_id == run_id).values(**values))
+            if result.rowcount == 0:
+                raise self._unknown_run(run_id)
+
+    def get_run(self, run_id: str) -> RunInfo:
+        with self._transaction(f"cannot read run {run_id!r}") as conn:
+            row = conn.execute(select(models.runs).where(models.runs.c.run_id == run_id)).first()
+        if row is None:
+            raise self._unknown_run(run_id)
+        return _run_info(row)
+
+    def list_runs(self) -> list[RunInfo]:
+        table = models.runs
+        with self._transaction("cannot list runs") as conn:
+            rows = conn.execute(
+                select(table).order_by(table.c.created_at.desc(), table.c.run_id.desc())
+            )
+            return [_run_info(row) for row in rows]
+
+    # --- records and sessions -----------------------------------------------------------------
+
+    def add_records(self, run_id: str, records: Sequence[dict[str, Any]]) -> None:
+        try:
+            rows = [
+                {
+                    "run_id": run_id,
+                    "record_id": rec["record_id"],
+                    "task": rec["task"],
+                    "task_type": rec["task_type"],
+                    "source_benchmark": rec["source_benchmark"],
+                    "video_path": rec["video_path"],
+                    "record": rec,
+                }
+                for rec in records
+            ]
+        except KeyError as exc:
+            raise StoreError(
+                f"cannot add records to run {run_id!r}: a record has no {exc} field"
+            ) from exc
+        self._insert_for_run(run_id, models.run_records, rows, "records")
+
+    def records(self, run_id: str) -> list[dict[str, Any]]:
+        table = models.run_records
+        with self._transaction(f"cannot read records of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(
+                select(table.c.record).where(table.c.run_id == run_id).order_by(table.c.record_id)
+            )
+            return [row.record for row in rows]
+
+    def add_sessions(self, run_id: str, sessions: Sequence[tuple[str, list[str]]]) -> None:
+        rows = [
+            {
+                "run_id": run_id,
+                "session_id": session_id,
+                "record_ids": list(record_ids),
+                "status": "pending",
+                "attempt": 0,
+            }
+            for session_id, record_ids in sessions
+        ]
+        self._insert_for_run(run_id, models.sessions, rows, "sessions")
+
+    def _insert_for_run(
+        self, run_id: str, table: Any, rows: list[dict[str, Any]], what: str
+    ) -> None:
+        with self._transaction(f"cannot add {what} to run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            if rows:
+                conn.execute(insert(table), rows)
+
+    def sessions(self, run_id: str) -> list[SessionInfo]:
+        table = models.sessions
+        with self._transaction(f"cannot read sessions of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(
+                select(table).where(table.c.run_id == run_id).order_by(table.c.session_id)
+            )
+            return [_session_info(row) for row in rows]
+
+    def set_session_status(
+        self,
+        run_id: str,
+        session_id: str,
+        status: str,
+        *,
+        endpoint: str | None = None,
+        stage: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record a session's progress; None leaves endpoint/stage/reason as they were."""
+        _check_status(status, models.SESSION_STATUSES, "session")
+        values: dict[str, Any] = {"status": status}
+        if status == "running":
+            values["started_at"] = _now()
+        elif status in ("finished", "failed"):
+            values["finished_at"] = _now()
+        optional = {"endpoint": endpoint, "failure_stage": stage, "failure_reason": reason}
+        values.update({key: value for key, value in optional.items() if value is not None})
+        with self._transaction(f"cannot update session {session_id!r} of run {run_id!r}") as conn:
+            self._update_session(conn, run_id, session_id, values)
+
+    def reset_session(self, run_id: str, session_id: str) -> None:
+        """Forget a session's events so a resumed run can replay it from seq 0."""
+        table = models.sessions
+        values = {
+            "status": "pending",
+            "attempt": table.c.attempt + 1,
+            "endpoint": None,
+            "failure_stage": None,
+            "failure_reason": None,
+            "started_at": None,
+            "finished_at": None,
+        }
+        with self._transaction(f"cannot reset session {session_id!r} of run {run_id!r}") as conn:
+            self._update_session(conn, run_id, session_id, values)
+            ev = models.events
+            conn.execute(delete(ev).where(ev.c.run_id == run_id, ev.c.session_id == session_id))
+
+    def _update_session(
+        self, conn: Connection, run_id: str, session_id: str, values: dict[str, Any]
+    ) -> None:
+        table = models.sessions
+        where = (table.c.run_id == run_id, table.c.session_id == session_id)
+        if conn.execute(table.update().where(*where).values(**values)).rowcount == 0:
+            self._require_run(conn, run_id)
+            raise StoreError(f"unknown session {session_id!r} in run {run_id!r}")
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def append_events(self, events: Sequence[Event]) -> None:
+        """Insert a batch in one transaction: all of it is stored, or none of it."""
+        if not events:
+            return
+        first, last = events[0], events[-1]
+        what = (
+            f"cannot append {len(events)} events of run {first.run_id!r} (session "
+            f"{first.session_id!r} seq {first.seq} to session {last.session_id!r} seq {last.seq})"
+        )
+        with self._transaction(what) as conn:
+            conn.execute(insert(models.events), [_event_row(ev) for ev in events])
+
+    def iter_events(
+        self, run_id: str, session_id: str | None = None, batch: int = 5000
+    ) -> Iterator[Event]:
+        """Events ordered by (session_id, seq), fetched `batch` rows at a time."""
+        table = models.events
+        query = (
+            select(table).where(table.c.run_id == run_id).order_by(table.c.session_id, table.c.seq)
+        )
+        if session_id is not None:
+            query = query.where(table.c.session_id == session_id)
+        with self._transaction(f"cannot read events of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            if session_id is not None:
+                self._require_session(conn, run_id, session_id)
+            for row in conn.execution_options(yield_per=batch).execute(query):
+                yield Event(
+                    row.run_id,
+                    row.session_id,
+                    row.seq,
+                    row.kind,
+                    row.runtime_ns,
+                    row.video_t,
+                    row.payload,
+                )
+
+    def count_events(self, run_id: str) -> int:
+        table = models.events
+        with self._transaction(f"cannot count events of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            return conn.execute(
+                select(func.count()).select_from(table).where(table.c.run_id == run_id)
+            ).scalar_one()
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[Connection]:
+        """One transaction; database errors (constraints, lost server) become StoreError.
+
+        ValueError and TypeError come from JSON encoding (NaN, objects JSON cannot hold):
+        SQLAlchemy wraps them on SQLite, but psycopg encodes inside the driver and does not.
+        """
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except (SQLAlchemyError, ValueError, TypeError) as exc:
+            raise StoreError(f"{what}: {_reason(exc)}") from exc
+
+    @staticmethod
+    def _run_exists(conn: Connection, run_id: str) -> bool:
+        table = models.runs
+        return (
+            conn.execute(select(table.c.run_id).where(table.c.run_id == run_id)).first() is not None
+        )
+
+    def _require_run(self, conn: Connection, run_id: str) -> None:
+        if not self._run_exists(conn, run_id):
+            raise self._unknown_run(run_id)
+
+    @staticmethod
+    def _require_session(conn: Connection, run_id: str, session_id: str) -> None:
+        table = models.sessions
+        query = select(table.c.session_id).where(
+            table.c.run_id == run_id, table.c.session_id == session_id
+        )
+        if conn.execute(query).first() is None:
+            raise StoreError(f"unknown session {session_id!r} in run {run_id!r}")
+
+    def _unknown_run(self, run_id: str) -> StoreError:
+        return StoreError(f"unknown run id {run_id!r} in store {self._display_url}")

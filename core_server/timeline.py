@@ -1,0 +1,85 @@
+"""The causal timeline of one session: which frames and tasks go out, in which order.
+
+Pure planning, no I/O: the session driver plays this list under a pacing. Causality is
+decided here and only here: nothing is placed after a frame unless its video time is at
+or before that frame's, so nothing from the future can reach an adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from core_server.frames import FrameRef, VideoFrames
+
+ItemKind = Literal["frame", "question", "instruction", "step"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineItem:
+    kind: ItemKind
+    t: float
+    frame: FrameRef | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Timeline:
+    record_id: str
+    task: Literal["qa", "proactive"]
+    items: tuple[TimelineItem, ...]
+
+    @property
+    def frame_count(self) -> int:
+        return sum(1 for item in self.items if item.kind == "frame")
+
+
+class TimelineError(ValueError):
+    """A record whose times cannot be streamed from its video (e.g. past the video's end)."""
+
+
+def qa_timeline(record: QARecord, frames: VideoFrames, history_s: float) -> Timeline:
+    """Frames from max(0, anchor - history) (0 = from the start) to t_q, then the question."""
+    start = 0.0 if history_s == 0 else max(0.0, record.evidence_anchor_s - history_s)
+    selected = frames.between(start, record.question_time_s)
+    if not selected:
+        raise TimelineError(
+            f"{record.record_id}: no frame between {start:g}s and the question at "
+            f"{record.question_time_s:g}s (video is {frames.duration_s:.1f}s long)"
+        )
+    items = [TimelineItem("frame", ref.t, ref) for ref in selected]
+    items.append(TimelineItem("question", record.question_time_s))
+    return Timeline(record.record_id, "qa", tuple(items))
+
+
+def proactive_timeline(
+    record: ProactiveRecord,
+    frames: VideoFrames,
+    lead_s: float,
+    tolerance_s: float,
+) -> Timeline:
+    """Frames from instruction - lead to the last window end; the instruction goes out after
+    the last frame at or before its time, and a step ("decide now") after every later frame.
+    """
+    start = max(0.0, record.instruction_time_s - lead_s)
+    end = min(record.last_window_end_s(tolerance_s), frames.duration_s)
+    selected = frames.between(start, end)
+    if not selected or selected[0].t > record.instruction_time_s:
+        raise TimelineError(
+            f"{record.record_id}: no frame at or before the instruction at "
+            f"{record.instruction_time_s:g}s (video is {frames.duration_s:.1f}s long)"
+        )
+    items: list[TimelineItem] = []
+    instructed = False
+    step = 0
+    for position, ref in enumerate(selected):
+        items.append(TimelineItem("frame", ref.t, ref))
+        following = selected[position + 1].t if position + 1 < len(selected) else None
+        if not instructed and (following is None or following > record.instruction_time_s):
+            items.append(TimelineItem("instruction", record.instruction_time_s))
+            instructed = True
+        if instructed:
+            items.append(TimelineItem("step", ref.t, step=step))
+            step += 1
+    return Timeline(record.record_id, "proactive", tuple(items))

@@ -1,0 +1,61 @@
+"""Shared fixtures.
+
+Store fixtures: every store test runs on SQLite (a file in tmp_path) and on PostgreSQL (a
+fresh database per test on the server named by STREAMEVAL_TEST_PG_URL; start one with
+`eval "$(.ci/start-postgres.sh)"`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from core_server.store.store import Store
+
+PG_URL_ENV = "STREAMEVAL_TEST_PG_URL"
+
+
+def _fresh_pg_database(server_url: str) -> Iterator[str]:
+    """Create a uniquely named database on the server, yield its URL, then drop it."""
+    import psycopg
+
+    url = make_url(server_url)
+    name = f"streameval_test_{uuid.uuid4().hex[:12]}"
+    conninfo = {
+        "host": url.host,
+        "port": url.port,
+        "user": url.username,
+        "password": url.password,
+        "dbname": url.database or "postgres",
+    }
+    with psycopg.connect(autocommit=True, **{k: v for k, v in conninfo.items() if v}) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            # FORCE ends connections a failed test may have left open.
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    server_url = os.environ.get(PG_URL_ENV)
+    if not server_url:
+        pytest.skip(f"{PG_URL_ENV} is not set; start a server with .ci/start-postgres.sh")
+    yield from _fresh_pg_database(server_url)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    with Store(store_url) as opened:
+        yield opened

@@ -1,0 +1,221 @@
+"""The Core end to end: real adapter processes over WebSocket, a real video, a real store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from core_server.adapter_process import AdapterProcess
+from core_server.config import EndpointConfig, RunConfig
+from core_server.runner import RunError, RunExecutor
+from core_server.store.events import EventKind
+from core_server.store.store import Store
+from tests.timeline_fixtures import write_benchmark
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def adapter_env(monkeypatch, tmp_path):
+    log_dir = tmp_path / "adapter-log"
+    log_dir.mkdir()
+    monkeypatch.setenv("STREAMEVAL_TEST_LOG", str(log_dir))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    return log_dir
+
+
+@pytest.fixture
+def benchmark_path(tmp_path) -> Path:
+    return write_benchmark(tmp_path / "bench")
+
+
+def run_config(benchmark_path: Path, tmp_path: Path, url: str, **overrides) -> RunConfig:
+    return RunConfig(
+        benchmark=str(benchmark_path),
+        endpoints=[EndpointConfig(url=url, concurrency=overrides.pop("concurrency", 2))],
+        cache_dir=str(tmp_path / "cache"),
+        **overrides,
+    )
+
+
+def execute(config: RunConfig, store: Store):
+    async def go():
+        executor = RunExecutor(config, store)
+        return await executor.execute(await executor.prepare())
+
+    return asyncio.run(go())
+
+
+def adapter_log(log_dir: Path, session_id: str) -> list[dict]:
+    path = log_dir / f"{session_id}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def events_by_session(store: Store, run_id: str) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for event in store.iter_events(run_id):
+        grouped.setdefault(event.session_id, []).append(event)
+    return grouped
+
+
+def seen_by_adapter(log: list[dict]) -> list[tuple[str, float | None]]:
+    return [(entry["kind"], entry["t"]) for entry in log if entry["kind"] != "session_start"]
+
+
+# ------------------------------------------------------------------ causality
+
+
+@pytest.mark.parametrize("pacing", ["logical", "wall_clock"])
+def test_nothing_from_the_future_reaches_the_adapter(pacing, adapter_env, benchmark_path, tmp_path):
+    with (
+        AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(benchmark_path, tmp_path, adapter.url, pacing=pacing, speed=8.0)
+        summary = execute(config, store)
+        assert (summary.finished, summary.failed) == (3, 0)
+
+        # QA, anchor 15 s, question 17 s: frames 5..17 s (anchor - 10 s), then the question.
+        qa = seen_by_adapter(adapter_log(adapter_env, "t:qa:1"))
+        assert qa == [("frame", float(t)) for t in range(5, 18)] + [("question", 17.0)]
+        # Question at 6.4 s, anchor 3 s: history clipped at 0; the 6 s frame is the last legal.
+        early = seen_by_adapter(adapter_log(adapter_env, "t:qa:2"))
+        assert early == [("frame", float(t)) for t in range(0, 7)] + [("question", 6.4)]
+        # Proactive: instruction at 4 s (frames from 4 - 5 s), a step after every frame from
+        # then on, up to the last window end 12 + 5 = 17 s.
+        pro = seen_by_adapter(adapter_log(adapter_env, "t:pro:1"))
+        expected = [("frame", float(t)) for t in range(0, 4)]
+        expected += [("frame", 4.0), ("instruction", 4.0), ("step", 4.0)]
+        for t in range(5, 18):
+            expected += [("frame", float(t)), ("step", float(t))]
+        assert pro == expected
+
+        if pacing == "wall_clock":
+            # No frame arrived before its scheduled runtime (the clocks are the same
+            # CLOCK_MONOTONIC: both processes run on this machine).
+            events = events_by_session(store, summary.run_id)
+            for session_id in ("t:qa:1", "t:pro:1"):
+                scheduled = [
+                    e.payload["scheduled_ns"]
+                    for e in events[session_id]
+                    if e.kind == EventKind.FRAME_SENT
+                ]
+                arrivals = [
+                    e["ns"] for e in adapter_log(adapter_env, session_id) if e["kind"] == "frame"
+                ]
+                assert len(scheduled) == len(arrivals)
+                assert all(a >= s for a, s in zip(arrivals, scheduled, strict=True))
+
+
+def test_recorded_events_tell_the_whole_story(adapter_env, benchmark_path, tmp_path):
+    with (
+        AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        summary = execute(run_config(benchmark_path, tmp_path, adapter.url), store)
+        events = events_by_session(store, summary.run_id)["t:qa:1"]
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == [EventKind.ADAPTER_HELLO, EventKind.SESSION_START]
+    assert kinds.count(EventKind.FRAME_SENT) == 13
+    assert kinds.count(EventKind.FRAME_ACK) == 13
+    assert kinds[-2:] == [EventKind.SESSION_END, EventKind.SESSION_FINISHED]
+    assert [e.seq for e in events] == list(range(len(events)))
+    question = next(e for e in events if e.kind == EventKind.QUESTION_SENT)
+    start = next(e for e in events if e.kind == EventKind.RESPONSE_START)
+    final = next(e for e in events if e.kind == EventKind.RESPONSE_FINAL)
+    assert question.payload["options"] == ["A. one", "B. two"]
+    assert question.runtime_ns < start.runtime_ns <= final.runtime_ns
+    assert final.payload["text"] == "A"
+    assert start.video_t == 17.0
+
+
+# ------------------------------------------------------------------ failures
+
+
+def statuses(store: Store, run_id: str) -> dict[str, tuple[str, str | None]]:
+    return {s.session_id: (s.status, s.failure_stage) for s in store.sessions(run_id)}
+
+
+def test_killed_adapter_fails_sessions_and_the_run_finishes(adapter_env, benchmark_path, tmp_path):
+    with (
+        AdapterProcess("tests.wire_adapters:CrashingAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(benchmark_path, tmp_path, adapter.url, concurrency=1)
+        summary = execute(config, store)
+        assert (summary.finished, summary.failed) == (0, 3)
+        assert store.get_run(summary.run_id).status == "finished"
+        stages = statuses(store, summary.run_id)
+        # The first session kills the process mid-stream; the others cannot connect.
+        assert sorted(stage for _, stage in stages.values()) == ["connect", "connect", "streaming"]
+        failed = [
+            e for e in store.iter_events(summary.run_id) if e.kind == EventKind.SESSION_FAILED
+        ]
+        assert len(failed) == 3
+        streaming = next(e for e in failed if e.payload["stage"] == "streaming")
+        # What was recorded before the crash is kept.
+        acks = [
+            e
+            for e in store.iter_events(summary.run_id, streaming.session_id)
+            if e.kind == EventKind.FRAME_ACK
+        ]
+        assert len(acks) > 0
+
+
+def test_hung_adapter_times_out_and_the_run_finishes(adapter_env, benchmark_path, tmp_path):
+    with (
+        AdapterProcess("tests.wire_adapters:HangingAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(
+            benchmark_path, tmp_path, adapter.url, concurrency=3, response_timeout_s=1.0
+        )
+        summary = execute(config, store)
+        assert (summary.finished, summary.failed) == (0, 3)
+        assert set(statuses(store, summary.run_id).values()) == {("failed", "response")}
+        reasons = {s.failure_reason for s in store.sessions(summary.run_id)}
+        assert reasons == {"no answer within 1s", "no decision at step 0 within 1s"}
+        assert store.get_run(summary.run_id).status == "finished"
+
+
+@pytest.mark.parametrize(
+    ("adapter_name", "stage", "reason_start"),
+    [
+        ("GarbageAdapter", "protocol", "malformed"),
+        ("OutOfOrderAdapter", "protocol", "out_of_order: response_delta for unopened response"),
+        ("OversizedAdapter", "streaming", "adapter sent an oversized message"),
+    ],
+)
+def test_protocol_violations_fail_the_session_cleanly(
+    adapter_name, stage, reason_start, adapter_env, benchmark_path, tmp_path
+):
+    with (
+        AdapterProcess(f"tests.wire_adapters:{adapter_name}") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(
+            benchmark_path, tmp_path, adapter.url, tasks=["qa"], response_timeout_s=10.0
+        )
+        summary = execute(config, store)
+        assert (summary.finished, summary.failed) == (0, 2)
+        for session in store.sessions(summary.run_id):
+            assert (session.status, session.failure_stage) == ("failed", stage)
+            assert session.failure_reason.startswith(reason_start), session.failure_reason
+            kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
+            # Everything before the violation is kept: all frames were acknowledged.
+            assert kinds.count(EventKind.FRAME_ACK) == kinds.count(EventKind.FRAME_SENT) > 0
+            assert kinds[-1] == EventKind.SESSION_FAILED
+
+
+def test_profile_contradicting_adapter_conditions_is_refused(adapter_env, benchmark_path, tmp_path):
+    with (
+        AdapterProcess("tests.wire_adapters:AutonomousAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(benchmark_path, tmp_path, adapter.url, profile="trace-autonomous")
+        with pytest.raises(RunError, match="needs state in \\['native'\\].*'non-native'"):
+            execute(config, store)
+        assert store.list_runs() == []

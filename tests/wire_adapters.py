@@ -1,0 +1,130 @@
+"""Adapters that exist only for tests. They run as real WebSocket services in their own
+processes (`python -m adapters tests.wire_adapters:Name --port 0`) and either misbehave on the
+wire in one precise way or read ground truth. None of this ships in the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from adapters.protocol import AdapterConditions, Instruction, Question, Step
+from adapters.sdk import Adapter, Frame, Responder, Session
+
+_POLLED = AdapterConditions(state="native", initiation="polled", model_name="test")
+
+
+class LoggingAdapter(Adapter):
+    """Logs every message it receives (kind, video time, arrival clock) as JSON lines to
+    $STREAMEVAL_TEST_LOG/<session>.jsonl, then answers "A" / stays silent."""
+
+    name = "logging"
+    conditions = _POLLED
+
+    def _log(self, session: Session, kind: str, t: float | None) -> None:
+        path = os.path.join(os.environ["STREAMEVAL_TEST_LOG"], f"{session.session_id}.jsonl")
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"kind": kind, "t": t, "ns": time.monotonic_ns()}) + "\n")
+
+    async def on_session_start(self, session: Session) -> None:
+        self._log(session, "session_start", None)
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        self._log(session, "frame", frame.t)
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        self._log(session, "question", question.t)
+        await respond.say("A")
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond):
+        self._log(session, "instruction", instruction.t)
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        self._log(session, "step", step.t)
+        await respond.silent(step.step)
+
+
+class InstantAdapter(Adapter):
+    """Answers instantly and does nothing else: measures the harness itself."""
+
+    name = "instant"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await respond.say("A")
+
+
+class HangingAdapter(Adapter):
+    """Acknowledges frames but never answers a question nor decides a step."""
+
+    name = "hanging"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await asyncio.sleep(3600)
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        await asyncio.sleep(3600)
+
+
+class CrashingAdapter(Adapter):
+    """Dies (the whole process, as a segfault or an OOM kill would) at the first question."""
+
+    name = "crashing"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        os._exit(3)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond):
+        os._exit(3)
+
+
+class GarbageAdapter(Adapter):
+    """Answers a question with bytes that are not JSON."""
+
+    name = "garbage"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await session.send("{this is not json")
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond):
+        await session.send("{this is not json")
+
+
+class OutOfOrderAdapter(Adapter):
+    """Streams a delta for a response it never started."""
+
+    name = "out-of-order"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        delta = {"type": "response_delta", "response_id": "never-started", "seq": 0, "text": "A"}
+        await session.send(json.dumps(delta))
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond):
+        await self.on_question(session, None, respond)  # type: ignore[arg-type]
+
+
+class OversizedAdapter(Adapter):
+    """Answers with one message larger than the protocol's limit."""
+
+    name = "oversized"
+    conditions = _POLLED
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        # Raw, because the SDK itself refuses to build a text over the protocol's limit.
+        start = {"type": "response_start", "response_id": "big", "task_id": question.task_id}
+        await session.send(json.dumps(start))
+        delta = {"type": "response_delta", "response_id": "big", "seq": 0}
+        await session.send(json.dumps({**delta, "text": "A" * (9 * 1024 * 1024)}))
+
+
+class AutonomousAdapter(Adapter):
+    """Declares autonomous initiation (to test the Core's profile check)."""
+
+    name = "autonomous-stateless"
+    conditions = AdapterConditions(state="non-native", initiation="autonomous", model_name="t")
