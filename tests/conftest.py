@@ -51,6 +51,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     server_url = os.environ.get(PG_URL_ENV)
     if not server_url:
+        if os.environ.get("STREAMEVAL_REQUIRE_PG"):
+            pytest.fail(f"{PG_URL_ENV} is not set but STREAMEVAL_REQUIRE_PG is")
         pytest.skip(f"{PG_URL_ENV} is not set; start a server with .ci/start-postgres.sh")
     yield from _fresh_pg_database(server_url)
 
@@ -59,3 +61,26 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def store(store_url: str) -> Iterator[Store]:
     with Store(store_url) as opened:
         yield opened
+
+
+# --------------------------------------------------------------------------- Core fixtures
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def adapter_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Environment for test adapters run as child processes: importable `tests` package and a
+    folder where `LoggingAdapter` writes what it received."""
+    log_dir = tmp_path / "adapter-log"
+    log_dir.mkdir()
+    monkeypatch.setenv("STREAMEVAL_TEST_LOG", str(log_dir))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    return log_dir
+
+
+@pytest.fixture
+def benchmark_path(tmp_path: Path) -> Path:
+    from tests.timeline_fixtures import write_benchmark
+
+    return write_benchmark(tmp_path / "bench")

@@ -13,23 +13,6 @@ from core_server.config import EndpointConfig, RunConfig
 from core_server.runner import RunError, RunExecutor
 from core_server.store.events import EventKind
 from core_server.store.store import Store
-from tests.timeline_fixtures import write_benchmark
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def adapter_env(monkeypatch, tmp_path):
-    log_dir = tmp_path / "adapter-log"
-    log_dir.mkdir()
-    monkeypatch.setenv("STREAMEVAL_TEST_LOG", str(log_dir))
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    return log_dir
-
-
-@pytest.fixture
-def benchmark_path(tmp_path) -> Path:
-    return write_benchmark(tmp_path / "bench")
 
 
 def run_config(benchmark_path: Path, tmp_path: Path, url: str, **overrides) -> RunConfig:

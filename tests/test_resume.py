@@ -10,7 +10,6 @@ import time
 from core_server.adapter_process import AdapterProcess
 from core_server.store.events import EventKind
 from core_server.store.store import Store
-from tests.test_core_run import adapter_env, benchmark_path  # noqa: F401  (fixtures)
 
 FRAMES_PER_SESSION = {"t:qa:1": 13, "t:qa:2": 7, "t:pro:1": 18}
 
@@ -29,7 +28,7 @@ def wait_for(predicate, timeout_s: float = 60.0) -> None:
 def test_killed_run_resumes_without_duplicates_or_losses(
     adapter_env,
     benchmark_path,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     url = f"sqlite:///{tmp_path / 's.db'}"
     with AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter:

@@ -1,8 +1,9 @@
 """Table definitions the store reads and writes (SQLAlchemy Core).
 
 The schema itself is created and evolved only by the Alembic migrations in `migrations/`;
-these definitions must describe the same columns (the tests compare them with a migrated
-database). docs/events.md documents every table: it is the contract with the scorer.
+these definitions must describe the same schema (a test compares them with a migrated
+database using Alembic's autogenerate comparison). docs/events.md documents every table:
+it is the contract with the scorer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from sqlalchemy import (
     Column,
     DateTime,
     Double,
+    ForeignKeyConstraint,
+    Index,
     Integer,
     MetaData,
     String,
@@ -79,6 +82,7 @@ run_records = Table(
     Column("source_benchmark", String(200), nullable=False),
     Column("video_path", Text, nullable=False),
     Column("record", JSON, nullable=False),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_records_run_id"),
 )
 
 sessions = Table(
@@ -94,6 +98,7 @@ sessions = Table(
     Column("failure_reason", Text, nullable=True),
     Column("started_at", UTCDateTime(), nullable=True),
     Column("finished_at", UTCDateTime(), nullable=True),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_sessions_run_id"),
 )
 
 events = Table(
@@ -106,4 +111,10 @@ events = Table(
     Column("runtime_ns", BigInteger, nullable=False),
     Column("video_t", Double, nullable=True),
     Column("payload", JSON, nullable=False),
+    ForeignKeyConstraint(
+        ["run_id", "session_id"],
+        ["sessions.run_id", "sessions.session_id"],
+        name="fk_events_session",
+    ),
+    Index("ix_events_run_id_kind", "run_id", "kind"),
 )

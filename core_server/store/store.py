@@ -8,7 +8,6 @@ reads. Opening a store migrates it to the newest schema with Alembic.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import json
@@ -125,17 +124,21 @@ def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+# Compact, strict JSON for every JSON column: NaN would pass SQLite but fail PostgreSQL.
+_json_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
 def _create_engine(url: str) -> Engine:
     parsed = make_url(url)
-    # Compact, strict JSON: NaN would be accepted by SQLite but rejected by PostgreSQL.
-    serializer = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False)
-    if parsed.get_backend_name() == "postgresql":
+    if parsed.drivername == "postgresql":  # no driver named: use the installed one
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername == "postgresql+psycopg":
         # Fail within seconds on an unreachable host instead of waiting out TCP timeouts.
         timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": 10}
         return create_engine(
-            parsed, json_serializer=serializer, pool_pre_ping=True, connect_args=timeout
+            parsed, json_serializer=_json_dumps, pool_pre_ping=True, connect_args=timeout
         )
-    if parsed.get_backend_name() != "sqlite":
+    if parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
         raise StoreError(
             f"cannot open store {parsed.render_as_string(hide_password=True)}: "
             "only sqlite:/// and postgresql+psycopg:// URLs are supported"
@@ -145,38 +148,17 @@ def _create_engine(url: str) -> Engine:
     extra: dict[str, Any] = (
         {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}} if in_memory else {}
     )
-    engine = create_engine(parsed, json_serializer=serializer, **extra)
+    engine = create_engine(parsed, json_serializer=_json_dumps, **extra)
     event.listen(engine, "connect", _set_sqlite_pragmas)
     return engine
 
 
 def _run_info(row: Row[Any]) -> RunInfo:
-    return RunInfo(
-        run_id=row.run_id,
-        created_at=row.created_at,
-        status=row.status,
-        benchmark=row.benchmark,
-        config=row.config,
-        config_hash=row.config_hash,
-        versions=row.versions,
-        conditions=row.conditions,
-        finished_at=row.finished_at,
-    )
+    return RunInfo(**row._asdict())  # the columns are named like the fields
 
 
 def _session_info(row: Row[Any]) -> SessionInfo:
-    return SessionInfo(
-        run_id=row.run_id,
-        session_id=row.session_id,
-        record_ids=row.record_ids,
-        status=row.status,
-        attempt=row.attempt,
-        endpoint=row.endpoint,
-        failure_stage=row.failure_stage,
-        failure_reason=row.failure_reason,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-    )
+    return SessionInfo(**row._asdict())
 
 
 def _event_row(event_: Event) -> dict[str, Any]:
@@ -189,6 +171,30 @@ def _event_row(event_: Event) -> dict[str, Any]:
         "video_t": event_.video_t,
         "payload": event_.payload,
     }
+
+
+_COPY_EVENTS = (
+    "COPY events (run_id, session_id, seq, kind, runtime_ns, video_t, payload) FROM STDIN"
+)
+
+
+def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
+    """PostgreSQL bulk load: COPY takes one round trip per batch where executemany takes
+    many; measured under a busy event loop it stores batches 3-5x faster."""
+    cursor = conn.connection.driver_connection.cursor()
+    with cursor.copy(_COPY_EVENTS) as copy:
+        for ev in events:
+            copy.write_row(
+                (
+                    ev.run_id,
+                    ev.session_id,
+                    ev.seq,
+                    str(ev.kind),
+                    ev.runtime_ns,
+                    ev.video_t,
+                    _json_dumps(ev.payload),
+                )
+            )
 
 
 def _check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
@@ -204,10 +210,17 @@ class Store:
             self._display_url = make_url(url).render_as_string(hide_password=True)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open store {url!r}: {_reason(exc)}") from exc
+        self._engine = self._open_engine(url)
         try:
-            self._engine = _create_engine(url)
             self._migrate()
-        except (SQLAlchemyError, ImportError) as exc:
+        except SQLAlchemyError as exc:
+            self._engine.dispose()
+            raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
+
+    def _open_engine(self, url: str) -> Engine:
+        try:
+            return _create_engine(url)
+        except (SQLAlchemyError, ImportError) as exc:  # ImportError: the driver is missing
             raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
 
     def _migrate(self) -> None:
@@ -415,7 +428,10 @@ class Store:
             f"{first.session_id!r} seq {first.seq} to session {last.session_id!r} seq {last.seq})"
         )
         with self._transaction(what) as conn:
-            conn.execute(insert(models.events), [_event_row(ev) for ev in events])
+            if conn.dialect.name == "postgresql":
+                _copy_events(conn, events)
+            else:
+                conn.execute(insert(models.events), [_event_row(ev) for ev in events])
 
     def iter_events(
         self, run_id: str, session_id: str | None = None, batch: int = 5000
@@ -456,13 +472,14 @@ class Store:
     def _transaction(self, what: str) -> Iterator[Connection]:
         """One transaction; database errors (constraints, lost server) become StoreError.
 
-        ValueError and TypeError come from JSON encoding (NaN, objects JSON cannot hold):
-        SQLAlchemy wraps them on SQLite, but psycopg encodes inside the driver and does not.
+        Driver errors arrive unwrapped from COPY (PostgreSQL), and ValueError/TypeError
+        from JSON encoding (NaN, objects JSON cannot hold) wherever SQLAlchemy does not wrap.
         """
+        driver_error = self._engine.dialect.loaded_dbapi.Error
         try:
             with self._engine.begin() as conn:
                 yield conn
-        except (SQLAlchemyError, ValueError, TypeError) as exc:
+        except (SQLAlchemyError, driver_error, ValueError, TypeError) as exc:
             raise StoreError(f"{what}: {_reason(exc)}") from exc
 
     @staticmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -30,7 +30,7 @@ class _StatusChange:
 
 @dataclass(frozen=True)
 class _Flush:
-    done: asyncio.Future[None] = field(compare=False)
+    done: asyncio.Future[None]
 
 
 class _Stop:

@@ -1,0 +1,430 @@
+"""Aggregation: every metric overall, per task type and per source benchmark, with its
+population, coverage and a 95% bootstrap confidence interval clustered by video.
+
+Each record contributes named fields (NaN = missing or not in that metric's population)
+and lists (e.g. the response delays of its windows). A metric is a statistic over those:
+a ratio of sums, a mean or sum over observed records, a quantile, or a product/quotient of
+two statistics. The bootstrap resamples videos with replacement (seeded per slice, so a
+slice's interval does not depend on what else was scored); every statistic that is a sum
+over records is then one matrix product over per-video sums.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scorer.profiles import ScoringProfile
+
+
+class FieldTable:
+    """Per-record fields of one slice, with each record's video cluster."""
+
+    def __init__(
+        self,
+        scalars: Sequence[Mapping[str, float]],
+        lists: Sequence[Mapping[str, Sequence[float]]],
+        videos: Sequence[str],
+    ) -> None:
+        self._scalars = list(scalars)
+        self._lists = list(lists)
+        self.videos = list(videos)
+        names = sorted(set(self.videos))
+        index = {name: position for position, name in enumerate(names)}
+        self.cluster = np.array([index[v] for v in self.videos], dtype=np.int64)
+        self.clusters = len(names)
+        self._columns: dict[str, np.ndarray] = {}
+        self._values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self._scalars)
+
+    def subset(self, rows: Sequence[int]) -> FieldTable:
+        return FieldTable(
+            [self._scalars[i] for i in rows],
+            [self._lists[i] for i in rows],
+            [self.videos[i] for i in rows],
+        )
+
+    def column(self, name: str) -> np.ndarray:
+        if name not in self._columns:
+            self._columns[name] = np.array(
+                [row.get(name, math.nan) for row in self._scalars], dtype=float
+            )
+        return self._columns[name]
+
+    def values(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, owning row) of a list field, or of a scalar field's observed values."""
+        if name not in self._values:
+            self._values[name] = self._collect(name)
+        return self._values[name]
+
+    def _collect(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if any(name in row for row in self._lists):
+            values, owners = [], []
+            for position, row in enumerate(self._lists):
+                for value in row.get(name, ()):
+                    values.append(value)
+                    owners.append(position)
+            return np.array(values, dtype=float), np.array(owners, dtype=np.int64)
+        column = self.column(name)
+        owners = np.flatnonzero(~np.isnan(column))
+        return column[owners], owners
+
+    def per_cluster(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.cluster, weights=values, minlength=self.clusters)
+
+
+@dataclass(frozen=True)
+class Metric:
+    value: float | None
+    population: int
+    observed: int
+    coverage: float | None
+    ci95: tuple[float, float] | None
+    unit: str
+
+
+def _total(values: np.ndarray) -> float:
+    return float(values.sum()) if values.size else 0.0
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """sum(num) / sum(den) over the records where den is defined (all of them observed)."""
+
+    num: str
+    den: str
+    unit: str
+
+    def _parts(self, table: FieldTable) -> tuple[np.ndarray, np.ndarray]:
+        den = table.column(self.den)
+        present = ~np.isnan(den)
+        num = np.where(present, np.nan_to_num(table.column(self.num)), 0.0)
+        return num, np.where(present, den, 0.0)
+
+    def population(self, table: FieldTable) -> int:
+        return round(_total(self._parts(table)[1]))
+
+    observed = population
+
+    def estimate(self, table: FieldTable) -> float | None:
+        num, den = self._parts(table)
+        return _total(num) / _total(den) if _total(den) > 0 else None
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        num, den = self._parts(table)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (counts @ table.per_cluster(num)) / (counts @ table.per_cluster(den))
+
+
+@dataclass(frozen=True)
+class _OverObserved:
+    """Shared by Mean and Sum: a field observed on some records of a population."""
+
+    field: str
+    weight: str  # population field: 1 per record, or e.g. the record's window count
+    unit: str
+
+    def _parts(self, table: FieldTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        weight = table.column(self.weight)
+        member = ~np.isnan(weight)
+        value = table.column(self.field)
+        observed = member & ~np.isnan(value)
+        return np.where(member, weight, 0.0), observed, np.where(observed, value, 0.0)
+
+    def population(self, table: FieldTable) -> int:
+        return round(_total(self._parts(table)[0]))
+
+    def observed(self, table: FieldTable) -> int:
+        weight, observed, _ = self._parts(table)
+        return round(_total(weight[observed]))
+
+
+@dataclass(frozen=True)
+class Mean(_OverObserved):
+    scale: float = 1.0
+
+    def estimate(self, table: FieldTable) -> float | None:
+        _, observed, value = self._parts(table)
+        return float(value[observed].mean()) * self.scale if observed.any() else None
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        _, observed, value = self._parts(table)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sums = counts @ table.per_cluster(value)
+            return sums / (counts @ table.per_cluster(observed.astype(float))) * self.scale
+
+
+@dataclass(frozen=True)
+class Sum(_OverObserved):
+    def estimate(self, table: FieldTable) -> float | None:
+        _, observed, value = self._parts(table)
+        return _total(value[observed]) if observed.any() else None
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        return counts @ table.per_cluster(self._parts(table)[2])
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A quantile (linear interpolation, as numpy) of a list or scalar field's values."""
+
+    field: str
+    q: float
+    weight: str
+    unit: str
+    interval: bool = True  # the bootstrap of a maximum says nothing: no interval for it
+
+    def population(self, table: FieldTable) -> int:
+        return round(_total(np.nan_to_num(table.column(self.weight))))
+
+    def observed(self, table: FieldTable) -> int:
+        return len(table.values(self.field)[0])
+
+    def estimate(self, table: FieldTable) -> float | None:
+        values, _ = table.values(self.field)
+        return float(np.quantile(values, self.q)) if values.size else None
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        values, owners = table.values(self.field)
+        if not self.interval or not values.size:
+            return np.full(counts.shape[0], np.nan)
+        order = np.argsort(values, kind="stable")
+        weights = counts[:, table.cluster[owners[order]]]
+        chunk = max(1, _CELLS // values.size)
+        return np.concatenate(
+            [
+                _weighted_quantile(values[order], weights[start : start + chunk], self.q)
+                for start in range(0, weights.shape[0], chunk)
+            ]
+        )
+
+
+_CELLS = 4_000_000  # resamples x values held at once by the quantile bootstrap
+
+
+def _weighted_quantile(ordered: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """np.quantile (linear) of each row's sample, the sample being every ordered value
+    repeated as often as the row's weight says, without building the samples: the k-th
+    element of a row's sample is the first value whose cumulative weight exceeds k."""
+    rows, width = weights.shape
+    cumulative = np.cumsum(weights, axis=1)
+    sizes = cumulative[:, -1]
+    position = q * (sizes - 1)
+    low = np.floor(position)
+    high = np.minimum(low + 1, sizes - 1)
+    # One searchsorted over all rows: shift each row above the one before it.
+    shift = (np.arange(rows) * (sizes.max() + 1))[:, None]
+    flat = (cumulative + shift).ravel()
+
+    def element(k: np.ndarray) -> np.ndarray:
+        index = np.searchsorted(flat, k + shift[:, 0], side="right") - np.arange(rows) * width
+        return ordered[np.clip(index, 0, width - 1)]
+
+    at_low, at_high = element(low), element(high)
+    result = at_low + (position - low) * (at_high - at_low)
+    return np.where(sizes > 0, result, np.nan)
+
+
+@dataclass(frozen=True)
+class Combined:
+    """The product or quotient of two statistics; population and coverage as `like`'s."""
+
+    a: Ratio | Mean | Sum | Quantile
+    b: Ratio | Mean | Sum | Quantile
+    op: str  # "*" | "/"
+    like: Ratio | Mean | Sum | Quantile
+
+    @property
+    def unit(self) -> str:
+        return self.like.unit
+
+    def population(self, table: FieldTable) -> int:
+        return self.like.population(table)
+
+    def observed(self, table: FieldTable) -> int:
+        return self.like.observed(table)
+
+    def _apply(self, a, b):
+        if self.op == "*":
+            return a * b
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.divide(a, b)
+
+    def estimate(self, table: FieldTable) -> float | None:
+        a, b = self.a.estimate(table), self.b.estimate(table)
+        if a is None or b is None or (self.op == "/" and b == 0):
+            return None
+        return float(self._apply(a, b))
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        return self._apply(self.a.replicates(table, counts), self.b.replicates(table, counts))
+
+
+Statistic = Ratio | Mean | Sum | Quantile | Combined
+
+
+def _catalog() -> dict[str, dict[str, Statistic]]:
+    qa: dict[str, Statistic] = {
+        "accuracy": Ratio("qa_correct", "qa_n", "records"),
+        "completion_rate": Ratio("qa_finished", "qa_n", "records"),
+        "invalid_output_rate": Ratio("qa_invalid", "qa_n", "records"),
+    }
+    for name, field in (("ttft_s", "qa_ttft"), ("latency_s", "qa_latency")):
+        qa[f"{name}_p50"] = Quantile(field, 0.5, "qa_n", "records")
+        qa[f"{name}_p95"] = Quantile(field, 0.95, "qa_n", "records")
+        qa[f"{name}_max"] = Quantile(field, 1.0, "qa_n", "records", interval=False)
+    proactive: dict[str, Statistic] = {
+        "in_window_accuracy": Ratio("pr_score", "pr_windows", "windows"),
+        "miss_rate": Ratio("pr_missed", "pr_windows", "windows"),
+        "before_window_rate": Ratio("pr_before", "pr_windows", "windows"),
+        "false_alarm_rate": Ratio("pr_false_alarms", "pr_answered", "answered episodes"),
+        "median_response_delay_s": Quantile("pr_delays", 0.5, "pr_in_window", "in-window windows"),
+        "redundant_responses": Sum("pr_redundant", "pr_windows", "windows"),
+        "completion_rate": Ratio("pr_finished", "pr_n", "records"),
+    }
+    workload: dict[str, Statistic] = {
+        name: Sum(f"wl_{name}", "wl_n", "records")
+        for name in (
+            "submitted_images",
+            "unique_submitted_frames",
+            "replayed_occurrences",
+            "delivered_frames",
+            "dropped_frames",
+            "core_dropped_frames",
+            "output_tokens",
+            "input_tokens",
+        )
+    }
+    score = Mean("rs_score", "rs_n", "records", scale=100.0)
+    tokens = Ratio("rs_tokens", "rs_token_turns", "response turns")
+    realstream: dict[str, Statistic] = {
+        "score": score,
+        "quality": Mean("rs_quality", "rs_n", "records"),
+        "answer_rate": Mean("rs_rate", "rs_n", "records"),
+        "multiplier": Mean("rs_multiplier", "rs_n", "records"),
+        "early_penalty_rate": Mean("rs_early", "rs_n", "records"),
+        "tokens_per_response_turn": tokens,
+        "per_token_score": Combined(score, tokens, "/", like=score),
+    }
+    ars = Mean("rd_ars", "rd_n", "records")
+    accuracy = Ratio("rd_acc", "rd_acc_n", "targets")
+    readiness: dict[str, Statistic] = {
+        "ars": ars,
+        "early_penalty": Mean("rd_ep", "rd_n", "records"),
+        "late_penalty": Mean("rd_lp", "rd_n", "records"),
+        "accuracy": accuracy,
+        "acc_e": Combined(accuracy, ars, "*", like=ars),
+    }
+    return {
+        "qa": qa,
+        "proactive": proactive,
+        "workload": workload,
+        "realstream": realstream,
+        "readiness": readiness,
+    }
+
+
+CATALOG = _catalog()
+
+
+def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.ndarray | None:
+    """How often each video is drawn in each resample (resamples x videos), or None when
+    an interval cannot be formed (fewer than two videos, or no resamples asked for)."""
+    if clusters < 2 or profile.bootstrap_resamples == 0:
+        return None
+    rng = np.random.default_rng([profile.bootstrap_seed, zlib.crc32(key.encode("utf-8"))])
+    resamples = profile.bootstrap_resamples
+    draws = rng.integers(0, clusters, size=(resamples, clusters))
+    flat = draws + np.arange(resamples)[:, None] * clusters
+    counts = np.bincount(flat.ravel(), minlength=resamples * clusters)
+    return counts.reshape(resamples, clusters).astype(float)
+
+
+def interval(replicates: np.ndarray, level: float) -> tuple[float, float] | None:
+    finite = replicates[np.isfinite(replicates)]
+    if finite.size == 0:
+        return None
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.percentile(finite, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def summarise(
+    table: FieldTable, families: Sequence[str], profile: ScoringProfile, key: str
+) -> dict[str, dict[str, Metric]]:
+    """Every metric of the families that have a population in this slice."""
+    counts = bootstrap_counts(table.clusters, profile, key)
+    result: dict[str, dict[str, Metric]] = {}
+    for family in families:
+        metrics = {}
+        for name, statistic in CATALOG[family].items():
+            population = statistic.population(table)
+            if population == 0:
+                continue
+            observed = statistic.observed(table)
+            value = statistic.estimate(table)
+            ci = None
+            if counts is not None and value is not None:
+                ci = interval(statistic.replicates(table, counts), profile.ci_level)
+            metrics[name] = Metric(
+                value=value,
+                population=population,
+                observed=observed,
+                coverage=observed / population,
+                ci95=ci,
+                unit=statistic.unit,
+            )
+        if metrics:
+            result[family] = metrics
+    return result
+
+
+@dataclass(frozen=True)
+class Difference:
+    a: float | None
+    b: float | None
+    diff: float | None  # b - a
+    ci95: tuple[float, float] | None
+    population_a: int
+    population_b: int
+    unit: str
+
+
+def compare_tables(
+    table_a: FieldTable,
+    table_b: FieldTable,
+    families: Sequence[str],
+    profile: ScoringProfile,
+    key: str,
+) -> dict[str, dict[str, Difference]]:
+    """Paired differences B - A; the two tables hold the same records in the same order, so
+    one set of video resamples serves both runs."""
+    counts = bootstrap_counts(table_a.clusters, profile, key)
+    result: dict[str, dict[str, Difference]] = {}
+    for family in families:
+        diffs = {}
+        for name, statistic in CATALOG[family].items():
+            population_a, population_b = (
+                statistic.population(table_a),
+                statistic.population(table_b),
+            )
+            if population_a == 0 and population_b == 0:
+                continue
+            a, b = statistic.estimate(table_a), statistic.estimate(table_b)
+            diff = None if a is None or b is None else b - a
+            ci = None
+            if counts is not None and diff is not None:
+                replicated = statistic.replicates(table_b, counts) - statistic.replicates(
+                    table_a, counts
+                )
+                ci = interval(replicated, profile.ci_level)
+            diffs[name] = Difference(a, b, diff, ci, population_a, population_b, statistic.unit)
+        if diffs:
+            result[family] = diffs
+    return result

@@ -1,0 +1,154 @@
+"""Compare two runs record by record: B - A for every metric, with paired intervals.
+
+Only records present in both runs are compared (the counts of the others are reported).
+The bootstrap resamples videos once and applies the same resample to both runs, so the
+interval of a difference reflects the pairing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from core_server.store.store import Store
+from scorer.aggregate import FieldTable, compare_tables
+from scorer.judge_cache import JudgeCache
+from scorer.judges import ExactJudge, LLMJudge
+from scorer.profiles import ScoringProfile, get_profile
+from scorer.record import fields
+from scorer.report import EvaluatedRun, ProfileReport, evaluate_source
+from scorer.source import RunSource, store_engine, store_source
+
+
+class MetricDifference(BaseModel):
+    a: float | None
+    b: float | None
+    diff: float | None  # b - a
+    ci95: tuple[float, float] | None
+    population_a: int
+    population_b: int
+    unit: str
+
+
+Differences = dict[str, dict[str, MetricDifference]]
+
+
+class Comparison(BaseModel):
+    run_a: str
+    run_b: str
+    profile: ProfileReport
+    paired_records: int
+    only_in_a: int
+    only_in_b: int
+    judge_a: str
+    judge_b: str
+    notes: list[str]
+    overall: Differences
+    by_task_type: dict[str, Differences]
+
+    def render(self, console: Console | None = None) -> None:
+        console = console or Console()
+        table = Table(title=f"{self.run_b} - {self.run_a} · profile {self.profile.name}")
+        for column in ("family", "metric", self.run_a, self.run_b, "B - A", "95% CI"):
+            table.add_column(column, justify="left" if column in ("family", "metric") else "right")
+        for family, metrics in self.overall.items():
+            for name, metric in metrics.items():
+                ci = "-" if metric.ci95 is None else f"[{metric.ci95[0]:.4g}, {metric.ci95[1]:.4g}]"
+                table.add_row(family, name, _fmt(metric.a), _fmt(metric.b), _fmt(metric.diff), ci)
+        console.print(table)
+        console.print(
+            f"{self.paired_records} paired records; {self.only_in_a} only in {self.run_a}, "
+            f"{self.only_in_b} only in {self.run_b}",
+            highlight=False,
+        )
+        for note in self.notes:
+            console.print(f"note: {note}", highlight=False)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def compare_sources(
+    source_a: RunSource,
+    source_b: RunSource,
+    profile: ScoringProfile | str = "trace-paper-v1",
+    judge: ExactJudge | LLMJudge | None = None,
+) -> Comparison:
+    profile = get_profile(profile)
+    run_a = evaluate_source(source_a, profile, judge)
+    run_b = evaluate_source(source_b, profile, judge)
+    ids_a = {e.record.record_id for e in run_a.evaluations}
+    ids_b = {e.record.record_id for e in run_b.evaluations}
+    common = sorted(ids_a & ids_b)
+    table_a, types = _paired_table(run_a, common)
+    table_b, _ = _paired_table(run_b, common)
+    families = profile.families
+    by_type: dict[str, list[int]] = {}
+    for position, task_type in enumerate(types):
+        by_type.setdefault(task_type, []).append(position)
+    notes = []
+    if run_a.judge.kind != run_b.judge.kind:
+        notes.append("the two runs were judged differently")
+    if run_a.judge.incomplete or run_b.judge.incomplete:
+        notes.append("judge-incomplete: some content judgements failed and scored 0")
+    return Comparison(
+        run_a=source_a.run_id,
+        run_b=source_b.run_id,
+        profile=ProfileReport(
+            name=profile.name,
+            version=profile.version,
+            description=profile.description,
+            constants=profile.constants(),
+            overrides=dict(profile.overrides),
+        ),
+        paired_records=len(common),
+        only_in_a=len(ids_a - ids_b),
+        only_in_b=len(ids_b - ids_a),
+        judge_a=run_a.judge.kind,
+        judge_b=run_b.judge.kind,
+        notes=notes,
+        overall=_models(compare_tables(table_a, table_b, families, profile, "overall")),
+        by_task_type={
+            name: _models(
+                compare_tables(
+                    table_a.subset(rows), table_b.subset(rows), families, profile, f"task_type={name}"
+                )
+            )
+            for name, rows in sorted(by_type.items())
+        },
+    )
+
+
+def _paired_table(run: EvaluatedRun, record_ids: list[str]) -> tuple[FieldTable, list[str]]:
+    by_id = {e.record.record_id: e for e in run.evaluations}
+    chosen = [by_id[record_id] for record_id in record_ids]
+    rows = [fields(evaluation, run.profile) for evaluation in chosen]
+    table = FieldTable(
+        [scalars for scalars, _ in rows],
+        [lists for _, lists in rows],
+        [evaluation.record.video_path for evaluation in chosen],
+    )
+    return table, [evaluation.record.task_type for evaluation in chosen]
+
+
+def _models(differences) -> Differences:
+    return {
+        family: {name: MetricDifference(**asdict(diff)) for name, diff in metrics.items()}
+        for family, metrics in differences.items()
+    }
+
+
+def compare_runs(
+    store: Store,
+    run_a: str,
+    run_b: str,
+    profile: ScoringProfile | str = "trace-paper-v1",
+    judge: ExactJudge | LLMJudge | None = None,
+) -> Comparison:
+    if isinstance(judge, LLMJudge) and judge.cache is None:
+        judge = judge.with_cache(JudgeCache(store_engine(store)))
+    return compare_sources(store_source(store, run_a), store_source(store, run_b), profile, judge)

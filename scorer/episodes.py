@@ -1,0 +1,199 @@
+"""Assemble one session's events into a trace: frames, task, steps, response episodes.
+
+A first token (`response_start`) opens an episode; deltas append to its text (a snapshot
+replaces it); `response_final` closes it and its text is the complete answer. The protocol
+allows one open episode at a time, so an episode still open at the end of the log was cut
+off by a failure: it is kept, marked unclosed. One pass, in `seq` order, decoding payloads
+only for the kinds whose payload the metrics read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from scorer.errors import ScoreError
+from scorer.source import RawEvent, payload_of
+
+
+@dataclass(slots=True)
+class Episode:
+    response_id: str
+    onset_ns: int  # first token received (Core clock)
+    onset_t: float | None  # mapped onset video time
+    text: str = ""
+    closed: bool = False
+    final_ns: int | None = None
+    output_tokens: int | None = None
+    input_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class WorkloadTally:
+    """What the adapter reported doing, per workload kind."""
+
+    events: dict[str, int] = field(default_factory=dict)
+    occurrences: dict[str, int] = field(default_factory=dict)  # image occurrences submitted
+    uncounted: dict[str, int] = field(default_factory=dict)  # events with no count at all
+    unlisted: dict[str, int] = field(default_factory=dict)  # events without frame ids
+    frame_ids: dict[str, set[str]] = field(default_factory=dict)
+    input_tokens: int | None = None
+
+    def add(self, payload: dict) -> None:
+        kind = payload.get("kind", "")
+        self.events[kind] = self.events.get(kind, 0) + 1
+        ids = payload.get("frame_ids") or []
+        images = payload.get("images")
+        count = len(ids) if ids else images
+        if count is None:
+            self.uncounted[kind] = self.uncounted.get(kind, 0) + 1
+        else:
+            self.occurrences[kind] = self.occurrences.get(kind, 0) + count
+        if ids:
+            self.frame_ids.setdefault(kind, set()).update(ids)
+        elif count:
+            self.unlisted[kind] = self.unlisted.get(kind, 0) + 1
+        tokens = payload.get("input_tokens")
+        if tokens is not None:
+            self.input_tokens = (self.input_tokens or 0) + tokens
+
+
+@dataclass(slots=True)
+class SessionTrace:
+    session_id: str
+    pacing: str | None = None  # "logical" | "wall_clock", from session_start
+    speed: float = 1.0
+    adapter: dict | None = None  # the adapter_hello payload
+    task_kind: str | None = None  # "qa" | "proactive" once the task was sent
+    task_t: float | None = None
+    task_ns: int | None = None
+    frame_t: list[float] = field(default_factory=list)  # delivered frames, in order
+    frame_ns: list[int] = field(default_factory=list)
+    schedule: tuple[int, float] | None = None  # (scheduled_ns, t) of one scheduled frame
+    core_dropped: int = 0
+    step_t: list[float] = field(default_factory=list)
+    silents: int = 0
+    episodes: list[Episode] = field(default_factory=list)
+    workload: WorkloadTally = field(default_factory=WorkloadTally)
+    adapter_errors: int = 0
+    status: str = "incomplete"  # finished | failed | incomplete (no outcome recorded)
+    failure_stage: str | None = None
+    failure_reason: str | None = None
+    event_count: int = 0
+    last_seq: int = -1
+
+    @property
+    def wall_clock(self) -> bool:
+        return self.pacing == "wall_clock"
+
+    def scheduled_ns(self, t: float) -> int | None:
+        """The runtime at which video time `t` was due under wall-clock pacing."""
+        if self.schedule is None:
+            return None
+        scheduled, t0 = self.schedule
+        return scheduled + round((t - t0) / self.speed * 1e9)
+
+
+def assemble(rows: Iterable[RawEvent]) -> Iterator[SessionTrace]:
+    """Traces of consecutive sessions; the rows must be ordered by (session_id, seq)."""
+    trace: SessionTrace | None = None
+    done: set[str] = set()
+    for row in rows:
+        session_id = row[0]
+        if trace is None or session_id != trace.session_id:
+            if trace is not None:
+                done.add(trace.session_id)
+                yield trace
+            if session_id in done:
+                raise ScoreError(f"events of session {session_id!r} are not contiguous")
+            trace = SessionTrace(session_id)
+        _add(trace, row)
+    if trace is not None:
+        yield trace
+
+
+def assemble_one(session_id: str, rows: Iterable[RawEvent]) -> SessionTrace:
+    traces = list(assemble(rows))
+    return traces[0] if traces else SessionTrace(session_id)
+
+
+def _add(trace: SessionTrace, row: RawEvent) -> None:
+    _, seq, kind, runtime_ns, video_t, _ = row
+    if seq <= trace.last_seq:
+        raise ScoreError(
+            f"session {trace.session_id!r}: event seq {seq} after seq {trace.last_seq}"
+        )
+    trace.last_seq = seq
+    trace.event_count += 1
+    # Ordered by how often each kind occurs; frames, acks and steps need no payload.
+    if kind == "frame_sent":
+        trace.frame_t.append(video_t)
+        trace.frame_ns.append(runtime_ns)
+        if trace.schedule is None and trace.wall_clock:
+            _note_schedule(trace, payload_of(row))
+    elif kind == "frame_ack":
+        pass
+    elif kind == "workload":
+        trace.workload.add(payload_of(row))
+    elif kind == "step_sent":
+        trace.step_t.append(video_t)
+    elif kind == "silent":
+        trace.silents += 1
+    elif kind == "response_delta":
+        _delta(trace, payload_of(row))
+    elif kind == "response_start":
+        payload = payload_of(row)
+        trace.episodes.append(Episode(payload.get("response_id", ""), runtime_ns, video_t))
+    elif kind == "response_final":
+        _final(trace, runtime_ns, payload_of(row))
+    elif kind == "frame_dropped":
+        trace.core_dropped += 1
+        if trace.schedule is None:
+            _note_schedule(trace, payload_of(row))
+    elif kind in ("question_sent", "instruction_sent"):
+        trace.task_kind = "qa" if kind == "question_sent" else "proactive"
+        trace.task_t = payload_of(row).get("t")
+        trace.task_ns = runtime_ns
+    elif kind == "session_start":
+        conditions = payload_of(row).get("conditions") or {}
+        trace.pacing = conditions.get("pacing")
+        trace.speed = float(conditions.get("speed") or 1.0)
+    elif kind == "adapter_hello":
+        trace.adapter = payload_of(row)
+    elif kind == "adapter_error":
+        trace.adapter_errors += 1
+    elif kind == "session_finished":
+        trace.status = "finished"
+    elif kind == "session_failed":
+        payload = payload_of(row)
+        trace.status = "failed"
+        trace.failure_stage = payload.get("stage")
+        trace.failure_reason = payload.get("reason")
+    # session_end and kinds added to the log later carry nothing the metrics read.
+
+
+def _note_schedule(trace: SessionTrace, payload: dict) -> None:
+    scheduled = payload.get("scheduled_ns")
+    if scheduled is not None:
+        trace.schedule = (scheduled, payload["t"])
+
+
+def _open_episode(trace: SessionTrace, what: str) -> Episode:
+    if not trace.episodes or trace.episodes[-1].closed:
+        raise ScoreError(f"session {trace.session_id!r}: {what} without an open response")
+    return trace.episodes[-1]
+
+
+def _delta(trace: SessionTrace, payload: dict) -> None:
+    episode = _open_episode(trace, "response_delta")
+    text = payload.get("text", "")
+    episode.text = text if payload.get("snapshot") else episode.text + text
+
+
+def _final(trace: SessionTrace, runtime_ns: int, payload: dict) -> None:
+    episode = _open_episode(trace, "response_final")
+    episode.closed = True
+    episode.final_ns = runtime_ns
+    episode.text = payload.get("text", episode.text)
+    episode.output_tokens = payload.get("output_tokens")
+    episode.input_tokens = payload.get("input_tokens")

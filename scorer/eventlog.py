@@ -1,0 +1,251 @@
+"""Write event logs by hand, exactly as the Core records them.
+
+For tests with hand-computed scores, for the scoring benchmark, and for adapter authors who
+want to see how a behaviour scores. Every method appends the events the Core would record;
+runtimes default to a clock that advances 1 ms per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from core_server.store.events import Event
+from core_server.store.store import Store
+
+_TICK_NS = 1_000_000
+
+
+class SessionLog:
+    def __init__(
+        self,
+        run_id: str,
+        session_id: str,
+        pacing: str = "logical",
+        speed: float = 1.0,
+        start_ns: int = 1_000_000_000,
+    ) -> None:
+        self.run_id = run_id
+        self.session_id = session_id
+        self.pacing = pacing
+        self.speed = speed
+        self.clock = start_ns
+        self.video_t: float | None = None
+        self.events: list[Event] = []
+        self._frames = 0
+        self._steps = 0
+        self._responses = 0
+
+    def _add(self, event_kind: str, ns: int | None, video_t: float | None, **payload: Any) -> int:
+        self.clock = self.clock + _TICK_NS if ns is None else ns
+        seq = len(self.events)
+        self.events.append(
+            Event(self.run_id, self.session_id, seq, event_kind, self.clock, video_t, payload)
+        )
+        return self.clock
+
+    def start(self, initiation: str = "polled", ns: int | None = None) -> SessionLog:
+        self._add(
+            "adapter_hello",
+            ns,
+            None,
+            adapter="handwritten",
+            adapter_version="1",
+            protocol="1",
+            conditions={
+                "state": "native",
+                "initiation": initiation,
+                "boundary": "model+adapter",
+                "deployment": "in-process",
+                "model_name": "handwritten",
+                "model_version": "1",
+                "history": "",
+            },
+        )
+        self._add(
+            "session_start",
+            None,
+            None,
+            endpoint="ws://127.0.0.1:1/ws",
+            conditions={
+                "profile": "trace",
+                "pacing": self.pacing,
+                "speed": self.speed,
+                "fps": 1.0,
+                "max_width": 960,
+                "jpeg_quality": 90,
+                "qa_history_s": 10.0,
+                "proactive_lead_s": 5.0,
+            },
+            record_ids=[self.session_id],
+        )
+        return self
+
+    def frame(
+        self, t: float, ns: int | None = None, scheduled_ns: int | None = None, ack: bool = False
+    ) -> int:
+        index = self._frames
+        self._frames += 1
+        self.video_t = t
+        ns = self.clock + _TICK_NS if ns is None else ns
+        sent = self._add(
+            "frame_sent",
+            ns,
+            t,
+            index=index,
+            frame_id=f"{self.session_id}:f{index}",
+            t=t,
+            scheduled_ns=scheduled_ns,
+            lag_ns=None if scheduled_ns is None else ns - scheduled_ns,
+            bytes=1000,
+            width=320,
+            height=240,
+        )
+        if ack:
+            self._add("frame_ack", None, t, index=index)
+        return sent
+
+    def dropped(self, t: float, scheduled_ns: int, ns: int | None = None) -> None:
+        index = self._frames
+        self._frames += 1
+        self._add(
+            "frame_dropped",
+            ns,
+            t,
+            index=index,
+            frame_id=f"{self.session_id}:f{index}",
+            t=t,
+            scheduled_ns=scheduled_ns,
+            lag_ns=0,
+        )
+
+    def question(self, record: QARecord, ns: int | None = None) -> int:
+        return self._add(
+            "question_sent",
+            ns,
+            self.video_t,
+            task_id=record.record_id,
+            record_id=record.record_id,
+            t=record.question_time_s,
+            text=record.question,
+            options=list(record.options),
+        )
+
+    def instruction(self, record: ProactiveRecord, ns: int | None = None) -> int:
+        return self._add(
+            "instruction_sent",
+            ns,
+            self.video_t,
+            task_id=record.record_id,
+            record_id=record.record_id,
+            t=record.instruction_time_s,
+            text=record.instruction,
+        )
+
+    def step(self, ns: int | None = None) -> None:
+        step = self._steps
+        self._steps += 1
+        self._add("step_sent", ns, self.video_t, task_id=self.session_id, step=step, t=self.video_t)
+
+    def silent(self, ns: int | None = None) -> None:
+        self._add("silent", ns, self.video_t, task_id=self.session_id, step=self._steps - 1)
+
+    def respond(
+        self,
+        text: str,
+        onset_ns: int | None = None,
+        onset_t: float | None = None,
+        final_ns: int | None = None,
+        output_tokens: int | None = 1,
+        input_tokens: int | None = None,
+        deltas: Sequence[str] | None = None,
+        close: bool = True,
+    ) -> str:
+        """One response episode: start, its deltas (default: the whole text), final."""
+        response_id = f"r{self._responses}"
+        self._responses += 1
+        onset_t = self.video_t if onset_t is None else onset_t
+        self._add(
+            "response_start", onset_ns, onset_t, response_id=response_id, task_id=self.session_id
+        )
+        for seq, part in enumerate([text] if deltas is None else deltas):
+            self._add(
+                "response_delta",
+                None,
+                onset_t,
+                response_id=response_id,
+                seq=seq,
+                text=part,
+                snapshot=False,
+            )
+        if close:
+            self._add(
+                "response_final",
+                final_ns,
+                onset_t,
+                response_id=response_id,
+                text=text,
+                output_tokens=output_tokens,
+                input_tokens=input_tokens,
+            )
+        return response_id
+
+    def workload(
+        self,
+        frame_ids: Sequence[str] = (),
+        kind: str = "model_call",
+        images: int | None = None,
+        input_tokens: int | None = None,
+    ) -> None:
+        self._add(
+            "workload",
+            None,
+            self.video_t,
+            kind=kind,
+            frame_ids=list(frame_ids),
+            images=len(frame_ids) if images is None and frame_ids else images,
+            pixels=None,
+            replayed_frames=None,
+            input_tokens=input_tokens,
+            output_tokens=None,
+            started_ns=None,
+            ended_ns=None,
+        )
+
+    def frame_id(self, index: int) -> str:
+        return f"{self.session_id}:f{index}"
+
+    def finish(self) -> list[Event]:
+        self._add("session_end", None, self.video_t, reason="complete")
+        self._add("session_finished", None, self.video_t)
+        return self.events
+
+    def fail(self, stage: str = "response", reason: str = "no answer within 60s") -> list[Event]:
+        self._add("session_failed", None, self.video_t, stage=stage, reason=reason)
+        return self.events
+
+
+def store_run(
+    store: Store,
+    run_id: str,
+    records: Sequence[QARecord | ProactiveRecord],
+    logs: Sequence[SessionLog],
+    config: dict[str, Any] | None = None,
+    status: str = "finished",
+) -> None:
+    """Create a run holding these records and sessions' events, as the Core would."""
+    store.create_run(run_id, "handwritten", config or {"profile": "trace", "pacing": "logical"})
+    store.add_records(run_id, [record.model_dump(mode="json") for record in records])
+    store.add_sessions(run_id, [(record.record_id, [record.record_id]) for record in records])
+    for log in logs:
+        store.append_events(log.events)
+        outcome = log.events[-1].kind if log.events else None
+        if outcome == "session_finished":
+            store.set_session_status(run_id, log.session_id, "finished")
+        elif outcome == "session_failed":
+            payload = log.events[-1].payload
+            store.set_session_status(
+                run_id, log.session_id, "failed", stage=payload["stage"], reason=payload["reason"]
+            )
+    store.set_run_status(run_id, status)

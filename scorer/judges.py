@@ -1,0 +1,335 @@
+"""Judges of response content: normalised exact match, and an LLM over any
+OpenAI-compatible chat endpoint (vLLM serving a judge model, or a hosted API).
+
+Scoring collects every content judgement of a run first, then judges them in one batch:
+exact ones locally, semantic ones through the LLM judge (cached in the store, called with
+bounded concurrency, temperature 0, a fixed seed and a versioned prompt). A judge call that
+fails or whose reply is not a number in [0, 1] scores 0, is counted, and marks the run
+judge-incomplete. Without an endpoint, semantic judgements fall back to exact match and the
+results say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from scorer.errors import ScoreError
+from scorer.judge_cache import CachedVerdict, JudgeCache
+from scorer.parsing import normalise
+
+TEMPLATE_VERSION = "streameval-judge-v1"
+SYSTEM_PROMPT = (
+    "You grade answers of a video assistant. You see the task, the reference answer and the "
+    "assistant's answer. Judge only whether the assistant's answer states the same thing as "
+    "the reference (wording may differ). Reply with one number from 0 to 1 and nothing else: "
+    "1 = equivalent, 0 = wrong or unrelated, values in between = partly right."
+)
+USER_TEMPLATE = (
+    "Task type: {task_type}\n"
+    "Task: {question}\n"
+    "Reference answer: {reference}\n"
+    "Assistant's answer: {prediction}\n"
+    "Score:"
+)
+_NUMBER = re.compile(r"(?:score\s*[:=]?\s*)?(1(?:\.0*)?|0(?:\.\d*)?|\.\d+)\s*\.?", re.I)
+_MAX_REASONS = 5  # distinct failure reasons kept for the report
+
+
+class JudgeError(ScoreError):
+    """A judge call that did not produce a score (network, HTTP status, unparsable reply)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRequest:
+    """One content judgement: does `prediction` state `reference` (or an accepted fact)?"""
+
+    task_type: str
+    question: str
+    reference: str
+    prediction: str
+    accepted: tuple[str, ...] = ()
+    semantic: bool = False  # the profile sends this task type to the semantic judge
+
+    def reference_text(self) -> str:
+        if not self.accepted:
+            return self.reference
+        return f"{self.reference} (also acceptable: {'; '.join(self.accepted)})"
+
+
+def exact_score(request: JudgeRequest) -> float:
+    prediction = normalise(request.prediction)
+    references = (request.reference, *request.accepted)
+    return 1.0 if any(prediction == normalise(ref) for ref in references) else 0.0
+
+
+def parse_verdict(reply: str) -> float:
+    """The judge's reply as a score in [0, 1]: "1", "0.5", "Score: 0.8", {"score": 1}."""
+    text = reply.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)["score"]
+        except (ValueError, KeyError, TypeError):
+            raise JudgeError(f"unparsable judge reply {text[:80]!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise JudgeError(f"judge score {value!r} is not a number in [0, 1]")
+        return float(value)
+    match = _NUMBER.fullmatch(text)
+    if match is None:
+        raise JudgeError(f"unparsable judge reply {text[:80]!r}")
+    return float(match.group(1))
+
+
+@dataclass
+class JudgeSummary:
+    """How a run's content judgements were made; stored with its results."""
+
+    kind: str  # "exact" | "llm"
+    requests: int = 0  # judgements asked for (duplicates included)
+    unique: int = 0
+    semantic: int = 0  # unique judgements of semantic task types
+    exact: int = 0  # unique judgements made by exact match
+    cache_hits: int = 0
+    llm_judged: int = 0  # judged by calling the endpoint
+    calls: int = 0  # HTTP requests made (retries included)
+    failures: int = 0
+    failure_reasons: list[str] = field(default_factory=list)
+    fallback: bool = False  # semantic judgements fell back to exact match
+    model: str | None = None
+    base_url: str | None = None
+    template_version: str | None = None
+    note: str | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        return self.failures > 0
+
+
+class ExactJudge:
+    """Normalised exact match for every judgement (the offline fallback)."""
+
+    kind = "exact"
+
+    def judge(
+        self, requests: Sequence[JudgeRequest]
+    ) -> tuple[dict[JudgeRequest, float], JudgeSummary]:
+        unique = list(dict.fromkeys(requests))
+        semantic = sum(1 for request in unique if request.semantic)
+        summary = JudgeSummary(
+            kind="exact",
+            requests=len(requests),
+            unique=len(unique),
+            semantic=semantic,
+            exact=len(unique),
+            fallback=True,
+            note=(
+                "no judge endpoint configured: semantic task types are scored by normalised "
+                "exact match"
+            ),
+        )
+        return {request: exact_score(request) for request in unique}, summary
+
+
+@dataclass(frozen=True)
+class LLMJudgeConfig:
+    base_url: str  # e.g. http://127.0.0.1:8000/v1 (the path before /chat/completions)
+    model: str
+    api_key_env: str = "STREAMEVAL_JUDGE_API_KEY"
+    temperature: float = 0.0
+    seed: int = 0
+    max_tokens: int = 16
+    timeout_s: float = 60.0
+    retries: int = 2  # further attempts after a network error, 429 or 5xx
+    backoff_s: float = 0.5  # doubled after every retry
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise JudgeError(
+                f"judge URL must start with http:// or https://, got {self.base_url!r}"
+            )
+        if not self.model:
+            raise JudgeError("a judge endpoint needs a model name (--judge-model)")
+        if self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
+            raise JudgeError("judge concurrency >= 1, retries >= 0 and timeout > 0 are required")
+
+
+class LLMJudge:
+    """Semantic judgements through an OpenAI-compatible endpoint; the rest by exact match."""
+
+    kind = "llm"
+
+    def __init__(self, config: LLMJudgeConfig, cache: JudgeCache | None = None) -> None:
+        self.config = config
+        self.cache = cache
+
+    def with_cache(self, cache: JudgeCache) -> LLMJudge:
+        return LLMJudge(self.config, cache)
+
+    def key(self, request: JudgeRequest) -> str:
+        fields = [
+            TEMPLATE_VERSION,
+            self.config.model,
+            request.task_type,
+            request.question,
+            request.reference_text(),
+            request.prediction,
+        ]
+        text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def judge(
+        self, requests: Sequence[JudgeRequest]
+    ) -> tuple[dict[JudgeRequest, float], JudgeSummary]:
+        unique = list(dict.fromkeys(requests))
+        summary = JudgeSummary(
+            kind="llm",
+            requests=len(requests),
+            unique=len(unique),
+            model=self.config.model,
+            base_url=self.config.base_url,
+            template_version=TEMPLATE_VERSION,
+        )
+        scores: dict[JudgeRequest, float] = {}
+        semantic = [request for request in unique if request.semantic]
+        for request in unique:
+            if not request.semantic:
+                scores[request] = exact_score(request)
+        summary.semantic = len(semantic)
+        summary.exact = len(unique) - len(semantic)
+        keys = {request: self.key(request) for request in semantic}
+        cached = self.cache.get_many(keys.values()) if self.cache and semantic else {}
+        misses = []
+        for request in semantic:
+            if keys[request] in cached:
+                scores[request] = cached[keys[request]]
+                summary.cache_hits += 1
+            else:
+                misses.append(request)
+        if misses:
+            verdicts = _run(self._ask_all(misses, summary))
+            fresh = []
+            for request, verdict in zip(misses, verdicts, strict=True):
+                if isinstance(verdict, JudgeError):
+                    scores[request] = 0.0
+                    summary.failures += 1
+                    reasons = summary.failure_reasons
+                    if str(verdict) not in reasons and len(reasons) < _MAX_REASONS:
+                        reasons.append(str(verdict))
+                    continue
+                score, reply = verdict
+                scores[request] = score
+                summary.llm_judged += 1
+                fresh.append(self._cached(keys[request], request, score, reply))
+            if self.cache is not None:
+                self.cache.put_many(fresh)
+        return scores, summary
+
+    def _cached(self, key: str, request: JudgeRequest, score: float, reply: str) -> CachedVerdict:
+        return CachedVerdict(
+            key=key,
+            template_version=TEMPLATE_VERSION,
+            model=self.config.model,
+            task_type=request.task_type,
+            question=request.question,
+            reference=request.reference_text(),
+            prediction=request.prediction,
+            score=score,
+            reply=reply,
+        )
+
+    async def _ask_all(
+        self, requests: list[JudgeRequest], summary: JudgeSummary
+    ) -> list[tuple[float, str] | JudgeError]:
+        gate = asyncio.Semaphore(self.config.concurrency)
+        headers = {}
+        api_key = os.environ.get(self.config.api_key_env)
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        async with httpx.AsyncClient(timeout=self.config.timeout_s, headers=headers) as client:
+
+            async def one(request: JudgeRequest) -> tuple[float, str] | JudgeError:
+                async with gate:
+                    try:
+                        return await self._ask(client, request, summary)
+                    except JudgeError as error:
+                        return error
+
+            return list(await asyncio.gather(*(one(request) for request in requests)))
+
+    async def _ask(
+        self, client: httpx.AsyncClient, request: JudgeRequest, summary: JudgeSummary
+    ) -> tuple[float, str]:
+        url = self.config.base_url.rstrip("/") + "/chat/completions"
+        body = {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {
+                    "role": "user",
+                    "content": USER_TEMPLATE.format(
+                        task_type=request.task_type,
+                        question=request.question,
+                        reference=request.reference_text(),
+                        prediction=request.prediction,
+                    ),
+                },
+            ],
+            "temperature": self.config.temperature,
+            "seed": self.config.seed,
+            "max_tokens": self.config.max_tokens,
+        }
+        problem = ""
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.config.backoff_s * 2 ** (attempt - 1))
+            summary.calls += 1
+            try:
+                response = await client.post(url, json=body)
+            except httpx.TimeoutException:
+                problem = f"judge call to {url} timed out after {self.config.timeout_s:g}s"
+                continue
+            except httpx.TransportError as exc:
+                problem = f"judge call to {url} failed: {exc or type(exc).__name__}"
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                problem = f"judge endpoint answered HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                raise JudgeError(
+                    f"judge endpoint answered HTTP {response.status_code}: {response.text[:200]}"
+                )
+            reply = _content(response)
+            return parse_verdict(reply), reply
+        raise JudgeError(f"{problem} ({self.config.retries + 1} attempts)")
+
+
+def _content(response: httpx.Response) -> str:
+    try:
+        content = response.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise JudgeError(f"judge endpoint sent no chat completion: {response.text[:200]}") from None
+    if not isinstance(content, str):
+        raise JudgeError(f"judge endpoint sent non-text content {content!r:.80}")
+    return content
+
+
+def _run(coroutine):
+    """Run the judge's event loop, also when the caller is inside one (a web handler)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+Judge = ExactJudge | LLMJudge

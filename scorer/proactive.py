@@ -1,0 +1,189 @@
+"""TRACE proactive metrics of one record (metrics spec section 3).
+
+Windows: point triggers t_1 < t_2 < ... with tolerance Δ give [t_i, min(t_i + Δ, t_next)),
+t_next being the first window start strictly after t_i among all windows of the record; the
+last one is [t_n, t_n + Δ). State intervals keep their annotated [start, end).
+
+Assignment, windows in time order, each answered episode used at most once: the first
+unused episode with its onset in the window is `in_window`; else the latest unused one with
+its onset before the window start is `before_window` (consumed, scores 0); else `no_output`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core_server.benchmark.records import ProactiveRecord, Trigger
+from scorer.episodes import Episode, SessionTrace
+from scorer.judges import JudgeRequest
+from scorer.parsing import is_answer
+from scorer.profiles import ScoringProfile
+
+IN_WINDOW, BEFORE_WINDOW, NO_OUTPUT = "in_window", "before_window", "no_output"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    trigger: int  # index of the trigger in the record
+    trigger_type: str
+    start: float
+    end: float
+    answer: str
+    accepted: tuple[str, ...] = ()
+    evidence: tuple[float, float] | None = None  # annotated evidence bounds, when given
+
+    def contains(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+def build_windows(triggers: Sequence[Trigger], tolerance_s: float) -> list[Window]:
+    starts = sorted({trigger.start_s for trigger in triggers})
+    windows = []
+    for index, trigger in enumerate(triggers):
+        start = trigger.start_s
+        if trigger.is_state:
+            end = trigger.interval_end_s if trigger.interval_end_s is not None else start
+        else:
+            later = bisect.bisect_right(starts, start)
+            end = start + tolerance_s
+            if later < len(starts):
+                end = min(end, starts[later])
+        evidence = None
+        if trigger.evidence_start_s is not None and trigger.evidence_end_s is not None:
+            evidence = (trigger.evidence_start_s, trigger.evidence_end_s)
+        windows.append(
+            Window(
+                index,
+                trigger.trigger_type,
+                start,
+                end,
+                trigger.answer,
+                tuple(trigger.accepted_facts),
+                evidence,
+            )
+        )
+    windows.sort(key=lambda window: (window.start, window.end, window.trigger))
+    return windows
+
+
+def assign(
+    windows: Sequence[Window], onsets: Sequence[float | None]
+) -> list[tuple[str, int | None]]:
+    """(assignment, episode index) per window; `onsets` are the answered episodes' onsets."""
+    order = sorted(
+        (index for index, onset in enumerate(onsets) if onset is not None),
+        key=lambda index: (onsets[index], index),
+    )
+    used: set[int] = set()
+    result: list[tuple[str, int | None]] = []
+    for window in windows:
+        inside = next((i for i in order if i not in used and window.contains(onsets[i])), None)
+        if inside is not None:
+            used.add(inside)
+            result.append((IN_WINDOW, inside))
+            continue
+        before = [i for i in order if i not in used and onsets[i] < window.start]
+        if before:
+            used.add(before[-1])
+            result.append((BEFORE_WINDOW, before[-1]))
+        else:
+            result.append((NO_OUTPUT, None))
+    return result
+
+
+@dataclass(slots=True)
+class WindowOutcome:
+    window: Window
+    assignment: str
+    episode: int | None  # index into ProactiveResult.answered
+    request: JudgeRequest | None = None  # content judgement of an in-window answer
+    score: float = 0.0
+    delay_s: float | None = None
+    onsets_inside: int = 0  # answered episodes with their onset in the window
+
+
+@dataclass(slots=True)
+class ProactiveResult:
+    windows: list[WindowOutcome]
+    answered: list[Episode]  # answered episodes, in the order they began
+    false_alarm: list[bool]  # per answered episode
+    tail: list[bool]  # per answered episode: outside every window, after the last one began
+    delay_clock: str  # "video" (logical pacing) | "runtime" (wall clock)
+    unanswered_episodes: int = 0  # closed episodes that were empty or a silence token
+
+    @property
+    def score_sum(self) -> float:
+        return sum(outcome.score for outcome in self.windows)
+
+    def count(self, assignment: str) -> int:
+        return sum(1 for outcome in self.windows if outcome.assignment == assignment)
+
+    @property
+    def redundant(self) -> int:
+        return sum(max(0, outcome.onsets_inside - 1) for outcome in self.windows)
+
+    def requests(self) -> list[JudgeRequest]:
+        return [outcome.request for outcome in self.windows if outcome.request is not None]
+
+    def apply(self, scores: dict[JudgeRequest, float]) -> None:
+        for outcome in self.windows:
+            if outcome.request is not None:
+                outcome.score = scores[outcome.request]
+
+
+def evaluate_proactive(
+    trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
+) -> ProactiveResult:
+    windows = build_windows(record.triggers, profile.tolerance_s)
+    # An episode cut off by a failure (never closed) is not an answer.
+    episodes = [episode for episode in trace.episodes if episode.closed]
+    answered = [e for e in episodes if is_answer(e.text, profile.silence_tokens)]
+    onsets = [episode.onset_t for episode in answered]
+    semantic = profile.is_semantic(record.task_type)
+    outcomes = []
+    for window, (assignment, index) in zip(windows, assign(windows, onsets), strict=True):
+        outcome = WindowOutcome(window, assignment, index)
+        outcome.onsets_inside = sum(1 for t in onsets if t is not None and window.contains(t))
+        if assignment == IN_WINDOW:
+            episode = answered[index]
+            outcome.request = JudgeRequest(
+                task_type=record.task_type,
+                question=record.instruction,
+                reference=window.answer,
+                prediction=episode.text,
+                accepted=window.accepted,
+                semantic=semantic,
+            )
+            outcome.delay_s = _delay(trace, window, episode)
+        outcomes.append(outcome)
+    return ProactiveResult(
+        windows=outcomes,
+        answered=answered,
+        false_alarm=[_outside(t, windows) and _later_start(t, windows) for t in onsets],
+        tail=[_outside(t, windows) and not _later_start(t, windows) for t in onsets],
+        delay_clock="runtime" if trace.wall_clock else "video",
+        unanswered_episodes=len(episodes) - len(answered),
+    )
+
+
+# A false alarm is an answered episode outside every window of its record that began before
+# some later window start; one after the last window began ("tail") is not a false alarm.
+def _outside(onset: float | None, windows: Sequence[Window]) -> bool:
+    return onset is not None and not any(window.contains(onset) for window in windows)
+
+
+def _later_start(onset: float | None, windows: Sequence[Window]) -> bool:
+    return onset is not None and any(window.start > onset for window in windows)
+
+
+def _delay(trace: SessionTrace, window: Window, episode: Episode) -> float | None:
+    """Onset minus the window start: in video seconds under logical pacing; under wall clock
+    on the runtime clock from the arrival of the first frame at or after the window start."""
+    if not trace.wall_clock:
+        return None if episode.onset_t is None else episode.onset_t - window.start
+    position = bisect.bisect_left(trace.frame_t, window.start)
+    if position == len(trace.frame_t):
+        return None
+    return (episode.onset_ns - trace.frame_ns[position]) / 1e9

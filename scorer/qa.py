@@ -1,0 +1,82 @@
+"""TRACE QA metrics of one record (metrics spec section 2).
+
+The prediction is the last response episode that began after the question was dispatched;
+an episode cut off by a failure (never closed) is no prediction. The runtime origin is the
+question's arrival: the `question_sent` runtime under logical pacing, the question's
+scheduled runtime under wall-clock pacing (so Core lag counts against the system, as in the
+spec). TTFT runs to the first token of the first episode after dispatch, latency to the
+completion of the prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core_server.benchmark.records import QARecord
+from scorer.episodes import Episode, SessionTrace
+from scorer.parsing import OPTION_PARSERS, gold_label, is_answer, option_labels
+from scorer.profiles import ScoringProfile
+
+
+@dataclass(frozen=True, slots=True)
+class QAResult:
+    gold: str
+    prediction: str | None  # text of the prediction episode
+    parsed: str | None  # the option label recovered by the profile's parser
+    correct: bool
+    invalid: bool  # no legal option recovered (failed and silent records included)
+    ttft_s: float | None
+    latency_s: float | None
+    answer_t: float | None  # video time of the answer (readiness t_a)
+    responses: int  # episodes after dispatch
+
+
+def evaluate_qa(trace: SessionTrace, record: QARecord, profile: ScoringProfile) -> QAResult:
+    gold = gold_label(record.answer)
+    after = _after_dispatch(trace)
+    prediction = after[-1] if after and after[-1].closed else None
+    answered = prediction is not None and is_answer(prediction.text, profile.silence_tokens)
+    parsed = None
+    if answered:
+        parse = OPTION_PARSERS[profile.option_parser]
+        parsed = parse(prediction.text, option_labels(record.options))
+    origin = _origin_ns(trace)
+    ttft = latency = None
+    if origin is not None and after:
+        ttft = (after[0].onset_ns - origin) / 1e9
+        if prediction is not None and prediction.final_ns is not None:
+            latency = (prediction.final_ns - origin) / 1e9
+    return QAResult(
+        gold=gold,
+        prediction=None if prediction is None else prediction.text,
+        parsed=parsed,
+        correct=parsed is not None and parsed == gold,
+        invalid=parsed is None,
+        ttft_s=ttft,
+        latency_s=latency,
+        answer_t=_answer_t(trace, prediction) if answered else None,
+        responses=len(after),
+    )
+
+
+def _after_dispatch(trace: SessionTrace) -> list[Episode]:
+    if trace.task_ns is None:
+        return []
+    return [episode for episode in trace.episodes if episode.onset_ns >= trace.task_ns]
+
+
+def _origin_ns(trace: SessionTrace) -> int | None:
+    if trace.task_ns is None:
+        return None
+    if trace.wall_clock and trace.task_t is not None:
+        scheduled = trace.scheduled_ns(trace.task_t)
+        if scheduled is not None:
+            return scheduled
+    return trace.task_ns
+
+
+def _answer_t(trace: SessionTrace, prediction: Episode) -> float | None:
+    """Under logical pacing the video clock stands still at the question: t_a = t_q."""
+    if trace.wall_clock:
+        return prediction.onset_t
+    return trace.task_t

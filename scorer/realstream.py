@@ -1,0 +1,147 @@
+"""RealStreamEval score of one proactive record (EvoStreaming Eq. 3-4, metrics spec section 4).
+
+Steps t = 1..T are the decision steps the Core sent (or, for autonomous adapters that get
+no steps, the delivered frames from the instruction on). An answered episode belongs to the
+last step at or before its onset; a trigger's ground-truth step is the first step at or
+after its start.
+
+    S = quality * M - P_early
+    quality = mean over ground-truth steps t* of max J(a_t, a*) over responses |t - t*| <= δ
+    FAR (REC, SSR, CRR): δ = 1 step, P_early = 0.1 if a response comes before min t* - δ,
+        M = 1 if R < 0.4 else max(1 - 0.2 * floor(5 R), 0.2), R = response steps / T
+    other tasks: δ = 0, P_early = 0, M = 0.5 if one answer repeats on consecutive steps
+
+The multiplier is computed in exact fractions: 0.2 * floor(5 * 3/5) must be 0.6, not
+0.6000000000000001.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from core_server.benchmark.records import ProactiveRecord
+from scorer.episodes import Episode, SessionTrace
+from scorer.judges import JudgeRequest
+from scorer.parsing import is_answer, normalise
+from scorer.profiles import ScoringProfile
+
+
+def verbosity_multiplier(response_steps: int, steps: int, profile: ScoringProfile) -> float:
+    """M_FAR of Eq. 4 at answer rate R = response_steps / steps."""
+    if steps == 0:
+        return 1.0
+    rate = Fraction(response_steps, steps)
+    if rate < Fraction(str(profile.rs_rate_threshold)):
+        return 1.0
+    bins = math.floor(rate * profile.rs_rate_bins)
+    decayed = 1 - Fraction(str(profile.rs_rate_slope)) * bins
+    return float(max(decayed, Fraction(str(profile.rs_multiplier_floor))))
+
+
+def step_grid(trace: SessionTrace) -> list[float]:
+    if trace.step_t:
+        return trace.step_t
+    if trace.task_t is None:
+        return []
+    first = max(0, bisect.bisect_right(trace.frame_t, trace.task_t) - 1)
+    return trace.frame_t[first:]
+
+
+@dataclass(slots=True)
+class RealstreamResult:
+    far: bool
+    delta: int
+    steps: int  # T
+    response_steps: list[int]  # per answered episode
+    truth_steps: list[int]  # per trigger, in record order
+    pairs: list[tuple[int, JudgeRequest]]  # (trigger, judgement) within δ
+    early: bool
+    repeated: bool
+    multiplier: float
+    early_penalty: float
+    tokens: int  # output tokens of answered episodes that reported them
+    token_turns: int  # answered episodes that reported output tokens
+    quality: float = 0.0
+    score: float = 0.0
+    best: list[float] = field(default_factory=list)  # per trigger
+
+    @property
+    def answer_rate(self) -> float:
+        return len(set(self.response_steps)) / self.steps if self.steps else 0.0
+
+    def requests(self) -> list[JudgeRequest]:
+        return [request for _, request in self.pairs]
+
+    def apply(self, scores: dict[JudgeRequest, float], profile: ScoringProfile) -> None:
+        self.best = [0.0] * len(self.truth_steps)
+        for trigger, request in self.pairs:
+            self.best[trigger] = max(self.best[trigger], scores[request])
+        self.quality = sum(self.best) / len(self.best) if self.best else 0.0
+        score = self.quality * self.multiplier - self.early_penalty
+        self.score = max(0.0, score) if profile.rs_floor_score_at_zero else score
+
+
+def evaluate_realstream(
+    trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
+) -> RealstreamResult:
+    grid = step_grid(trace)
+    answered = [
+        episode
+        for episode in trace.episodes
+        if episode.closed
+        and episode.onset_t is not None
+        and is_answer(episode.text, profile.silence_tokens)
+    ]
+    steps_of = [max(0, bisect.bisect_right(grid, e.onset_t) - 1) for e in answered]
+    truth = [bisect.bisect_left(grid, trigger.start_s) for trigger in record.triggers]
+    far = record.task_type in profile.rs_far_task_types
+    delta = profile.rs_far_delta_steps if far else profile.rs_other_delta_steps
+    semantic = profile.is_semantic(record.task_type, realstream=True)
+    pairs = [
+        (
+            index,
+            JudgeRequest(
+                task_type=record.task_type,
+                question=record.instruction,
+                reference=trigger.answer,
+                prediction=episode.text,
+                accepted=tuple(trigger.accepted_facts),
+                semantic=semantic,
+            ),
+        )
+        for index, trigger in enumerate(record.triggers)
+        for episode, step in zip(answered, steps_of, strict=True)
+        if abs(step - truth[index]) <= delta
+    ]
+    early = far and bool(truth) and any(step < min(truth) - delta for step in steps_of)
+    repeated = not far and _repeats(answered, steps_of)
+    if far:
+        multiplier = verbosity_multiplier(len(set(steps_of)), len(grid), profile)
+    else:
+        multiplier = profile.rs_repetition_multiplier if repeated else 1.0
+    reported = [e.output_tokens for e in answered if e.output_tokens is not None]
+    return RealstreamResult(
+        far=far,
+        delta=delta,
+        steps=len(grid),
+        response_steps=steps_of,
+        truth_steps=truth,
+        pairs=pairs,
+        early=early,
+        repeated=repeated,
+        multiplier=multiplier,
+        early_penalty=profile.rs_early_penalty if early else 0.0,
+        tokens=sum(reported),
+        token_turns=len(reported),
+    )
+
+
+def _repeats(answered: list[Episode], steps_of: list[int]) -> bool:
+    """The same (normalised) answer on two consecutive steps."""
+    by_step: dict[int, set[str]] = {}
+    for episode, step in zip(answered, steps_of, strict=True):
+        by_step.setdefault(step, set()).add(normalise(episode.text))
+    return any(by_step[step] & by_step.get(step + 1, set()) for step in by_step)

@@ -1,0 +1,233 @@
+"""One record, every metric family: evaluate its session trace, then (after the run's
+content judgements are made) give its per-record result and its aggregation fields."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from core_server.benchmark.records import ProactiveRecord, QARecord, Record
+from scorer.episodes import SessionTrace
+from scorer.errors import ScoreError
+from scorer.judges import JudgeRequest
+from scorer.proactive import BEFORE_WINDOW, IN_WINDOW, ProactiveResult, evaluate_proactive
+from scorer.profiles import ScoringProfile
+from scorer.qa import QAResult, evaluate_qa
+from scorer.readiness import Readiness, Turn, proactive_turns, qa_turn
+from scorer.realstream import RealstreamResult, evaluate_realstream
+from scorer.workload import WorkloadResult, evaluate_workload
+
+_RECORD = TypeAdapter(Record)
+NOT_RUN = "not_run"  # a record whose session recorded no event
+
+
+def parse_record(data: dict[str, Any]) -> QARecord | ProactiveRecord:
+    try:
+        return _RECORD.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ScoreError(
+            f"record {data.get('record_id', '?')!r} is not a valid benchmark record: "
+            f"{where}: {first['msg']}"
+        ) from None
+
+
+@dataclass
+class RecordEvaluation:
+    record: QARecord | ProactiveRecord
+    trace: SessionTrace
+    workload: WorkloadResult
+    qa: QAResult | None = None
+    proactive: ProactiveResult | None = None
+    realstream: RealstreamResult | None = None
+    turns: list[Turn] = field(default_factory=list)
+    readiness: Readiness | None = None
+
+    @property
+    def status(self) -> str:
+        return NOT_RUN if self.trace.event_count == 0 else self.trace.status
+
+    def requests(self) -> list[JudgeRequest]:
+        found = []
+        if self.proactive is not None:
+            found += self.proactive.requests()
+        if self.realstream is not None:
+            found += self.realstream.requests()
+        return found
+
+    def apply(self, scores: dict[JudgeRequest, float], profile: ScoringProfile) -> None:
+        if self.proactive is not None:
+            self.proactive.apply(scores)
+        if self.realstream is not None:
+            self.realstream.apply(scores, profile)
+
+
+def evaluate_record(
+    record: QARecord | ProactiveRecord, trace: SessionTrace, profile: ScoringProfile
+) -> RecordEvaluation:
+    evaluation = RecordEvaluation(record, trace, evaluate_workload(trace, profile.submission_kinds))
+    if isinstance(record, QARecord):
+        evaluation.qa = evaluate_qa(trace, record, profile)
+        evaluation.turns = [qa_turn(record, evaluation.qa.answer_t)]
+    else:
+        evaluation.proactive = evaluate_proactive(trace, record, profile)
+        evaluation.turns = proactive_turns(evaluation.proactive)
+        if "realstream" in profile.families:
+            evaluation.realstream = evaluate_realstream(trace, record, profile)
+    return evaluation
+
+
+def _num(value: float | int | bool | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def fields(
+    evaluation: RecordEvaluation, profile: ScoringProfile
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """The record's contribution to every metric (see aggregate.CATALOG)."""
+    finished = evaluation.status == "finished"
+    workload = evaluation.workload
+    scalars: dict[str, float] = {"wl_n": 1.0}
+    for name, value in asdict(workload).items():
+        scalars[f"wl_{name}"] = _num(value)
+    lists: dict[str, list[float]] = {}
+    if evaluation.qa is not None:
+        qa = evaluation.qa
+        scalars |= {
+            "qa_n": 1.0,
+            "qa_correct": float(qa.correct),
+            "qa_finished": float(finished),
+            "qa_invalid": float(qa.invalid),
+            "qa_ttft": _num(qa.ttft_s),
+            "qa_latency": _num(qa.latency_s),
+            "rd_acc": float(qa.correct),
+            "rd_acc_n": 1.0,
+        }
+    if evaluation.proactive is not None:
+        result = evaluation.proactive
+        windows = len(result.windows)
+        in_window = result.count(IN_WINDOW)
+        scalars |= {
+            "pr_n": 1.0,
+            "pr_finished": float(finished),
+            "pr_windows": float(windows),
+            "pr_score": result.score_sum,
+            "pr_in_window": float(in_window),
+            "pr_missed": float(windows - in_window),
+            "pr_before": float(result.count(BEFORE_WINDOW)),
+            "pr_answered": float(len(result.answered)),
+            "pr_false_alarms": float(sum(result.false_alarm)),
+            "pr_redundant": float(result.redundant),
+            "rd_acc": result.score_sum,
+            "rd_acc_n": float(windows),
+        }
+        lists["pr_delays"] = [
+            outcome.delay_s for outcome in result.windows if outcome.delay_s is not None
+        ]
+    if evaluation.realstream is not None:
+        rs = evaluation.realstream
+        scalars |= {
+            "rs_n": 1.0,
+            "rs_score": rs.score,
+            "rs_quality": rs.quality,
+            "rs_rate": rs.answer_rate,
+            "rs_multiplier": rs.multiplier,
+            "rs_early": float(rs.early),
+            "rs_tokens": float(rs.tokens),
+            "rs_token_turns": float(rs.token_turns),
+        }
+    if "readiness" in profile.families and evaluation.turns:
+        ready = evaluation.readiness
+        scalars |= {
+            "rd_n": 1.0,
+            "rd_ars": _num(None if ready is None else ready.ars),
+            "rd_ep": _num(None if ready is None else ready.ep),
+            "rd_lp": _num(None if ready is None else ready.lp),
+        }
+    return scalars, lists
+
+
+def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, Any]:
+    """The per-record result: what was predicted and assigned, and why it scored so."""
+    record, trace = evaluation.record, evaluation.trace
+    out: dict[str, Any] = {
+        "record_id": record.record_id,
+        "task": record.task,
+        "task_type": record.task_type,
+        "source_benchmark": record.source_benchmark,
+        "video_path": record.video_path,
+        "status": evaluation.status,
+        "failure_stage": trace.failure_stage,
+        "failure_reason": trace.failure_reason,
+        "events": trace.event_count,
+        "workload": asdict(evaluation.workload),
+        "qa": None if evaluation.qa is None else asdict(evaluation.qa),
+        "proactive": None,
+        "realstream": None,
+        "readiness": None,
+    }
+    if evaluation.proactive is not None:
+        out["proactive"] = _proactive_details(evaluation.proactive)
+    if evaluation.realstream is not None:
+        rs = evaluation.realstream
+        out["realstream"] = {
+            "far": rs.far,
+            "delta_steps": rs.delta,
+            "steps": rs.steps,
+            "response_steps": sorted(set(rs.response_steps)),
+            "answer_rate": rs.answer_rate,
+            "truth_steps": rs.truth_steps,
+            "best_judgement": rs.best,
+            "quality": rs.quality,
+            "multiplier": rs.multiplier,
+            "early_penalty": rs.early_penalty,
+            "repeated": rs.repeated,
+            "score": rs.score,
+            "output_tokens": rs.tokens,
+            "token_turns": rs.token_turns,
+        }
+    if "readiness" in profile.families and evaluation.turns:
+        ready = evaluation.readiness
+        out["readiness"] = {
+            "turns": [asdict(turn) for turn in evaluation.turns],
+            "ars": None if ready is None else ready.ars,
+            "early_penalty": None if ready is None else ready.ep,
+            "late_penalty": None if ready is None else ready.lp,
+        }
+    return out
+
+
+def _proactive_details(result: ProactiveResult) -> dict[str, Any]:
+    windows = []
+    for outcome in result.windows:
+        episode = None if outcome.episode is None else result.answered[outcome.episode]
+        windows.append(
+            {
+                "trigger": outcome.window.trigger,
+                "trigger_type": outcome.window.trigger_type,
+                "start": outcome.window.start,
+                "end": outcome.window.end,
+                "answer": outcome.window.answer,
+                "assignment": outcome.assignment,
+                "response_id": None if episode is None else episode.response_id,
+                "onset_t": None if episode is None else episode.onset_t,
+                "prediction": None if episode is None else episode.text,
+                "score": outcome.score,
+                "delay_s": outcome.delay_s,
+                "answered_inside": outcome.onsets_inside,
+            }
+        )
+    return {
+        "windows": windows,
+        "score_sum": result.score_sum,
+        "answered_episodes": len(result.answered),
+        "unanswered_episodes": result.unanswered_episodes,
+        "false_alarms": sum(result.false_alarm),
+        "tail_responses": sum(result.tail),
+        "redundant": result.redundant,
+        "delay_clock": result.delay_clock,
+    }

@@ -1,0 +1,399 @@
+"""Score a run: `score_run(store, run_id)` or `score_exported(path)`, the same numbers.
+
+One pass over the run's events, grouped by session (one session = one record), evaluates
+every record; the content judgements of the whole run are then made in one batch; then the
+readiness scale τ is fixed, and every metric is aggregated overall, per task type and per
+source benchmark. The result records the profile with all its constants, the judge and how
+it judged, and the run's declared conditions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.table import Table
+
+from core_server.store.export import ExportFormatError
+from core_server.store.store import Store
+from scorer.aggregate import FieldTable, Metric, summarise
+from scorer.episodes import SessionTrace, assemble
+from scorer.errors import ScoreError
+from scorer.judge_cache import JudgeCache
+from scorer.judges import ExactJudge, JudgeRequest, JudgeSummary, LLMJudge
+from scorer.profiles import ScoringProfile, get_profile
+from scorer.readiness import median_duration, readiness
+from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
+from scorer.source import RunSource, file_source, store_engine, store_source
+
+SCHEMA = "streameval-scores/1"
+# The configuration entries that say how the timeline was delivered.
+CONFIG_KEYS = (
+    "profile",
+    "pacing",
+    "speed",
+    "fps",
+    "max_width",
+    "jpeg_quality",
+    "qa_history_s",
+    "proactive_lead_s",
+    "proactive_tolerance_s",
+)
+
+
+class MetricValue(BaseModel):
+    value: float | None
+    population: int = Field(description="units in the denominator (see unit)")
+    observed: int = Field(description="units with an observed value")
+    coverage: float | None = Field(description="observed / population")
+    ci95: tuple[float, float] | None = Field(
+        description="bootstrap interval clustered by video (None: fewer than two videos)"
+    )
+    unit: str
+
+
+Families = dict[str, dict[str, MetricValue]]
+
+
+class ProfileReport(BaseModel):
+    name: str
+    version: str
+    description: str
+    constants: dict[str, Any]
+    overrides: dict[str, Any]
+
+
+class JudgeReport(BaseModel):
+    kind: str
+    incomplete: bool = Field(description="some judgements failed and scored 0")
+    requests: int
+    unique: int
+    semantic: int
+    exact: int
+    cache_hits: int
+    llm_judged: int
+    calls: int
+    failures: int
+    failure_reasons: list[str]
+    fallback: bool
+    model: str | None
+    base_url: str | None
+    template_version: str | None
+    note: str | None
+
+
+class SessionCounts(BaseModel):
+    finished: int = 0
+    failed: int = 0
+    incomplete: int = 0  # events but no outcome: an interrupted run
+    not_run: int = 0
+
+
+class RecordResult(BaseModel):
+    record_id: str
+    task: str
+    task_type: str
+    source_benchmark: str
+    video_path: str
+    status: str
+    failure_stage: str | None
+    failure_reason: str | None
+    events: int
+    workload: dict[str, Any]
+    qa: dict[str, Any] | None
+    proactive: dict[str, Any] | None
+    realstream: dict[str, Any] | None
+    readiness: dict[str, Any] | None
+
+
+class RunScores(BaseModel):
+    schema_version: str = SCHEMA
+    run_id: str
+    run_status: str
+    benchmark: str
+    config_hash: str
+    conditions: dict[str, Any]
+    profile: ProfileReport
+    judge: JudgeReport
+    events_scored: int
+    records_scored: int
+    sessions: SessionCounts
+    derived: dict[str, Any] = Field(description="values fixed from the data, e.g. readiness τ")
+    notes: list[str]
+    overall: Families
+    by_task_type: dict[str, Families]
+    by_source_benchmark: dict[str, Families]
+    records: list[RecordResult] = Field(default_factory=list)
+
+    def to_json(self, include_records: bool = False) -> dict[str, Any]:
+        """A JSON-ready dict; per-record results only when asked for."""
+        return self.model_dump(mode="json", exclude=None if include_records else {"records"})
+
+    def render(self, console: Console | None = None) -> None:
+        render_scores(self, console or Console())
+
+
+@dataclass
+class EvaluatedRun:
+    """Everything scoring computed, before it is shaped into RunScores."""
+
+    source: RunSource
+    profile: ScoringProfile
+    evaluations: list[RecordEvaluation]
+    judge: JudgeSummary
+    taus: dict[str, float]
+    events: int
+
+    def table(self) -> FieldTable:
+        rows = [fields(evaluation, self.profile) for evaluation in self.evaluations]
+        return FieldTable(
+            [scalars for scalars, _ in rows],
+            [lists for _, lists in rows],
+            [evaluation.record.video_path for evaluation in self.evaluations],
+        )
+
+
+def evaluate_source(
+    source: RunSource,
+    profile: ScoringProfile | str = "trace-paper-v1",
+    judge: ExactJudge | LLMJudge | None = None,
+) -> EvaluatedRun:
+    profile = get_profile(profile)
+    records = {data["record_id"]: parse_record(data) for data in source.records}
+    traces: dict[str, SessionTrace] = {}
+    events = 0
+    for trace in assemble(source.events(None)):
+        if trace.session_id not in records:
+            raise ScoreError(
+                f"run {source.run_id!r}: session {trace.session_id!r} matches no record"
+            )
+        traces[trace.session_id] = trace
+        events += trace.event_count
+    evaluations = [
+        evaluate_record(record, traces.get(record_id) or SessionTrace(record_id), profile)
+        for record_id, record in records.items()
+    ]
+    requests: list[JudgeRequest] = [r for evaluation in evaluations for r in evaluation.requests()]
+    scores, summary = (judge or ExactJudge()).judge(requests)
+    for evaluation in evaluations:
+        evaluation.apply(scores, profile)
+    taus = _readiness(evaluations, profile)
+    return EvaluatedRun(source, profile, evaluations, summary, taus, events)
+
+
+def _readiness(
+    evaluations: Sequence[RecordEvaluation], profile: ScoringProfile
+) -> dict[str, float]:
+    """τ per task (QA evidence windows and proactive targets are different populations)."""
+    if "readiness" not in profile.families:
+        return {}
+    taus = {}
+    for task in ("qa", "proactive"):
+        members = [e for e in evaluations if e.record.task == task]
+        if not members:
+            continue
+        tau = median_duration([turn for e in members for turn in e.turns])
+        taus[task] = tau
+        for evaluation in members:
+            evaluation.readiness = readiness(evaluation.turns, tau, profile)
+    return taus
+
+
+def scores_of(run: EvaluatedRun) -> RunScores:
+    profile = run.profile
+    table = run.table()
+    families = profile.families
+    overall = summarise(table, families, profile, "overall")
+    by_task_type = _slices(run, table, "task_type")
+    by_source = _slices(run, table, "source_benchmark")
+    statuses = Counter(evaluation.status for evaluation in run.evaluations)
+    info = run.source.run
+    config = info.get("config") or {}
+    return RunScores(
+        run_id=info["run_id"],
+        run_status=info["status"],
+        benchmark=info["benchmark"],
+        config_hash=info["config_hash"],
+        conditions={
+            "declared": info.get("conditions") or {},
+            "config": {key: config[key] for key in CONFIG_KEYS if key in config},
+        },
+        profile=ProfileReport(
+            name=profile.name,
+            version=profile.version,
+            description=profile.description,
+            constants=profile.constants(),
+            overrides=dict(profile.overrides),
+        ),
+        judge=JudgeReport(incomplete=run.judge.incomplete, **asdict(run.judge)),
+        events_scored=run.events,
+        records_scored=len(run.evaluations),
+        sessions=SessionCounts(**statuses),
+        derived=_derived(run),
+        notes=_notes(run, config),
+        overall=_models(overall),
+        by_task_type=by_task_type,
+        by_source_benchmark=by_source,
+        records=[RecordResult(**details(e, profile)) for e in run.evaluations],
+    )
+
+
+def _slices(run: EvaluatedRun, table: FieldTable, attribute: str) -> dict[str, Families]:
+    groups: dict[str, list[int]] = {}
+    for position, evaluation in enumerate(run.evaluations):
+        groups.setdefault(getattr(evaluation.record, attribute), []).append(position)
+    return {
+        name: _models(
+            summarise(table.subset(rows), run.profile.families, run.profile, f"{attribute}={name}")
+        )
+        for name, rows in sorted(groups.items())
+    }
+
+
+def _models(families: dict[str, dict[str, Metric]]) -> Families:
+    return {
+        family: {name: MetricValue(**asdict(metric)) for name, metric in metrics.items()}
+        for family, metrics in families.items()
+    }
+
+
+def _derived(run: EvaluatedRun) -> dict[str, Any]:
+    clocks = sorted(
+        {
+            e.proactive.delay_clock
+            for e in run.evaluations
+            if e.proactive is not None and e.status != "not_run"
+        }
+    )
+    derived: dict[str, Any] = {"response_delay_clock": clocks[0] if len(clocks) == 1 else clocks}
+    if run.taus:
+        derived["readiness_tau_s"] = run.taus
+    return derived
+
+
+def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
+    notes = []
+    if run.judge.note:
+        notes.append(run.judge.note)
+    if run.judge.incomplete:
+        notes.append(
+            f"judge-incomplete: {run.judge.failures} of {run.judge.semantic} semantic "
+            "judgements failed and scored 0"
+        )
+    streamed = config.get("proactive_tolerance_s")
+    if streamed is not None and streamed != run.profile.tolerance_s:
+        notes.append(
+            f"the run streamed proactive records with tolerance {streamed:g} s; scored with "
+            f"{run.profile.tolerance_s:g} s"
+        )
+    if run.source.run["status"] != "finished":
+        notes.append(
+            f"run status is {run.source.run['status']!r}: records without a finished session "
+            "count as not completed and stay in every denominator"
+        )
+    if "realstream" in run.profile.families and not run.profile.rs_floor_score_at_zero:
+        notes.append(
+            "RealStreamEval per-record scores are not floored at 0 (EvoStreaming Eq. 3); "
+            "an early penalty can make a record's score negative"
+        )
+    return notes
+
+
+def score_run(
+    store: Store,
+    run_id: str,
+    profile: ScoringProfile | str = "trace-paper-v1",
+    judge: ExactJudge | LLMJudge | None = None,
+) -> RunScores:
+    """Score a stored run; an LLM judge without a cache caches its verdicts in this store."""
+    if isinstance(judge, LLMJudge) and judge.cache is None:
+        judge = judge.with_cache(JudgeCache(store_engine(store)))
+    return scores_of(evaluate_source(store_source(store, run_id), profile, judge))
+
+
+def score_exported(
+    path: str | Path,
+    profile: ScoringProfile | str = "trace-paper-v1",
+    judge: ExactJudge | LLMJudge | None = None,
+) -> RunScores:
+    """Score an exported JSONL event log (`streameval export`) with no store."""
+    return scores_of(evaluate_source(load_exported(path), profile, judge))
+
+
+def load_exported(path: str | Path) -> RunSource:
+    try:
+        return file_source(path)
+    except FileNotFoundError:
+        raise ScoreError(f"event log {path} does not exist") from None
+    except IsADirectoryError:
+        raise ScoreError(f"event log {path} is a directory, not a JSONL file") from None
+    except ExportFormatError as exc:
+        raise ScoreError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def _ci(metric: MetricValue) -> str:
+    return "-" if metric.ci95 is None else f"[{metric.ci95[0]:.4g}, {metric.ci95[1]:.4g}]"
+
+
+def render_scores(scores: RunScores, console: Console) -> None:
+    title = (
+        f"run {scores.run_id} · profile {scores.profile.name} v{scores.profile.version} · "
+        f"judge {scores.judge.kind}"
+    )
+    table = Table(title=title)
+    for column in ("family", "metric", "value", "95% CI", "population", "coverage"):
+        table.add_column(column, justify="left" if column in ("family", "metric") else "right")
+    for family, metrics in scores.overall.items():
+        for name, metric in metrics.items():
+            table.add_row(
+                family,
+                name,
+                _fmt(metric.value),
+                _ci(metric),
+                f"{metric.population} {metric.unit}",
+                _fmt(metric.coverage),
+            )
+    console.print(table)
+    headline = {
+        "qa": "accuracy",
+        "proactive": "in_window_accuracy",
+        "realstream": "score",
+        "readiness": "acc_e",
+    }
+    breakdown = Table(title="per task type")
+    breakdown.add_column("task type")
+    shown = [
+        family for family in headline if family in scores.profile.constants.get("families", [])
+    ]
+    for family in shown:
+        breakdown.add_column(f"{family} {headline[family]}", justify="right")
+    for task_type, families in scores.by_task_type.items():
+        cells = []
+        for family in shown:
+            metric = families.get(family, {}).get(headline[family])
+            cells.append("" if metric is None else f"{_fmt(metric.value)} ({metric.population})")
+        breakdown.add_row(task_type, *cells)
+    console.print(breakdown)
+    sessions = scores.sessions
+    console.print(
+        f"{scores.records_scored} records, {scores.events_scored} events; sessions: "
+        f"{sessions.finished} finished, {sessions.failed} failed, {sessions.incomplete} "
+        f"incomplete, {sessions.not_run} not run",
+        highlight=False,
+    )
+    for note in scores.notes:
+        console.print(f"note: {note}", highlight=False)

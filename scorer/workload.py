@@ -1,0 +1,67 @@
+"""Workload of one record (TRACE section 2): what the adapter actually submitted and emitted.
+
+Submitted images count every image occurrence of the submission kinds (replays included);
+unique frames are the distinct frame ids among them; replayed occurrences the difference;
+dropped frames = delivered frames - unique submitted frames. A count the adapter did not
+report is missing (None), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scorer.episodes import SessionTrace
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadResult:
+    delivered_frames: int
+    core_dropped_frames: int
+    submitted_images: int | None
+    unique_submitted_frames: int | None
+    replayed_occurrences: int | None
+    dropped_frames: int | None
+    output_tokens: int | None
+    input_tokens: int | None
+    model_calls: int
+
+
+def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) -> WorkloadResult:
+    tally = trace.workload
+    kinds = [kind for kind in submission_kinds if tally.events.get(kind)]
+    submitted = unique = None
+    if kinds and not any(tally.uncounted.get(kind) for kind in kinds):
+        submitted = sum(tally.occurrences.get(kind, 0) for kind in kinds)
+        if not any(tally.unlisted.get(kind) for kind in kinds):
+            ids: set[str] = set()
+            for kind in kinds:
+                ids |= tally.frame_ids.get(kind, set())
+            unique = len(ids)
+    delivered = len(trace.frame_t)
+    return WorkloadResult(
+        delivered_frames=delivered,
+        core_dropped_frames=trace.core_dropped,
+        submitted_images=submitted,
+        unique_submitted_frames=unique,
+        replayed_occurrences=None if unique is None else submitted - unique,
+        dropped_frames=None if unique is None else max(0, delivered - unique),
+        output_tokens=_output_tokens(trace),
+        input_tokens=_input_tokens(trace),
+        model_calls=tally.events.get("model_call", 0),
+    )
+
+
+def _output_tokens(trace: SessionTrace) -> int | None:
+    """Sum over closed episodes; missing if any of them did not report its count."""
+    counts = [episode.output_tokens for episode in trace.episodes if episode.closed]
+    return None if any(count is None for count in counts) else sum(counts)
+
+
+def _input_tokens(trace: SessionTrace) -> int | None:
+    """From the adapter's workload records (every model call), else from the finals."""
+    if trace.workload.input_tokens is not None:
+        return trace.workload.input_tokens
+    counts = [episode.input_tokens for episode in trace.episodes if episode.closed]
+    if not counts or any(count is None for count in counts):
+        return None
+    return sum(counts)
