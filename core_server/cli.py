@@ -30,7 +30,8 @@ app = typer.Typer(
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
 
-console = Console(stderr=True)
+# soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
+console = Console(stderr=True, soft_wrap=True)
 
 StoreOption = Annotated[
     str | None,
@@ -71,24 +72,25 @@ def _progress_reporter(progress: Progress, task_id):
 def execute(
     config: RunConfig, store: Store, resume_id: str | None = None, show_progress: bool = True
 ) -> RunSummary:
-    """Run (or resume) with a progress bar on stderr; user mistakes become one error line."""
-    progress = Progress(
-        TextColumn("[bold]sessions"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not show_progress,
-    )
-    with progress:
-        task_id = progress.add_task("run", total=None)
-        executor = RunExecutor(config, store, progress=_progress_reporter(progress, task_id))
+    """Run (or resume) with a progress bar on stderr once the sessions start."""
 
-        async def go() -> RunSummary:
-            run_id = resume_id or await executor.prepare()
+    async def go() -> RunSummary:
+        executor = RunExecutor(config, store)
+        run_id = resume_id or await executor.prepare()
+        progress = Progress(
+            TextColumn("[bold]sessions"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not show_progress,
+        )
+        with progress:
+            task_id = progress.add_task("run", total=None)
+            executor.progress = _progress_reporter(progress, task_id)
             return await executor.execute(run_id)
 
-        return asyncio.run(go())
+    return asyncio.run(go())
 
 
 # --------------------------------------------------------------------------- run
@@ -165,7 +167,7 @@ def _first_validation_error(exc: ValueError) -> str:
     if callable(errors):
         first = errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}"
+        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
     return str(exc)
 
 
@@ -254,27 +256,36 @@ def _flatten(tree: dict, prefix: str = ""):
 
 
 @app.command()
-def runs(store: StoreOption = None) -> None:
-    """List stored runs, newest first."""
+def runs(
+    store: StoreOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """List stored runs, newest first, with their declared conditions."""
     try:
         with Store(store_url(store)) as opened:
             infos = opened.list_runs()
     except StoreError as exc:
         raise fail(str(exc)) from None
+    rows = [
+        {
+            "run_id": info.run_id,
+            "created_at": info.created_at.isoformat(timespec="seconds"),
+            "status": info.status,
+            "benchmark": info.benchmark,
+            "profile": info.config.get("profile", ""),
+            "pacing": info.config.get("pacing", ""),
+            "adapters": [a.get("adapter", "?") for a in info.conditions.get("adapters", [])],
+        }
+        for info in infos
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
     table = Table()
-    for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapter"):
-        table.add_column(column)
-    for info in infos:
-        adapters = info.conditions.get("adapters", [])
-        table.add_row(
-            info.run_id,
-            info.created_at.isoformat(timespec="seconds"),
-            info.status,
-            info.benchmark,
-            info.config.get("profile", ""),
-            info.config.get("pacing", ""),
-            ", ".join(a.get("adapter", "?") for a in adapters),
-        )
+    for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapters"):
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*[", ".join(v) if isinstance(v, list) else v for v in row.values()])
     Console().print(table)
 
 

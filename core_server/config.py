@@ -6,6 +6,7 @@ traced back to the conditions it was obtained under.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -166,4 +167,6 @@ class RunConfig(BaseModel):
 
 
 def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "streameval"
+    """Frames, generated benchmarks and the default store; STREAMEVAL_CACHE_DIR moves it."""
+    configured = os.environ.get("STREAMEVAL_CACHE_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "streameval"

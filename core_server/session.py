@@ -231,7 +231,7 @@ class SessionDriver:
         for item in self.plan.timeline.items:
             if item.kind == "frame":
                 waiter = self._expect("ack", item.frame.index)
-                await self._send_frame(item, scheduled_ns=None, lag_ns=0)
+                await self._send_frame(item, scheduled_ns=None, lag_ns=None)
                 await self._await(waiter, f"frame {item.frame.index} acknowledgement")
             elif item.kind == "step":
                 waiter = self._expect("decision", item.step)
@@ -309,7 +309,9 @@ class SessionDriver:
 
     # ------------------------------------------------------------------ sending
 
-    async def _send_frame(self, item: TimelineItem, scheduled_ns: int | None, lag_ns: int):
+    async def _send_frame(
+        self, item: TimelineItem, scheduled_ns: int | None, lag_ns: int | None
+    ) -> None:
         assert self.ws is not None and item.frame is not None
         ref = item.frame
         payload = self.plan.frames.read(ref)

@@ -15,12 +15,17 @@ from rich.table import Table
 
 from core_server.store.store import Store
 from scorer.aggregate import FieldTable, compare_tables
-from scorer.judge_cache import JudgeCache
 from scorer.judges import ExactJudge, LLMJudge
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.record import fields
-from scorer.report import EvaluatedRun, ProfileReport, evaluate_source
-from scorer.source import RunSource, store_engine, store_source
+from scorer.report import (
+    EvaluatedRun,
+    ProfileReport,
+    cached_in,
+    evaluate_source,
+    profile_report,
+)
+from scorer.source import RunSource, store_source
 
 
 class MetricDifference(BaseModel):
@@ -98,13 +103,7 @@ def compare_sources(
     return Comparison(
         run_a=source_a.run_id,
         run_b=source_b.run_id,
-        profile=ProfileReport(
-            name=profile.name,
-            version=profile.version,
-            description=profile.description,
-            constants=profile.constants(),
-            overrides=dict(profile.overrides),
-        ),
+        profile=profile_report(profile),
         paired_records=len(common),
         only_in_a=len(ids_a - ids_b),
         only_in_b=len(ids_b - ids_a),
@@ -115,7 +114,11 @@ def compare_sources(
         by_task_type={
             name: _models(
                 compare_tables(
-                    table_a.subset(rows), table_b.subset(rows), families, profile, f"task_type={name}"
+                    table_a.subset(rows),
+                    table_b.subset(rows),
+                    families,
+                    profile,
+                    f"task_type={name}",
                 )
             )
             for name, rows in sorted(by_type.items())
@@ -149,6 +152,5 @@ def compare_runs(
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: ExactJudge | LLMJudge | None = None,
 ) -> Comparison:
-    if isinstance(judge, LLMJudge) and judge.cache is None:
-        judge = judge.with_cache(JudgeCache(store_engine(store)))
+    judge = cached_in(store, judge)
     return compare_sources(store_source(store, run_a), store_source(store, run_b), profile, judge)

@@ -223,13 +223,7 @@ def scores_of(run: EvaluatedRun) -> RunScores:
             "declared": info.get("conditions") or {},
             "config": {key: config[key] for key in CONFIG_KEYS if key in config},
         },
-        profile=ProfileReport(
-            name=profile.name,
-            version=profile.version,
-            description=profile.description,
-            constants=profile.constants(),
-            overrides=dict(profile.overrides),
-        ),
+        profile=profile_report(profile),
         judge=JudgeReport(incomplete=run.judge.incomplete, **asdict(run.judge)),
         events_scored=run.events,
         records_scored=len(run.evaluations),
@@ -240,6 +234,16 @@ def scores_of(run: EvaluatedRun) -> RunScores:
         by_task_type=by_task_type,
         by_source_benchmark=by_source,
         records=[RecordResult(**details(e, profile)) for e in run.evaluations],
+    )
+
+
+def profile_report(profile: ScoringProfile) -> ProfileReport:
+    return ProfileReport(
+        name=profile.name,
+        version=profile.version,
+        description=profile.description,
+        constants=profile.constants(),
+        overrides=dict(profile.overrides),
     )
 
 
@@ -311,9 +315,15 @@ def score_run(
     judge: ExactJudge | LLMJudge | None = None,
 ) -> RunScores:
     """Score a stored run; an LLM judge without a cache caches its verdicts in this store."""
-    if isinstance(judge, LLMJudge) and judge.cache is None:
-        judge = judge.with_cache(JudgeCache(store_engine(store)))
+    judge = cached_in(store, judge)
     return scores_of(evaluate_source(store_source(store, run_id), profile, judge))
+
+
+def cached_in(store: Store, judge: ExactJudge | LLMJudge | None) -> ExactJudge | LLMJudge | None:
+    """An LLM judge that has no cache of its own keeps its verdicts in this store."""
+    if isinstance(judge, LLMJudge) and judge.cache is None:
+        return judge.with_cache(JudgeCache(store_engine(store)))
+    return judge
 
 
 def score_exported(

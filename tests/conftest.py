@@ -68,6 +68,14 @@ def store(store_url: str) -> Iterator[Store]:
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory) -> None:
+    """No test reads or writes the user's ~/.cache/streameval (child processes included)."""
+    cache = tmp_path_factory.getbasetemp() / "streameval-cache"
+    monkeypatch.setenv("STREAMEVAL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("STREAMEVAL_STORE", raising=False)
+
+
 @pytest.fixture
 def adapter_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Environment for test adapters run as child processes: importable `tests` package and a

@@ -265,8 +265,10 @@ class _Records:
             texts.insert(int(rng.integers(4)), answer)
         texts.append(UNABLE)
         labels = "ABCDE"
+        spans: tuple[EvidenceSpan, ...] = ()
         if answer is not None:
-            span = span or (anchor, at_s * FPS)
+            start, end = span or (anchor, at_s * FPS)
+            spans = (EvidenceSpan(start_s=_sec(start), end_s=_sec(end), description=task_type),)
         self.records.append(
             QARecord(
                 record_id=self._next_id("qa"),
@@ -281,11 +283,7 @@ class _Records:
                 answer=labels[texts.index(UNABLE if answer is None else answer)],
                 question_time_s=float(at_s),
                 evidence_anchor_s=_sec(anchor),
-                evidence_spans=()
-                if span is None
-                else (
-                    EvidenceSpan(start_s=_sec(span[0]), end_s=_sec(span[1]), description=task_type),
-                ),
+                evidence_spans=spans,
                 metadata=self._meta(scene),
             )
         )
@@ -354,9 +352,7 @@ class _Records:
     def present_digit(self, rng: np.random.Generator, scene: _Scene, index: int) -> None:
         """Asked while the digit is on screen, >= 1 s after it appeared."""
         digit = scene.digits[index]
-        second = int(
-            rng.integers(ceil((digit.start + FPS) / FPS), floor((digit.end - 6) / FPS) + 1)
-        )
+        second = int(rng.integers(ceil((digit.start + FPS) / FPS), (digit.end - 1) // FPS + 1))
         distractors = _shuffled(rng, [str(v) for v in range(10)])
         self.qa(
             rng,

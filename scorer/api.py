@@ -1,0 +1,236 @@
+"""The read-only results API: runs with their declared conditions, metrics per profile,
+per-record results and timelines, and run comparisons, as JSON with OpenAPI docs (/docs).
+Served by `streameval results-api`.
+
+Scores are computed on request and kept (a few runs per profile) until the run gains events
+or changes status, so a dashboard can page through records without rescoring.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from typing import Annotated, Any, Generic, TypeVar
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from core_server.store.store import RunInfo, Store, StoreError
+from scorer.compare import Comparison, compare_runs
+from scorer.errors import ScoreError
+from scorer.judges import ExactJudge, LLMJudge
+from scorer.profiles import PROFILES, ProfileError
+from scorer.report import (
+    ProfileReport,
+    RecordResult,
+    RunScores,
+    cached_in,
+    profile_report,
+    score_run,
+)
+from scorer.source import store_source
+from scorer.timeline import RecordTimeline, record_timeline
+
+T = TypeVar("T")
+DEFAULT_PROFILE = "trace-paper-v1"
+_KEPT_SCORES = 8  # scored (run, profile) pairs kept in memory
+ProfileParam = Annotated[str, Query(description=f"scoring profile: {', '.join(PROFILES)}")]
+Offset = Annotated[int, Query(ge=0)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    offset: int
+    limit: int
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    created_at: datetime
+    finished_at: datetime | None
+    status: str
+    benchmark: str
+    config_hash: str
+    profile: str | None
+    pacing: str | None
+    conditions: dict[str, Any]
+
+
+class RunDetail(RunSummary):
+    config: dict[str, Any]
+    versions: dict[str, str]
+    events: int
+    sessions: dict[str, int]
+
+
+def _summary(info: RunInfo) -> dict[str, Any]:
+    return {
+        "run_id": info.run_id,
+        "created_at": info.created_at,
+        "finished_at": info.finished_at,
+        "status": info.status,
+        "benchmark": info.benchmark,
+        "config_hash": info.config_hash,
+        "profile": info.config.get("profile"),
+        "pacing": info.config.get("pacing"),
+        "conditions": info.conditions,
+    }
+
+
+class _Scores:
+    """Scored runs, keyed by what would change them (event count and run status)."""
+
+    def __init__(self, store: Store, judge: ExactJudge | LLMJudge | None) -> None:
+        self._store = store
+        self._judge = judge
+        self._kept: OrderedDict[tuple, RunScores] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, profile: str) -> RunScores:
+        info = self._store.get_run(run_id)
+        key = (run_id, profile, info.status, self._store.count_events(run_id))
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            scores = score_run(self._store, run_id, profile, self._judge)
+            self._kept[key] = scores
+            while len(self._kept) > _KEPT_SCORES:
+                self._kept.popitem(last=False)
+            return scores
+
+
+def _page(items: list, offset: int, limit: int) -> dict[str, Any]:
+    return {
+        "items": items[offset : offset + limit],
+        "total": len(items),
+        "offset": offset,
+        "limit": limit,
+    }
+
+
+def create_app(store_url: str, judge: ExactJudge | LLMJudge | None = None) -> FastAPI:
+    """The API over one store (opened, and migrated, once). Raises StoreError if it cannot."""
+    store = Store(store_url)
+    judge = cached_in(store, judge)
+    scores = _Scores(store, judge)
+    app = FastAPI(
+        title="streameval results API",
+        version="1",
+        description=(
+            "Read-only access to scored runs: declared conditions, metrics per scoring "
+            "profile (with population, coverage and 95% bootstrap intervals clustered by "
+            "video), per-record results and timelines, and paired run comparisons. "
+            "Metric definitions: docs/metrics.md."
+        ),
+    )
+
+    @app.exception_handler(StoreError)
+    async def _store_error(_: Request, exc: StoreError) -> JSONResponse:
+        missing = str(exc).startswith("unknown run id")
+        return JSONResponse(status_code=404 if missing else 503, content={"detail": str(exc)})
+
+    @app.exception_handler(ScoreError)
+    async def _score_error(_: Request, exc: ScoreError) -> JSONResponse:
+        status = 400 if isinstance(exc, ProfileError) else 422
+        return JSONResponse(status_code=status, content={"detail": str(exc)})
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "store": store.url}
+
+    @app.get("/profiles", response_model=list[ProfileReport], tags=["profiles"])
+    def profiles() -> list[ProfileReport]:
+        """Every scoring profile with all its constants."""
+        return [profile_report(profile) for profile in PROFILES.values()]
+
+    @app.get("/runs", response_model=Page[RunSummary], tags=["runs"])
+    def runs(offset: Offset = 0, limit: Limit = 50) -> dict[str, Any]:
+        """Runs, newest first, with their declared conditions."""
+        return _page([_summary(info) for info in store.list_runs()], offset, limit)
+
+    @app.get("/runs/{run_id}", response_model=RunDetail, tags=["runs"])
+    def run(run_id: str) -> dict[str, Any]:
+        info = store.get_run(run_id)
+        statuses: dict[str, int] = {}
+        for session in store.sessions(run_id):
+            statuses[session.status] = statuses.get(session.status, 0) + 1
+        return {
+            **_summary(info),
+            "config": info.config,
+            "versions": info.versions,
+            "events": store.count_events(run_id),
+            "sessions": statuses,
+        }
+
+    @app.get(
+        "/runs/{run_id}/metrics",
+        response_model=RunScores,
+        response_model_exclude={"records"},
+        tags=["metrics"],
+    )
+    def metrics(run_id: str, profile: ProfileParam = DEFAULT_PROFILE) -> RunScores:
+        """Overall, per task type and per source benchmark metrics under one profile."""
+        return scores.get(run_id, profile)
+
+    @app.get("/runs/{run_id}/records", response_model=Page[RecordResult], tags=["records"])
+    def records(
+        run_id: str,
+        profile: ProfileParam = DEFAULT_PROFILE,
+        task: str | None = None,
+        task_type: str | None = None,
+        source_benchmark: str | None = None,
+        status: Annotated[
+            str | None, Query(description="finished, failed, incomplete, not_run")
+        ] = None,
+        offset: Offset = 0,
+        limit: Limit = 100,
+    ) -> dict[str, Any]:
+        """Per-record results (prediction, assignment, scores), ordered by record id."""
+        wanted = {
+            "task": task,
+            "task_type": task_type,
+            "source_benchmark": source_benchmark,
+            "status": status,
+        }
+        chosen = [
+            result
+            for result in scores.get(run_id, profile).records
+            if all(value is None or getattr(result, key) == value for key, value in wanted.items())
+        ]
+        return _page(chosen, offset, limit)
+
+    @app.get("/runs/{run_id}/records/{record_id}", response_model=RecordResult, tags=["records"])
+    def record(
+        run_id: str, record_id: str, profile: ProfileParam = DEFAULT_PROFILE
+    ) -> RecordResult:
+        for result in scores.get(run_id, profile).records:
+            if result.record_id == record_id:
+                return result
+        raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
+
+    @app.get(
+        "/runs/{run_id}/records/{record_id}/timeline",
+        response_model=RecordTimeline,
+        tags=["records"],
+    )
+    def timeline(
+        run_id: str, record_id: str, profile: ProfileParam = DEFAULT_PROFILE
+    ) -> RecordTimeline:
+        """Frames, target windows, response episodes (onsets, assignment, false alarms)."""
+        source = store_source(store, run_id)
+        if not any(r["record_id"] == record_id for r in source.records):
+            raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
+        return record_timeline(source, record_id, profile, judge)
+
+    @app.get("/compare", response_model=Comparison, tags=["metrics"])
+    def compare(run_a: str, run_b: str, profile: ProfileParam = DEFAULT_PROFILE) -> Comparison:
+        """B - A for every metric over the records both runs share, with paired intervals."""
+        return compare_runs(store, run_a, run_b, profile, judge)
+
+    app.state.store = store
+    return app

@@ -1,0 +1,161 @@
+"""Command-line entry points, registered on the `streameval` app by core_server/cli.py:
+
+    streameval score RUN_ID [--profile P] [--json] [--store URL]
+    streameval score --events FILE.jsonl
+    streameval compare RUN_A RUN_B
+    streameval results-api [--host 127.0.0.1] [--port 8800]
+
+The store URL comes from --store, else $STREAMEVAL_STORE, else
+sqlite:///~/.cache/streameval/streameval.db. A user mistake prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from core_server.store.store import Store, StoreError
+from scorer.errors import ScoreError
+from scorer.judges import LLMJudge, LLMJudgeConfig
+from scorer.profiles import PROFILES, ScoringProfile, get_profile
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", help="Store URL (default: $STREAMEVAL_STORE or ~/.cache/streameval)."),
+]
+ProfileOption = Annotated[
+    str, typer.Option("--profile", help=f"Scoring profile: {', '.join(PROFILES)}.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+ToleranceOption = Annotated[
+    float | None,
+    typer.Option("--tolerance", help="Proactive window tolerance in seconds (profile default 5)."),
+]
+JudgeUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-url",
+        envvar="STREAMEVAL_JUDGE_URL",
+        help="OpenAI-compatible judge endpoint, e.g. http://127.0.0.1:8000/v1 (default: exact "
+        "match). The API key is read from $STREAMEVAL_JUDGE_API_KEY.",
+    ),
+]
+JudgeModelOption = Annotated[
+    str | None,
+    typer.Option("--judge-model", envvar="STREAMEVAL_JUDGE_MODEL", help="Judge model name."),
+]
+
+_stderr = Console(stderr=True)
+
+
+def default_store_url() -> str:
+    if os.environ.get("STREAMEVAL_STORE"):
+        return os.environ["STREAMEVAL_STORE"]
+    directory = Path("~/.cache/streameval").expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{directory / 'streameval.db'}"
+
+
+def _fail(message: str) -> typer.Exit:
+    _stderr.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(2)
+
+
+def _profile(name: str, tolerance: float | None) -> ScoringProfile:
+    profile = get_profile(name)
+    return profile if tolerance is None else profile.with_overrides(tolerance_s=tolerance)
+
+
+def _judge(url: str | None, model: str | None) -> LLMJudge | None:
+    if url is None:
+        if model is not None:
+            raise ScoreError("--judge-model needs --judge-url (or $STREAMEVAL_JUDGE_URL)")
+        return None
+    return LLMJudge(LLMJudgeConfig(base_url=url, model=model or ""))
+
+
+def score(
+    run_id: Annotated[str | None, typer.Argument(help="The stored run to score.")] = None,
+    events: Annotated[
+        Path | None,
+        typer.Option("--events", help="Score an exported JSONL event log instead (no store)."),
+    ] = None,
+    profile: ProfileOption = "trace-paper-v1",
+    as_json: JsonOption = False,
+    records: Annotated[
+        bool, typer.Option("--records", help="With --json: include per-record results.")
+    ] = False,
+    tolerance: ToleranceOption = None,
+    judge_url: JudgeUrlOption = None,
+    judge_model: JudgeModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Score a run: TRACE QA and proactive metrics, workload, and the profile's extras."""
+    from scorer.report import score_exported, score_run
+
+    if (run_id is None) == (events is None):
+        raise _fail("give either a RUN_ID or --events FILE.jsonl")
+    try:
+        chosen = _profile(profile, tolerance)
+        judge = _judge(judge_url, judge_model)
+        if events is not None:
+            scores = score_exported(events, chosen, judge)
+        else:
+            with Store(store or default_store_url()) as opened:
+                scores = score_run(opened, run_id, chosen, judge)
+    except (ScoreError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(scores.to_json(include_records=records)))
+    else:
+        scores.render(Console())
+
+
+def compare(
+    run_a: Annotated[str, typer.Argument(help="The baseline run (A).")],
+    run_b: Annotated[str, typer.Argument(help="The run compared with it (B).")],
+    profile: ProfileOption = "trace-paper-v1",
+    as_json: JsonOption = False,
+    tolerance: ToleranceOption = None,
+    judge_url: JudgeUrlOption = None,
+    judge_model: JudgeModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Compare two runs record by record: B - A with paired bootstrap intervals."""
+    from scorer.compare import compare_runs
+
+    try:
+        chosen = _profile(profile, tolerance)
+        judge = _judge(judge_url, judge_model)
+        with Store(store or default_store_url()) as opened:
+            comparison = compare_runs(opened, run_a, run_b, chosen, judge)
+    except (ScoreError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        print(json.dumps(comparison.model_dump(mode="json")))
+    else:
+        comparison.render(Console())
+
+
+def results_api(
+    host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8800,
+    judge_url: JudgeUrlOption = None,
+    judge_model: JudgeModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Serve the read-only results API (JSON, OpenAPI docs at /docs)."""
+    import uvicorn
+
+    from scorer.api import create_app
+
+    try:
+        app = create_app(store or default_store_url(), _judge(judge_url, judge_model))
+    except (ScoreError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,144 @@
+"""The `streameval` command line as a user meets it: real processes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core_server.adapter_process import AdapterProcess
+from tests.test_export import validate_line
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
+
+
+def streameval(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "core_server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def documented_payloads() -> dict[str, set[str]]:
+    """The payload fields of every event kind, read from docs/events.md's table."""
+    rows = re.findall(r"^\| `(\w+)` \| `\{(.*?)\}` \|", DOCS.read_text(), re.M)
+    return {kind: top_level_keys(fields) for kind, fields in rows}
+
+
+def top_level_keys(fields: str) -> set[str]:
+    """`a, b: {c, d}, e` -> {a, b, e}: names at brace depth 0."""
+    keys, depth, current = set(), 0, ""
+    for char in fields + ",":
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            if current.strip():
+                keys.add(current.split(":")[0].strip())
+            current = ""
+        else:
+            current += char
+    return keys
+
+
+def test_run_runs_and_export_follow_the_documented_schema(benchmark_path, tmp_path):
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--store", store]
+    with AdapterProcess("always") as adapter:
+        ran = streameval(
+            "run",
+            "--adapter-url",
+            adapter.url,
+            "--benchmark",
+            str(benchmark_path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--json",
+            *common,
+        )
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert (summary["sessions"], summary["finished"], summary["failed"]) == (3, 3, 0)
+
+    listed = json.loads(streameval("runs", "--json", *common).stdout)
+    assert [(r["run_id"], r["status"], r["adapters"]) for r in listed] == [
+        (summary["run_id"], "finished", ["always"])
+    ]
+
+    out = tmp_path / "run.jsonl"
+    exported = streameval("export", summary["run_id"], "-o", str(out), *common)
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["type"] for line in lines[:1]] == ["run"]
+    assert sum(line["type"] == "record" for line in lines) == 3
+    assert sum(line["type"] == "session" for line in lines) == 3
+    payloads = documented_payloads()
+    kinds_seen = set()
+    for line in lines:
+        validate_line(line)
+        if line["type"] == "event":
+            kinds_seen.add(line["kind"])
+            assert set(line["payload"]) == payloads[line["kind"]], line["kind"]
+    assert kinds_seen >= {
+        "adapter_hello",
+        "session_start",
+        "frame_sent",
+        "frame_ack",
+        "question_sent",
+        "instruction_sent",
+        "step_sent",
+        "response_start",
+        "response_delta",
+        "response_final",
+        "session_end",
+        "session_finished",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run"], "give at least one --adapter-url"),
+        (["run", "--adapter-url", "http://x"], "must be a ws:// or wss:// URL"),
+        (["run", "--adapter-url", "ws://127.0.0.1:9/ws"], "is not reachable"),
+        (["run", "--resume", "nope"], "nope"),
+        (["export", "nope"], "nope"),
+        (["run", "--adapter-url", "ws://127.0.0.1:9/ws", "--profile", "x"], "unknown profile"),
+    ],
+)
+def test_user_mistakes_get_one_clear_line(args, message, tmp_path):
+    done = streameval(*args, "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+
+
+def test_a_malformed_benchmark_file_is_named(tmp_path):
+    bad = tmp_path / "benchmark.json"
+    bad.write_text('{"name": "x", "version": "1", "video_root": ".", "records": [{"task": "qa"}]}')
+    with AdapterProcess("always") as adapter:
+        done = streameval(
+            "run",
+            "--adapter-url",
+            adapter.url,
+            "--benchmark",
+            str(bad),
+            "--store",
+            f"sqlite:///{tmp_path / 's.db'}",
+        )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"benchmark file {bad}: records.0.qa.record_id: Field required" in done.stderr
+
+
+def test_adapter_serve_lists_and_refuses_unknown_names():
+    listed = streameval("adapter", "list")
+    assert listed.stdout.split("\n")[0].split("\t")[0] == "always"
+    unknown = streameval("adapter", "serve", "nobody", "--port", "0")
+    assert unknown.returncode != 0
+    assert "unknown adapter 'nobody'" in unknown.stderr and "Traceback" not in unknown.stderr
