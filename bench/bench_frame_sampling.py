@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
+import multiprocessing
 import os
 import platform
 import re
+import resource
 import shutil
 import tempfile
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +33,6 @@ import av
 import cv2
 import numpy as np
 import PIL
-import psutil
 from PIL import Image
 
 from bench.make_video import cached_video
@@ -50,6 +51,7 @@ MEASUREMENT_OPTIONS = (
     "fps",
     "max_width",
     "quality",
+    "repeat",
 )
 # Mean absolute grey-level difference above which two JPEGs of one sample show different
 # source frames (same frame, different resizer and encoder: about 1; neighbouring frames of
@@ -64,11 +66,20 @@ class Timing:
     frames: int
 
 
-def run_ours(video: Path, rules: ImageRules, work: Path) -> tuple[Timing, VideoFrames]:
+def run_ours(video: Path, rules: ImageRules, cache_dir: Path) -> tuple[Timing, int]:
+    """Time (a) in a fresh process: nothing memoised, and its peak RSS is (a)'s alone."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
+        seconds, n_frames, peak_rss = child.submit(_sample_once, video, rules, cache_dir).result()
+    return Timing("FrameCache (decode once, PyAV)", seconds, n_frames), peak_rss
+
+
+def _sample_once(video: Path, rules: ImageRules, cache_dir: Path) -> tuple[float, int, int]:
     started = time.perf_counter()
-    frames = FrameCache(work / "cache").get(video, rules)
+    frames = FrameCache(cache_dir).get(video, rules)
     elapsed = time.perf_counter() - started
-    return Timing("FrameCache (decode once, PyAV)", elapsed, len(frames.frames)), frames
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return elapsed, len(frames.frames), peak_rss
 
 
 def run_opencv(video: Path, ours: VideoFrames, rules: ImageRules, out: Path) -> Timing:
@@ -108,32 +119,6 @@ def count_same_frames(ours: VideoFrames, opencv_dir: Path) -> int:
 
 def _grey(jpeg: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(jpeg)).convert("L"), dtype=np.float32)
-
-
-class RssSampler:
-    """Peak resident memory of this process while a block runs, sampled every 20 ms.
-
-    The process peak (getrusage) would also count encoding the test video beforehand.
-    """
-
-    def __init__(self) -> None:
-        self.peak_bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        process = psutil.Process()
-        while not self._stop.wait(0.02):
-            self.peak_bytes = max(self.peak_bytes, process.memory_info().rss)
-
-    def __enter__(self) -> RssSampler:
-        self.peak_bytes = psutil.Process().memory_info().rss
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def machine() -> str:
@@ -230,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quality", type=int, default=90, help="JPEG quality")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "out", help="video folder")
     p.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each method; the best counts")
     p.add_argument("--no-record", action="store_true", help="print only")
     return p
 
@@ -241,21 +227,35 @@ def main() -> None:
         args.out, args.seconds, args.width, args.height, args.source_fps, args.gop, args.preset
     )
     work = Path(tempfile.mkdtemp(prefix="bench-frames-", dir=args.out))
+    load_before = os.getloadavg()[0]
+    ours_runs: list[Timing] = []
+    opencv_runs: list[Timing] = []
     try:
-        print("(a) FrameCache ...", flush=True)
-        with RssSampler() as rss:
-            ours_timing, ours = run_ours(video, rules, work)
-        print("(b) OpenCV seeking ...", flush=True)
-        opencv_timing = run_opencv(video, ours, rules, work / "opencv")
-        same = count_same_frames(ours, work / "opencv")
+        for attempt in range(args.repeat):
+            print(f"(a) FrameCache, run {attempt + 1} ...", flush=True)
+            timing, peak_rss = run_ours(video, rules, work / f"cache-{attempt}")
+            ours_runs.append(timing)
+            ours = FrameCache(work / f"cache-{attempt}").get(video, rules)
+            print(f"(b) OpenCV seeking, run {attempt + 1} ...", flush=True)
+            opencv_dir = work / f"opencv-{attempt}"
+            opencv_runs.append(run_opencv(video, ours, rules, opencv_dir))
+            same = count_same_frames(ours, opencv_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    # The fastest run of each is the one least disturbed by other work on the machine.
+    ours_timing = min(ours_runs, key=lambda t: t.seconds)
+    opencv_timing = min(opencv_runs, key=lambda t: t.seconds)
     timings = [opencv_timing, ours_timing]
     notes = [
         f"Speed-up of FrameCache over OpenCV seeking: "
         f"{opencv_timing.seconds / ours_timing.seconds:.2f}x (target: at least 3x).",
-        f"Peak RSS of the benchmark process during (a): {rss.peak_bytes / 2**20:.0f} MiB.",
+        f"Best of {args.repeat} run(s) each; all runs (s): FrameCache "
+        f"{', '.join(f'{t.seconds:.1f}' for t in ours_runs)}; OpenCV "
+        f"{', '.join(f'{t.seconds:.1f}' for t in opencv_runs)}.",
+        f"Peak RSS of the process that ran (a): {peak_rss / 2**20:.0f} MiB.",
         f"OpenCV samples showing the same source frame as ours: {same} of {len(ours.frames)}.",
+        # Other work on the machine slows either side; the load says whether it was quiet.
+        f"1-minute load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after.",
     ]
     text = section(args, video, timings, notes)
     print()

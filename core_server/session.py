@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ from core_server.timeline import Timeline, TimelineItem
 
 CLOSE_GRACE_S = 5.0
 
+log = logging.getLogger("streameval.core")
+
 
 class SessionFailure(Exception):
     def __init__(self, stage: str, reason: str) -> None:
@@ -87,7 +90,10 @@ class _Recorder:
         self.sink = sink
         self.seq = 0
 
-    def record(self, kind: EventKind, runtime_ns: int, video_t: float | None, **payload: Any):
+    def record(
+        self, kind: EventKind, runtime_ns: int, video_t: float | None, /, **payload: Any
+    ) -> None:
+        # Positional-only, so that a payload may itself have a field named `kind`.
         self.sink(Event(self.run_id, self.session_id, self.seq, kind, runtime_ns, video_t, payload))
         self.seq += 1
 
@@ -432,6 +438,9 @@ class SessionDriver:
         except ConnectionClosed as exc:
             if not self.ending:
                 self._set_failure(SessionFailure("streaming", _closed_reason(exc)))
+        except Exception as exc:  # a bug here must fail the session, never hang it
+            log.exception("session %s: error handling an adapter message", self.plan.session_id)
+            self._set_failure(SessionFailure("streaming", f"core error: {exc!r}"))
         else:
             if not self.ending:
                 self._set_failure(SessionFailure("streaming", "adapter closed the connection"))

@@ -331,6 +331,14 @@ def _catalog() -> dict[str, dict[str, Statistic]]:
 
 
 CATALOG = _catalog()
+# The field every record of a family has (1.0): it decides whether a slice has the family.
+FAMILY_MEMBER = {
+    "qa": "qa_n",
+    "proactive": "pr_n",
+    "workload": "wl_n",
+    "realstream": "rs_n",
+    "readiness": "rd_n",
+}
 
 
 def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.ndarray | None:
@@ -358,15 +366,16 @@ def interval(replicates: np.ndarray, level: float) -> tuple[float, float] | None
 def summarise(
     table: FieldTable, families: Sequence[str], profile: ScoringProfile, key: str
 ) -> dict[str, dict[str, Metric]]:
-    """Every metric of the families that have a population in this slice."""
+    """Every metric of each family that has records in this slice (a metric whose own
+    population is empty, e.g. false alarms without answered episodes, has no value)."""
     counts = bootstrap_counts(table.clusters, profile, key)
     result: dict[str, dict[str, Metric]] = {}
     for family in families:
+        if not np.any(~np.isnan(table.column(FAMILY_MEMBER[family]))):
+            continue
         metrics = {}
         for name, statistic in CATALOG[family].items():
             population = statistic.population(table)
-            if population == 0:
-                continue
             observed = statistic.observed(table)
             value = statistic.estimate(table)
             ci = None
@@ -376,12 +385,11 @@ def summarise(
                 value=value,
                 population=population,
                 observed=observed,
-                coverage=observed / population,
+                coverage=observed / population if population else None,
                 ci95=ci,
                 unit=statistic.unit,
             )
-        if metrics:
-            result[family] = metrics
+        result[family] = metrics
     return result
 
 
@@ -425,6 +433,5 @@ def compare_tables(
                 )
                 ci = interval(replicated, profile.ci_level)
             diffs[name] = Difference(a, b, diff, ci, population_a, population_b, statistic.unit)
-        if diffs:
-            result[family] = diffs
+        result[family] = diffs
     return result

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from core_server.store.store import RunInfo, Store, StoreError
 from scorer.compare import Comparison, compare_runs
 from scorer.errors import ScoreError
-from scorer.judges import ExactJudge, LLMJudge
+from scorer.judges import Judge
 from scorer.profiles import PROFILES, ProfileError
 from scorer.report import (
     ProfileReport,
@@ -84,7 +84,7 @@ def _summary(info: RunInfo) -> dict[str, Any]:
 class _Scores:
     """Scored runs, keyed by what would change them (event count and run status)."""
 
-    def __init__(self, store: Store, judge: ExactJudge | LLMJudge | None) -> None:
+    def __init__(self, store: Store, judge: Judge | None) -> None:
         self._store = store
         self._judge = judge
         self._kept: OrderedDict[tuple, RunScores] = OrderedDict()
@@ -113,7 +113,7 @@ def _page(items: list, offset: int, limit: int) -> dict[str, Any]:
     }
 
 
-def create_app(store_url: str, judge: ExactJudge | LLMJudge | None = None) -> FastAPI:
+def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     """The API over one store (opened, and migrated, once). Raises StoreError if it cannot."""
     store = Store(store_url)
     judge = cached_in(store, judge)

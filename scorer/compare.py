@@ -15,7 +15,7 @@ from rich.table import Table
 
 from core_server.store.store import Store
 from scorer.aggregate import FieldTable, compare_tables
-from scorer.judges import ExactJudge, LLMJudge
+from scorer.judges import Judge
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.record import fields
 from scorer.report import (
@@ -81,7 +81,7 @@ def compare_sources(
     source_a: RunSource,
     source_b: RunSource,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> Comparison:
     profile = get_profile(profile)
     run_a = evaluate_source(source_a, profile, judge)
@@ -150,7 +150,7 @@ def compare_runs(
     run_a: str,
     run_b: str,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> Comparison:
     judge = cached_in(store, judge)
     return compare_sources(store_source(store, run_a), store_source(store, run_b), profile, judge)

@@ -13,6 +13,7 @@ from typing import Any
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from core_server.store.events import Event
 from core_server.store.store import Store
+from scorer.source import RawEvent, RunSource
 
 _TICK_NS = 1_000_000
 
@@ -213,6 +214,12 @@ class SessionLog:
             ended_ns=None,
         )
 
+    def rows(self) -> list[RawEvent]:
+        """The events as the scorer reads them."""
+        return [
+            (e.session_id, e.seq, e.kind, e.runtime_ns, e.video_t, e.payload) for e in self.events
+        ]
+
     def frame_id(self, index: int) -> str:
         return f"{self.session_id}:f{index}"
 
@@ -235,6 +242,9 @@ def store_run(
     status: str = "finished",
 ) -> None:
     """Create a run holding these records and sessions' events, as the Core would."""
+    strays = sorted({log.run_id for log in logs} - {run_id})
+    if strays:
+        raise ValueError(f"logs of run(s) {strays} cannot be stored in run {run_id!r}")
     store.create_run(run_id, "handwritten", config or {"profile": "trace", "pacing": "logical"})
     store.add_records(run_id, [record.model_dump(mode="json") for record in records])
     store.add_sessions(run_id, [(record.record_id, [record.record_id]) for record in records])
@@ -249,3 +259,28 @@ def store_run(
                 run_id, log.session_id, "failed", stage=payload["stage"], reason=payload["reason"]
             )
     store.set_run_status(run_id, status)
+
+
+def memory_source(
+    records: Sequence[QARecord | ProactiveRecord],
+    logs: Sequence[SessionLog],
+    run_id: str = "handwritten",
+    status: str = "finished",
+    config: dict[str, Any] | None = None,
+) -> RunSource:
+    """A run held in memory, to score without a store."""
+    rows = sorted((row for log in logs for row in log.rows()), key=lambda row: (row[0], row[1]))
+    run = {
+        "run_id": run_id,
+        "status": status,
+        "benchmark": "handwritten",
+        "config": config or {"profile": "trace", "pacing": "logical"},
+        "config_hash": "",
+        "conditions": {},
+        "versions": {},
+    }
+
+    def events(session_id: str | None = None) -> list[RawEvent]:
+        return [row for row in rows if session_id is None or row[0] == session_id]
+
+    return RunSource(run, [record.model_dump(mode="json") for record in records], events)

@@ -312,6 +312,9 @@ class LLMJudge:
         raise JudgeError(f"{problem} ({self.config.retries + 1} attempts)")
 
 
+Judge = ExactJudge | LLMJudge
+
+
 def _content(response: httpx.Response) -> str:
     try:
         content = response.json()["choices"][0]["message"]["content"]
@@ -330,6 +333,3 @@ def _run(coroutine):
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
-
-
-Judge = ExactJudge | LLMJudge

@@ -25,7 +25,7 @@ from scorer.aggregate import FieldTable, Metric, summarise
 from scorer.episodes import SessionTrace, assemble
 from scorer.errors import ScoreError
 from scorer.judge_cache import JudgeCache
-from scorer.judges import ExactJudge, JudgeRequest, JudgeSummary, LLMJudge
+from scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.readiness import median_duration, readiness
 from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
@@ -161,10 +161,11 @@ class EvaluatedRun:
 def evaluate_source(
     source: RunSource,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> EvaluatedRun:
     profile = get_profile(profile)
-    records = {data["record_id"]: parse_record(data) for data in source.records}
+    ordered = sorted(source.records, key=lambda data: data["record_id"])
+    records = {data["record_id"]: parse_record(data) for data in ordered}
     traces: dict[str, SessionTrace] = {}
     events = 0
     for trace in assemble(source.events(None)):
@@ -312,14 +313,14 @@ def score_run(
     store: Store,
     run_id: str,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> RunScores:
     """Score a stored run; an LLM judge without a cache caches its verdicts in this store."""
     judge = cached_in(store, judge)
     return scores_of(evaluate_source(store_source(store, run_id), profile, judge))
 
 
-def cached_in(store: Store, judge: ExactJudge | LLMJudge | None) -> ExactJudge | LLMJudge | None:
+def cached_in(store: Store, judge: Judge | None) -> Judge | None:
     """An LLM judge that has no cache of its own keeps its verdicts in this store."""
     if isinstance(judge, LLMJudge) and judge.cache is None:
         return judge.with_cache(JudgeCache(store_engine(store)))
@@ -329,7 +330,7 @@ def cached_in(store: Store, judge: ExactJudge | LLMJudge | None) -> ExactJudge |
 def score_exported(
     path: str | Path,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> RunScores:
     """Score an exported JSONL event log (`streameval export`) with no store."""
     return scores_of(evaluate_source(load_exported(path), profile, judge))

@@ -20,7 +20,7 @@ from core_server.store import models
 from core_server.store.export import ExportedRun, read_jsonl
 from core_server.store.store import Store
 
-RawEvent = tuple[str, int, str, int, "float | None", "str | dict[str, Any]"]
+RawEvent = tuple[str, int, str, int, float | None, str | dict[str, Any]]
 _FETCH_ROWS = 5000
 # The run fields that describe how a run was produced (stored with every score).
 RUN_FIELDS = ("run_id", "status", "benchmark", "config", "config_hash", "conditions", "versions")
@@ -34,7 +34,7 @@ def payload_of(event: RawEvent) -> dict[str, Any]:
 @dataclass
 class RunSource:
     run: dict[str, Any]  # RUN_FIELDS
-    records: list[dict[str, Any]]  # ordered by record_id
+    records: list[dict[str, Any]]
     events: Callable[[str | None], Iterable[RawEvent]]  # all events, or one session's
 
     @property
@@ -50,7 +50,7 @@ def store_engine(store: Store) -> Engine:
 def store_source(store: Store, run_id: str) -> RunSource:
     info = store.get_run(run_id)
     run = {name: getattr(info, name) for name in RUN_FIELDS}
-    records = sorted(store.records(run_id), key=lambda record: record["record_id"])
+    records = store.records(run_id)
     engine = store_engine(store)
     return RunSource(run, records, lambda session_id=None: _store_rows(engine, run_id, session_id))
 
@@ -90,7 +90,7 @@ def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator
 
 def exported_source(exported: ExportedRun) -> RunSource:
     run = {name: exported.run[name] for name in RUN_FIELDS}
-    records = sorted(exported.records, key=lambda record: record["record_id"])
+    records = exported.records
     rows = [
         (e.session_id, e.seq, e.kind, e.runtime_ns, e.video_t, e.payload) for e in exported.events
     ]

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from scorer.episodes import assemble_one
 from scorer.errors import ScoreError
-from scorer.judges import ExactJudge, LLMJudge
+from scorer.judges import ExactJudge, Judge
 from scorer.parsing import is_answer
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.record import RecordEvaluation, details, evaluate_record, parse_record
@@ -62,7 +62,7 @@ def record_timeline(
     source: RunSource,
     record_id: str,
     profile: ScoringProfile | str = "trace-paper-v1",
-    judge: ExactJudge | LLMJudge | None = None,
+    judge: Judge | None = None,
 ) -> RecordTimeline:
     profile = get_profile(profile)
     data = next((r for r in source.records if r["record_id"] == record_id), None)

@@ -637,8 +637,8 @@ def _to_yuv420p(indices: np.ndarray) -> np.ndarray:
 
 def _encode(scene: _Scene, path: Path) -> None:
     """H.264 in MP4, written to a temporary name first so a crash leaves no half video."""
-    partial = path.with_suffix(".partial.mp4")
-    with av.open(str(partial), "w") as container:
+    unfinished = path.with_suffix(".partial.mp4")
+    with av.open(str(unfinished), "w") as container:
         # One x264 thread: the bytes then do not depend on how many cores the machine has.
         options = {"crf": "18", "preset": "superfast", "threads": "1"}
         stream = container.add_stream("libx264", rate=FPS, options=options)
@@ -651,7 +651,7 @@ def _encode(scene: _Scene, path: Path) -> None:
             image.pts = frame
             container.mux(stream.encode(image))
         container.mux(stream.encode(None))
-    os.replace(partial, path)
+    os.replace(unfinished, path)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -665,6 +665,9 @@ def generate(out_dir: Path, seed: int = 0) -> Benchmark:
     """Write `videos/*.mp4` and `benchmark.json` under `out_dir`; return the benchmark."""
     out_dir = Path(out_dir)
     (out_dir / "videos").mkdir(parents=True, exist_ok=True)
+    # The index goes first and comes back last: an interrupted run never leaves an index
+    # that vouches for half-rewritten videos.
+    (out_dir / "benchmark.json").unlink(missing_ok=True)
     records = _Records(seed)
     scenes = [build(np.random.default_rng([seed, i]), records) for i, build in enumerate(_VIDEOS)]
     # Videos are independent and PyAV encodes without the GIL: one thread per core.
@@ -673,9 +676,9 @@ def generate(out_dir: Path, seed: int = 0) -> Benchmark:
     benchmark = Benchmark(
         name=SOURCE, version=_version(seed), video_root=".", records=records.records
     )
-    partial = out_dir / "benchmark.json.partial"
-    partial.write_text(benchmark.model_dump_json(indent=1))
-    os.replace(partial, out_dir / "benchmark.json")
+    unfinished = out_dir / "benchmark.json.partial"
+    unfinished.write_text(benchmark.model_dump_json(indent=1))
+    os.replace(unfinished, out_dir / "benchmark.json")
     return benchmark.model_copy(update={"video_root": str(out_dir)})
 
 

@@ -1,0 +1,113 @@
+"""The results API over a real SQLite store populated through Store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from core_server.store.store import Store
+from scorer.api import create_app
+from tests.test_scorer_report import mixed_run
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        mixed_run(store, "run-a")
+        mixed_run(store, "run-b", answers=("C", "The answer is B", "B"), said="one")
+    with TestClient(create_app(url)) as test_client:
+        yield test_client
+
+
+def test_runs_are_listed_with_their_conditions_and_paginated(client: TestClient) -> None:
+    page = client.get("/runs", params={"limit": 1}).json()
+    assert (page["total"], page["offset"], page["limit"], len(page["items"])) == (2, 0, 1, 1)
+    assert page["items"][0]["run_id"] == "run-b"  # newest first
+    assert page["items"][0]["pacing"] == "logical"
+    second = client.get("/runs", params={"limit": 1, "offset": 1}).json()
+    assert second["items"][0]["run_id"] == "run-a"
+    detail = client.get("/runs/run-a").json()
+    assert detail["sessions"] == {"finished": 4, "failed": 1}
+    assert detail["events"] > 0
+    assert client.get("/runs", params={"limit": 0}).status_code == 422
+
+
+def test_metrics_per_profile(client: TestClient) -> None:
+    metrics = client.get("/runs/run-a/metrics").json()
+    assert metrics["profile"]["name"] == "trace-paper-v1"
+    assert metrics["overall"]["qa"]["accuracy"]["value"] == pytest.approx(2 / 3)
+    assert "records" not in metrics
+    assert "EPM" in metrics["by_task_type"]
+    realstream = client.get("/runs/run-a/metrics", params={"profile": "realstream"}).json()
+    assert realstream["overall"]["realstream"]["score"]["value"] == pytest.approx(100.0)
+    bad = client.get("/runs/run-a/metrics", params={"profile": "paper"})
+    assert bad.status_code == 400
+    assert "unknown scoring profile 'paper'" in bad.json()["detail"]
+    missing = client.get("/runs/nope/metrics")
+    assert missing.status_code == 404
+    assert "unknown run id 'nope'" in missing.json()["detail"]
+
+
+def test_records_are_paginated_and_filtered(client: TestClient) -> None:
+    page = client.get("/runs/run-a/records", params={"limit": 2}).json()
+    assert page["total"] == 5
+    assert [r["record_id"] for r in page["items"]] == ["pro-REC", "pro-SSR"]
+    failed = client.get("/runs/run-a/records", params={"status": "failed"}).json()
+    assert [(r["record_id"], r["failure_stage"]) for r in failed["items"]] == [("qa-2", "response")]
+    qa = client.get("/runs/run-a/records", params={"task": "qa", "offset": 1}).json()
+    assert (qa["total"], [r["record_id"] for r in qa["items"]]) == (3, ["qa-1", "qa-2"])
+    one = client.get("/runs/run-a/records/qa-1").json()
+    assert one["qa"]["parsed"] == "B" and one["qa"]["correct"] is True
+    assert client.get("/runs/run-a/records/nope").status_code == 404
+
+
+def test_timeline(client: TestClient) -> None:
+    timeline = client.get("/runs/run-b/records/pro-REC/timeline").json()
+    assert timeline["task"] == "proactive" and timeline["pacing"] == "logical"
+    assert [f["t"] for f in timeline["frames"]] == [float(t) for t in range(15)]
+    assert [(w["start"], w["end"], w["assignment"], w["score"]) for w in timeline["windows"]] == [
+        (5.0, 9.0, "in_window", 0.0),  # "one" is not "1"
+        (9.0, 12.0, "in_window", 1.0),
+    ]
+    episodes = [
+        (e["onset_t"], e["text"], e["assignment"], e["trigger"]) for e in timeline["episodes"]
+    ]
+    assert episodes == [(6.0, "one", "in_window", 0), (10.0, "2", "in_window", 1)]
+    assert not any(e["false_alarm"] for e in timeline["episodes"])
+    assert len(timeline["steps_t"]) == 15
+    qa = client.get("/runs/run-a/records/qa-0/timeline").json()
+    assert qa["episodes"][0]["answered"] is True and qa["windows"] == []
+    assert client.get("/runs/run-a/records/nope/timeline").status_code == 404
+
+
+def test_compare_and_profiles(client: TestClient) -> None:
+    comparison = client.get("/compare", params={"run_a": "run-a", "run_b": "run-b"}).json()
+    assert comparison["paired_records"] == 5
+    assert comparison["overall"]["proactive"]["in_window_accuracy"]["diff"] == -0.5
+    profiles = client.get("/profiles").json()
+    assert [p["name"] for p in profiles] == [
+        "trace-paper-v1",
+        "trace-strict",
+        "realstream",
+        "readiness",
+    ]
+    assert profiles[0]["constants"]["tolerance_s"] == 5.0
+
+
+def test_openapi_documents_every_endpoint(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths) >= {
+        "/runs",
+        "/runs/{run_id}",
+        "/runs/{run_id}/metrics",
+        "/runs/{run_id}/records",
+        "/runs/{run_id}/records/{record_id}",
+        "/runs/{run_id}/records/{record_id}/timeline",
+        "/compare",
+        "/profiles",
+    }
+    assert all(set(methods) == {"get"} for methods in paths.values())
