@@ -154,16 +154,24 @@ def bench_throughput() -> str:
         )
         elapsed = time.perf_counter() - started
     with Store(store_url) as store:
-        frames = sum(
-            1 for e in store.iter_events(summary["run_id"]) if e.kind == EventKind.FRAME_SENT
-        )
+        sent = [
+            e.runtime_ns
+            for e in store.iter_events(summary["run_id"])
+            if e.kind == EventKind.FRAME_SENT
+        ]
         events = store.count_events(summary["run_id"])
+    streaming = (max(sent) - min(sent)) / 1e9
+    frames = len(sent)
     return (
         f"No-op adapter (`silent`), logical pacing (every frame waits for its ack), 16 "
         f"sessions x 600 frames (full prefix of a 10-minute video at 1 fps), 8 in flight, "
-        f"SQLite store, Core process start to exit:\n\n"
-        f"| frames | events stored | seconds | frames/s | target |\n|---|---|---|---|---|\n"
-        f"| {frames} | {events} | {elapsed:.2f} | {frames / elapsed:,.0f} | >= 1,000 |\n"
+        f"every event committed to a SQLite store. 'Whole process' is the Core process from "
+        f"start to exit (imports, checks, store commits included); 'streaming' is first to "
+        f"last frame sent:\n\n"
+        f"| frames | events stored | whole process (s) | frames/s | streaming (s) | frames/s "
+        f"| target |\n|---|---|---|---|---|---|---|\n"
+        f"| {frames} | {events} | {elapsed:.2f} | {frames / elapsed:,.0f} | {streaming:.2f} | "
+        f"{frames / streaming:,.0f} | >= 1,000 |\n"
     )
 
 
