@@ -143,7 +143,7 @@ def main() -> None:
                 export_jsonl(store, RUN_ID, handle)
         store_s, scores = best_of(args.repeat, lambda: score_run(store, RUN_ID))
     export_s, exported = best_of(args.repeat, lambda: score_exported(jsonl))
-    read_s, _ = best_of(1, lambda: load_exported(jsonl))
+    read_s, _ = best_of(args.repeat, lambda: load_exported(jsonl))
     same = scores.to_json() == exported.to_json()
     records = scores.records_scored
     print(f"{total} events, {records} records")

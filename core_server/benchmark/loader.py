@@ -1,17 +1,26 @@
-"""Find the benchmark a run names: the generated synthetic one, or a benchmark.json file."""
+"""Find the benchmark a run names: the generated synthetic one, a benchmark.json file, a
+TRACE release directory, an OVO-Bench JSON file or a StreamingBench JSON file.
+
+The format of a path is detected from what it holds; docs/benchmarks.md describes each
+importer. `import_path` keeps every problem it meets (for `streameval data validate`);
+`load_benchmark` refuses a source with any problem.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
+from core_server.benchmark import ovo_bench, streamingbench, trace_release
+from core_server.benchmark.importing import BenchmarkError, Imported, read_json
 from core_server.benchmark.records import Benchmark
 
+__all__ = ["BenchmarkError", "import_path", "load_benchmark", "load_benchmark_file"]
 
-class BenchmarkError(Exception):
-    """A benchmark that cannot be loaded; the message names the file and the problem."""
+logger = logging.getLogger(__name__)
 
 
 def synthetic_dir(cache_dir: Path, seed: int) -> Path:
@@ -20,27 +29,85 @@ def synthetic_dir(cache_dir: Path, seed: int) -> Path:
 
 def load_benchmark_file(path: Path) -> Benchmark:
     """Read a benchmark.json; relative video roots are taken relative to the file."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BenchmarkError(f"benchmark file {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise BenchmarkError(f"benchmark file {path} is not valid JSON: {exc}") from None
+    return _benchmark_json(path, read_json(path))
+
+
+def _benchmark_json(path: Path, data: Any, video_root: Path | None = None) -> Benchmark:
     try:
         benchmark = Benchmark.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise BenchmarkError(f"benchmark file {path}: {where}: {first['msg']}") from None
-    root = Path(benchmark.video_root)
+    root = video_root or Path(benchmark.video_root)
     if not root.is_absolute():
-        benchmark = benchmark.model_copy(update={"video_root": str(path.parent / root)})
-    return benchmark
+        root = path.parent / root
+    return benchmark.model_copy(update={"video_root": str(root)})
 
 
-def load_benchmark(name: str, cache_dir: Path, seed: int = 0) -> Benchmark:
+def is_benchmark_json(data: Any) -> bool:
+    return isinstance(data, dict) and "records" in data
+
+
+def import_path(
+    path: Path, *, video_root: Path | None = None, subset: str | None = None
+) -> Imported:
+    """Import whatever `path` holds, keeping the problems of single entries; raises
+    BenchmarkError only when the path cannot be read or its format is not recognised.
+
+    `subset` (tiny, standard, full) applies to TRACE releases; `video_root` replaces the
+    default, the directory holding the file or release.
+    """
+    if path.is_dir():
+        if not trace_release.is_release(path):
+            raise BenchmarkError(
+                f"{path} is a directory but not a TRACE release (no qa.jsonl or proactive.jsonl)"
+            )
+        return trace_release.import_release(path, subset or "full", video_root)
+    if path.suffix == ".jsonl" and trace_release.is_release(path.parent):
+        raise BenchmarkError(f"{path}: give the TRACE release directory {path.parent} instead")
+    if subset not in (None, "full"):
+        raise BenchmarkError(f"subsets are for TRACE release directories; {path} is a file")
+    data = read_json(path)
+    if is_benchmark_json(data):
+        return Imported("benchmark_json", _benchmark_json(path, data, video_root))
+    if ovo_bench.looks_like(data):
+        return ovo_bench.import_ovo_bench(path, data, video_root)
+    if streamingbench.looks_like(data):
+        return streamingbench.import_streamingbench(path, data, video_root)
+    raise BenchmarkError(
+        f"{path}: not a benchmark this harness reads (a benchmark.json, an OVO-Bench or "
+        "StreamingBench JSON file, or a TRACE release directory)"
+    )
+
+
+def accept(imported: Imported, source: str) -> Benchmark:
+    """The benchmark, if no entry had a problem; warnings go to the log (stderr)."""
+    for note in imported.notes:
+        logger.warning(note)
+    if imported.problems:
+        more = len(imported.problems) - 1
+        also = f" (and {more} more problems)" if more else ""
+        raise BenchmarkError(
+            f"{imported.problems[0]}{also}; `streameval data validate {source}` lists them"
+        )
+    return imported.benchmark
+
+
+def load_benchmark(
+    name: str,
+    cache_dir: Path,
+    seed: int = 0,
+    *,
+    video_root: Path | str | None = None,
+    subset: str | None = None,
+) -> Benchmark:
+    """'synthetic' (generated under `cache_dir` from `seed`) or a path `import_path` reads."""
     if name == "synthetic":
+        if video_root is not None or subset not in (None, "full"):
+            raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
         from core_server.benchmark.synthetic import load_or_generate
 
         return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed)
-    return load_benchmark_file(Path(name))
+    root = Path(video_root) if video_root is not None else None
+    return accept(import_path(Path(name), video_root=root, subset=subset), name)

@@ -1,0 +1,191 @@
+"""OVO-Bench import: the real sample (3 records of each of the 12 task types of
+ovo_bench_new.json) in ../shared/data, and entries written here."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core_server.benchmark.importing import BenchmarkError, Problem
+from core_server.benchmark.loader import import_path, load_benchmark
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from tests.test_import_trace import sample
+
+TASKS = ("EPM", "ASI", "HLD", "OCR", "ACR", "ATR", "STU", "FPD", "OJR", "REC", "SSR", "CRR")
+
+
+@pytest.fixture
+def ovo_file() -> Path:
+    return sample("ovo_bench", "ovo_bench_sample.json")
+
+
+def by_id(path: Path) -> dict:
+    return {r.source_id: r for r in import_path(path).benchmark.records}
+
+
+def test_all_twelve_task_types_load_with_their_ids(ovo_file: Path) -> None:
+    raw = json.loads(ovo_file.read_text())
+    imported = import_path(ovo_file)
+    assert (imported.format, imported.problems) == ("ovo_bench", [])
+    records = imported.benchmark.records
+    assert len(records) == len(raw) == 36
+    assert Counter(r.task_type for r in records) == Counter(e["task"] for e in raw)
+    assert Counter(r.task_type for r in records) == dict.fromkeys(TASKS, 3)
+    assert [r.source_id for r in records] == [str(e["id"]) for e in raw]
+    assert [r.record_id for r in records] == [f"ovo_bench:{e['id']}" for e in raw]
+    forward = [r for r in records if isinstance(r, ProactiveRecord)]
+    assert len(forward) == sum(e["task"] in ("REC", "SSR", "CRR") for e in raw) == 9
+    assert {r.task_type for r in forward} == {"REC", "SSR", "CRR"}
+    assert imported.benchmark.video_root == str(ovo_file.parent)
+
+
+def test_questions_get_labels_and_the_gold_letter(ovo_file: Path) -> None:
+    records = by_id(ovo_file)
+    for entry in json.loads(ovo_file.read_text()):
+        if "options" not in entry:
+            continue
+        record = records[str(entry["id"])]
+        assert isinstance(record, QARecord)
+        letters = "ABCDEFG"[: len(entry["options"])]
+        assert record.options == tuple(
+            f"{letter}. {option}" for letter, option in zip(letters, entry["options"])
+        )
+        assert record.answer == letters[entry["gt"]]
+        assert record.question_time_s == record.evidence_anchor_s == entry["realtime"]
+        assert record.metadata["answer_text"] == entry["answer"]
+    hld = records["438"]
+    assert hld.options[1] == "B. Unable to answer" and hld.answer == "B"
+    assert hld.metadata["category"] == "backward"
+    assert records["1117"].question_time_s == 0.03  # FPD asked at the first frame
+
+
+def test_rec_triggers_are_the_probes_where_the_count_grows(ovo_file: Path) -> None:
+    records = by_id(ovo_file)
+    for entry in json.loads(ovo_file.read_text()):
+        if entry["task"] != "REC":
+            continue
+        counts = [probe["count"] for probe in entry["test_info"]]
+        rises = sum(1 for before, now in zip([0, *counts], counts) if now > before)
+        record = records[str(entry["id"])]
+        assert len(record.triggers) == rises
+        assert record.metadata["probes"] == entry["test_info"]
+        assert record.metadata["activity"] == entry["activity"]
+    rec = records["1565"]
+    assert rec.instruction_time_s == 0.0
+    assert [(t.point_s, t.answer) for t in rec.triggers] == [
+        (13.0, "1"),
+        (14.0, "2"),
+        (15.0, "3"),
+        (17.0, "4"),
+    ]
+    assert [(t.evidence_start_s, t.evidence_end_s) for t in rec.triggers] == [
+        (11, 13),
+        (13, 14),
+        (14, 15),
+        (15, 17),
+    ]
+    assert {t.trigger_type for t in rec.triggers} == {"event_completion"}
+    # A count already reached at the first probe is one trigger at that probe.
+    assert [(t.point_s, t.answer) for t in records["1631"].triggers] == [(4.0, "1")]
+
+
+def test_ssr_steps_are_state_intervals_and_crr_a_clue_point(ovo_file: Path) -> None:
+    records = by_id(ovo_file)
+    ssr = records["1553"]
+    assert [(t.interval_start_s, t.interval_end_s, t.answer) for t in ssr.triggers] == [
+        (98, 118, "melt the wax with water"),
+        (119, 132, "put the candle wick into a vessel"),
+        (133, 175, "pour the wax into the vessel"),
+        (176, 185, "wait for the candle until concretion"),
+    ]
+    assert all(t.is_state for t in ssr.triggers)
+    assert '"make candle"' in ssr.instruction
+    assert len(ssr.metadata["probes"]) == 18
+
+    crr = records["1471"]
+    assert crr.instruction == (
+        "The man is writing on a piece of paper, what does he do with the paper?"
+    )
+    assert crr.instruction_time_s == 361
+    (clue,) = crr.triggers
+    assert (clue.trigger_type, clue.point_s, clue.answer) == (
+        "clue_sufficient",
+        367,
+        "He gives it to the lady.",
+    )
+    assert crr.metadata["clue_time"] == 367 and len(crr.metadata["probes"]) == 5
+
+
+def test_load_benchmark_detects_ovo_bench(ovo_file: Path, tmp_path: Path) -> None:
+    benchmark = load_benchmark(str(ovo_file), tmp_path, video_root=tmp_path / "src_videos")
+    assert benchmark.name == "ovo_bench" and benchmark.version.startswith("sha256:")
+    assert benchmark.video_root == str(tmp_path / "src_videos")
+    with pytest.raises(BenchmarkError, match="subsets are for TRACE release directories"):
+        load_benchmark(str(ovo_file), tmp_path, subset="tiny")
+
+
+# ----------------------------------------------------------------------------- written here
+
+
+def write(tmp_path: Path, entries: list) -> Path:
+    path = tmp_path / "ovo_bench_new.json"
+    path.write_text(json.dumps(entries))
+    return path
+
+
+QA_ENTRY = {
+    "id": 7,
+    "task": "OCR",
+    "video": "a/b.mp4",
+    "realtime": 5,
+    "question": "What is written?",
+    "options": ["x", "y"],
+    "gt": 1,
+    "answer": "y",
+}
+
+
+def test_bad_entries_are_named_and_the_rest_imports(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        [
+            QA_ENTRY,
+            {**QA_ENTRY, "id": 8, "task": "XYZ"},
+            {**QA_ENTRY, "id": 9, "gt": "1"},
+            {
+                "id": 10,
+                "task": "REC",
+                "video": "c.mp4",
+                "activity": "jump",
+                "test_info": [{"realtime": 3, "count": 0}],
+            },
+            {**QA_ENTRY, "id": 7},
+        ],
+    )
+    imported = import_path(path)
+    assert [str(p) for p in imported.problems] == [
+        "ovo_bench_new.json[1] (id 8): unknown task 'XYZ'; OVO-Bench has "
+        + ", ".join(TASKS[:3] + TASKS[3:9] + TASKS[9:]),
+        "ovo_bench_new.json[2] (id 9): field 'gt' is '1', not a number",
+        "ovo_bench_new.json[3] (id 10): its annotations give no moment to respond at",
+        str(Problem("ovo_bench:7", "duplicate record id")),
+    ]
+    assert [r.record_id for r in imported.benchmark.records] == ["ovo_bench:7", "ovo_bench:7"]
+
+
+def test_truncated_file_names_its_position(tmp_path: Path) -> None:
+    text = json.dumps([QA_ENTRY, QA_ENTRY], indent=1)
+    opened = text.rindex('"What is written?"')  # cut inside the second question
+    path = tmp_path / "ovo_bench_new.json"
+    path.write_text(text[: opened + 5])
+    line = text.count("\n", 0, opened) + 1
+    column = opened - text.rindex("\n", 0, opened)
+    with pytest.raises(BenchmarkError) as raised:
+        import_path(path)
+    assert str(raised.value) == (
+        f"{path} is not valid JSON at line {line}, column {column}: unterminated string starting"
+    )
+    assert (line, column) == (20, 15)
