@@ -1,0 +1,128 @@
+"""StreamingBench import: the real samples of its four question files in ../shared/data,
+and files written here."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core_server.benchmark.importing import BenchmarkError, EntryError
+from core_server.benchmark.loader import import_path, load_benchmark
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from core_server.benchmark.streamingbench import seconds
+from tests.test_import_trace import sample
+
+# part -> (sample file, questions in the sample)
+SAMPLES = {
+    "real": ("questions_real_sample.json", 6),
+    "omni": ("questions_omni_sample.json", 6),
+    "sqa": ("questions_sqa_sample.json", 15),
+    "proactive": ("questions_proactive_sample.json", 6),
+}
+
+
+def entries(path: Path) -> list[dict]:
+    """Every entry of a question file, the sqa file's per-video lists flattened."""
+    data = json.loads(path.read_text())
+    return [e for group in data for e in group] if isinstance(data[0], list) else data
+
+
+@pytest.mark.parametrize("part", SAMPLES)
+def test_each_file_loads_one_record_per_question(part: str) -> None:
+    name, expected = SAMPLES[part]
+    path = sample("streamingbench", name)
+    questions = [q for entry in entries(path) for q in entry["questions"]]
+    imported = import_path(path)
+    assert (imported.format, imported.problems) == ("streamingbench", [])
+    records = imported.benchmark.records
+    assert len(records) == len(questions) == expected
+    assert Counter(r.task_type for r in records) == Counter(q["task_type"] for q in questions)
+    assert {r.metadata["part"] for r in records} == {part}
+    assert len({r.record_id for r in records}) == len(records)
+    assert imported.benchmark.name == f"streamingbench-{part}"
+    kind = ProactiveRecord if part == "proactive" else QARecord
+    assert all(isinstance(r, kind) for r in records)
+
+
+def test_qa_mapping() -> None:
+    path = sample("streamingbench", "questions_real_sample.json")
+    first = import_path(path).benchmark.records[0]
+    assert (first.source_id, first.record_id) == ("real/0/0", "streamingbench:real/0/0")
+    assert first.video_path == "videos/sample_106_real.mp4"
+    assert (first.question_time_s, first.evidence_anchor_s) == (419.0, 419.0)  # 00:06:59
+    assert first.answer == "C"
+    assert first.options[2] == "C. RTX 4070 Ti SUPER."
+    assert first.metadata["time"] == "[0:06:40 - 0:07:00]"
+    assert first.metadata["required_ability"] == "working memory"
+    assert "captions" not in first.metadata
+
+
+def test_sqa_positions_follow_the_list_of_lists() -> None:
+    path = sample("streamingbench", "questions_sqa_sample.json")
+    records = {r.source_id: r for r in import_path(path).benchmark.records}
+    third = records["sqa/1/2/0"]  # second video, third question
+    assert third.video_path == "videos/sample_29_sqa.mp4"
+    assert third.question_time_s == 208.0  # 00:03:28
+    assert third.question.startswith("How much game score does the person referred to")
+    assert third.metadata["position"] == [1, 2, 0]
+    assert sorted({r.video_path for r in records.values()}) == [
+        "videos/sample_29_sqa.mp4",
+        "videos/sample_34_sqa.mp4",
+        "videos/sample_48_sqa.mp4",
+    ]
+
+
+def test_proactive_ground_truth_is_a_point_trigger() -> None:
+    path = sample("streamingbench", "questions_proactive_sample.json")
+    records = import_path(path).benchmark.records
+    for record, entry in zip(records, entries(path), strict=True):
+        (question,) = entry["questions"]
+        (trigger,) = record.triggers
+        assert record.instruction == question["question"]
+        assert trigger.answer == question["ground_truth_output"]
+        assert trigger.point_s == seconds(question["ground_truth_time_stamp"])
+        assert record.instruction_time_s == seconds(question["time_stamp"])
+    first = records[0]
+    assert (first.instruction_time_s, first.triggers[0].point_s) == (454.0, 460.0)
+    assert first.triggers[0].trigger_type == "event_onset"
+    assert first.triggers[0].answer == "+3"
+    assert first.metadata["ground_truth_time_stamp"] == "00:07:40"
+
+
+def test_times() -> None:
+    assert seconds("00:06:59") == 419.0
+    assert seconds("0:06:30") == 390.0
+    assert seconds("01:02:03.5") == 3723.5
+    for bad in ("6:30", "00:61:00", "", 12):
+        with pytest.raises(EntryError, match="is not HH:MM:SS"):
+            seconds(bad)
+
+
+def test_labels_added_when_missing_and_bad_entries_named(tmp_path: Path) -> None:
+    question = {
+        "task_type": "Counting",
+        "question": "Which team?",
+        "time_stamp": "00:00:26",
+        "answer": "B.",
+        "options": ["DEN.", "MIA.", "C) BOS.", "D. GS."],
+    }
+    data = [
+        {"time": "[0:00:00 - 0:01:00]", "video_path": "./videos/v.mp4", "questions": [question]},
+        {"video_path": "./videos/v.mp4", "questions": [{**question, "time_stamp": "26s"}]},
+        {"video_path": "./videos/v.mp4"},
+    ]
+    path = tmp_path / "questions_real.json"
+    path.write_text(json.dumps(data))
+    imported = import_path(path)
+    (record,) = imported.benchmark.records
+    assert record.options == ("A. DEN.", "B. MIA.", "C. BOS.", "D. GS.")
+    assert record.answer == "B"
+    assert [str(p) for p in imported.problems] == [
+        "questions_real.json[1].questions[0]: time '26s' is not HH:MM:SS",
+        "questions_real.json[2]: missing field 'questions'",
+    ]
+    with pytest.raises(BenchmarkError, match=r"is not HH:MM:SS \(and 1 more problems\)"):
+        load_benchmark(str(path), tmp_path)
