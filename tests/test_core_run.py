@@ -93,10 +93,11 @@ def test_nothing_from_the_future_reaches_the_adapter(pacing, adapter_env, benchm
                 assert all(a >= s for a, s in zip(arrivals, scheduled, strict=True))
 
 
-def test_recorded_events_tell_the_whole_story(adapter_env, benchmark_path, tmp_path):
+def test_recorded_events_tell_the_whole_story(adapter_env, benchmark_path, tmp_path, store_url):
+    """A whole run on both store backends (SQLite file, real PostgreSQL server)."""
     with (
         AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter,
-        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+        Store(store_url) as store,
     ):
         summary = execute(run_config(benchmark_path, tmp_path, adapter.url), store)
         events = events_by_session(store, summary.run_id)["t:qa:1"]

@@ -51,7 +51,7 @@ def test_questions_get_labels_and_the_gold_letter(ovo_file: Path) -> None:
         assert isinstance(record, QARecord)
         letters = "ABCDEFG"[: len(entry["options"])]
         assert record.options == tuple(
-            f"{letter}. {option}" for letter, option in zip(letters, entry["options"])
+            f"{letter}. {option}" for letter, option in zip(letters, entry["options"], strict=True)
         )
         assert record.answer == letters[entry["gt"]]
         assert record.question_time_s == record.evidence_anchor_s == entry["realtime"]
@@ -67,8 +67,10 @@ def test_rec_triggers_are_the_probes_where_the_count_grows(ovo_file: Path) -> No
     for entry in json.loads(ovo_file.read_text()):
         if entry["task"] != "REC":
             continue
-        counts = [probe["count"] for probe in entry["test_info"]]
-        rises = sum(1 for before, now in zip([0, *counts], counts) if now > before)
+        highest = rises = 0
+        for probe in sorted(entry["test_info"], key=lambda probe: probe["realtime"]):
+            if probe["count"] > highest:
+                highest, rises = probe["count"], rises + 1
         record = records[str(entry["id"])]
         assert len(record.triggers) == rises
         assert record.metadata["probes"] == entry["test_info"]

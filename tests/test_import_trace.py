@@ -26,7 +26,9 @@ def sample(*parts: str) -> Path:
     """A path under the shared benchmark samples; skips the test where they are absent."""
     path = SAMPLES.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"benchmark samples not found at {SAMPLES} (shared data, not shipped)")
+        pytest.skip(
+            f"real benchmark samples not found at {SAMPLES} (../shared/data is not in the repo)"
+        )
     return path
 
 

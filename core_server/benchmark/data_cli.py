@@ -92,7 +92,8 @@ def _summary(path: Path, imported: Imported, report: Report, video_root: Path | 
         if video_root is not None
         else "videos not checked (no --video-root)"
     )
-    return f"{path}: {head} in {report.records} {imported.format} records; {videos}"
+    records = f"{report.records} {imported.format} record{'s' if report.records != 1 else ''}"
+    return f"{path}: {head} in {records}; {videos}"
 
 
 def _report_json(path: Path, imported: Imported, report: Report, video_root: Path | None) -> dict:

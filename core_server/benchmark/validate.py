@@ -123,7 +123,8 @@ def check_videos(records: Sequence[Record], video_root: Path, report: Report) ->
         try:
             duration = video_duration_s(video_root / video)
         except VideoProblem as exc:
-            report.problems.append(Problem(video, f"{exc} (needed by {len(needing)} records)"))
+            records = f"{len(needing)} record{'s' if len(needing) != 1 else ''}"
+            report.problems.append(Problem(video, f"{exc} (needed by {records})"))
             continue
         if duration is None:
             report.notes.append(f"{video}: no duration in its metadata; times not checked")

@@ -1,0 +1,259 @@
+"""`streameval data validate` and `streameval data stats` through their Typer app.
+
+Stand-in videos are tiny (32x24, 2 fps) H.264 files encoded with PyAV at the durations the
+records need, so that "times inside the video" is checked against real containers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from typer.testing import CliRunner, Result
+
+from core_server.benchmark.data_cli import data_app
+from core_server.benchmark.streamingbench import seconds
+from tests.test_import_streamingbench import entries
+from tests.test_import_trace import raw_lines, sample
+
+runner = CliRunner()
+
+
+def invoke(*args: str | Path) -> Result:
+    return runner.invoke(data_app, [str(arg) for arg in args])
+
+
+def write_video(path: Path, seconds: float, fps: int = 2) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        for index in range(round(seconds * fps)):
+            pixels = np.full((24, 32, 3), index * 7 % 256, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+def stats(path: Path) -> dict:
+    done = invoke("stats", path, "--json")
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
+
+
+def test_stats_of_the_trace_sample() -> None:
+    release = sample("trace_release")
+    qa = raw_lines(release / "qa.jsonl")
+    proactive = raw_lines(release / "proactive.jsonl")
+    got = stats(release)
+    assert got["records"] == len(qa) + len(proactive) == 39
+    assert got["questions"] == 39  # TRACE counts each QA question and each instruction
+    assert got["windows"] == sum(len(r["windows"]) for r in proactive) == 118
+    assert got["by_task_type"]["stream bench proactive"] == 3
+    assert got["windows_by_task_type"] == {
+        "CRR": 5,
+        "REC": 33,
+        "SSR": 16,
+        "stream bench proactive": 64,
+    }
+    assert got["durations"]["question_time_s"] == {"min": 14.0, "mean": 175.81, "max": 431.0}
+    assert stats(release)["format"] == "trace"
+    tiny = invoke("stats", release, "--subset", "tiny", "--json")
+    assert json.loads(tiny.stdout)["records"] == 18
+
+
+def test_stats_of_the_ovo_sample_count_probes_as_questions() -> None:
+    path = sample("ovo_bench", "ovo_bench_sample.json")
+    raw = json.loads(path.read_text())
+    probes = sum(len(e.get("test_info", ())) for e in raw)
+    got = stats(path)
+    assert got["records"] == len(raw) == 36
+    assert got["by_task_type"] == {e["task"]: 3 for e in raw}
+    assert got["probes"] == probes == 93
+    assert got["questions"] == 27 + 9 + 93
+    # REC: one window per rise of the count (6 + 4 + 1); SSR: one per step; CRR: one each.
+    assert got["windows_by_task_type"] == {"CRR": 3, "REC": 11, "SSR": 11}
+    assert got["windows"] == 25
+
+
+@pytest.mark.parametrize(
+    ("name", "records", "windows"),
+    [
+        ("questions_real_sample.json", 6, 0),
+        ("questions_omni_sample.json", 6, 0),
+        ("questions_sqa_sample.json", 15, 0),
+        ("questions_proactive_sample.json", 6, 6),
+    ],
+)
+def test_stats_of_the_streamingbench_samples(name: str, records: int, windows: int) -> None:
+    path = sample("streamingbench", name)
+    questions = sum(len(e["questions"]) for e in entries(path))
+    got = stats(path)
+    assert (got["records"], got["questions"], got["windows"]) == (questions, questions, windows)
+    assert got["records"] == records
+
+
+def test_stats_text() -> None:
+    done = invoke("stats", sample("ovo_bench", "ovo_bench_sample.json"))
+    assert done.exit_code == 0
+    lines = done.stdout.splitlines()
+    assert lines[1] == "questions 129 (27 QA, 9 instructions, 93 probes); windows 25"
+    assert "  REC                                            3       11" in lines
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("trace_release",),
+        ("ovo_bench", "ovo_bench_sample.json"),
+        ("streamingbench", "questions_sqa_sample.json"),
+    ],
+)
+def test_the_samples_validate_clean(parts: tuple[str, ...]) -> None:
+    path = sample(*parts)
+    done = invoke("validate", path)
+    assert done.exit_code == 0, done.output
+    assert done.stdout.splitlines()[-1].startswith(f"{path}: no problems in ")
+
+
+def test_streamingbench_proactive_with_videos_of_the_annotated_length(tmp_path: Path) -> None:
+    path = sample("streamingbench", "questions_proactive_sample.json")
+    ends: dict[str, float] = {}
+    for entry in entries(path):
+        (question,) = entry["questions"]
+        latest = max(seconds(question["time_stamp"]), seconds(question["ground_truth_time_stamp"]))
+        video = entry["video_path"].removeprefix("./")
+        ends[video] = max(ends.get(video, 0), latest)
+    for video, end in ends.items():
+        write_video(tmp_path / video, end, fps=1)
+    done = invoke("validate", path, "--video-root", tmp_path, "--json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert (report["ok"], report["records"], report["videos_checked"]) == (True, 6, 5)
+
+
+@pytest.fixture
+def defective_release(tmp_path: Path) -> tuple[Path, Path, int]:
+    """Six short records of the TRACE sample with one injected defect each, plus a
+    truncated seventh line; returns (release, video root, truncation column)."""
+    source = sample("trace_release")
+    qa = {r["record_id"]: r for r in raw_lines(source / "qa.jsonl")}
+    proactive = {r["record_id"]: r for r in raw_lines(source / "proactive.jsonl")}
+    videos = tmp_path / "videos-root"
+
+    unknown_letter = {**qa["streambench_qa:16"], "answer": "E"}
+    write_video(videos / unknown_letter["video_path"], 15)
+    too_long = qa["streambench_qa:417"]  # asked at 19 s, its video lasts 10 s
+    write_video(videos / too_long["video_path"], 10)
+    missing = qa["streambench_qa:396"]  # no video written
+    broken = qa["streambench_qa:455"]
+    (videos / broken["video_path"]).write_bytes(b"\x00" * 2048)
+
+    swapped = json.loads(json.dumps(proactive["ovo_bench_proactive:1571"]))
+    for items in (swapped["windows"], swapped["metadata"]["trigger_annotations"]):
+        items[0], items[1] = items[1], items[0]
+    write_video(videos / swapped["video_path"], 25)
+    reversed_ = json.loads(json.dumps(proactive["ovo_bench_proactive:1575"]))
+    reversed_["windows"][2]["end_s"] = 9.0
+    reversed_["metadata"]["trigger_annotations"][2]["response_window_end_s"] = 9.0
+    write_video(videos / reversed_["video_path"], 25)
+
+    release = tmp_path / "release"
+    release.mkdir()
+    whole = json.dumps(qa["streambench_qa:16"])
+    truncated = whole[: whole.index("What unusual") + 4]  # cut inside the question
+    qa_lines = [json.dumps(r) for r in (unknown_letter, too_long, missing, broken)]
+    (release / "qa.jsonl").write_text("\n".join([*qa_lines, truncated]) + "\n")
+    (release / "proactive.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in (swapped, reversed_)) + "\n"
+    )
+    try:
+        json.loads(truncated)
+    except json.JSONDecodeError as exc:
+        return release, videos, exc.colno
+    raise AssertionError("the truncated line parsed")
+
+
+def test_validate_reports_each_injected_defect_on_its_line(defective_release) -> None:
+    release, videos, column = defective_release
+    done = invoke("validate", release, "--video-root", videos)
+    assert done.exit_code == 1
+    *problems, summary = done.stdout.splitlines()
+    assert sorted(problems) == sorted(
+        [
+            f"qa.jsonl:5: not valid JSON at column {column}: unterminated string starting",
+            "streambench_qa:16: unknown answer letter 'E' (options A-D)",
+            "ovo_bench_proactive:1571: window 2 starts at 0.1s, before window 1 at 1.6s "
+            "(windows out of order)",
+            "ovo_bench_proactive:1575: window 3 [9.85s, 9s) is empty or reversed",
+            "videos/sample_138_real.mp4: missing video: "
+            f"{videos}/videos/sample_138_real.mp4 does not exist (needed by 1 record)",
+            "videos/sample_376_real.mp4: undecodable video: "
+            f"{videos}/videos/sample_376_real.mp4: Invalid data found when processing input "
+            "(needed by 1 record)",
+            "streambench_qa:417: question at 19s is past the end of its video "
+            "(10.00s, videos/sample_467_real.mp4)",
+        ]
+    )
+    assert summary == f"{release}: 7 problems in 6 trace records; 6 videos checked"
+    assert "no manifest.json" in done.stderr
+
+    as_json = json.loads(invoke("validate", release, "--video-root", videos, "--json").stdout)
+    assert as_json["ok"] is False and len(as_json["problems"]) == 7
+    assert {"where": "streambench_qa:16", "message": "unknown answer letter 'E' (options A-D)"} in (
+        as_json["problems"]
+    )
+
+
+def test_without_a_video_root_only_the_records_are_checked(defective_release) -> None:
+    release, _, _ = defective_release
+    done = invoke("validate", release)
+    assert done.exit_code == 1
+    assert done.stdout.splitlines()[-1] == (
+        f"{release}: 4 problems in 6 trace records; videos not checked (no --video-root)"
+    )
+
+
+def test_unreadable_paths_exit_2_with_one_line(tmp_path: Path) -> None:
+    truncated = tmp_path / "ovo_bench_new.json"
+    truncated.write_text('[{"id": 1, "task": "OCR", "vid')
+    unknown = tmp_path / "other.json"
+    unknown.write_text('{"hello": 1}')
+    cases = [
+        (truncated, f"{truncated} is not valid JSON at line 1, column 27: unterminated string"),
+        (unknown, f"{unknown}: not a benchmark this harness reads"),
+        (tmp_path / "absent.json", f"{tmp_path / 'absent.json'} does not exist"),
+    ]
+    for path, message in cases:
+        for command in ("validate", "stats"):
+            done = invoke(command, path)
+            assert done.exit_code == 2, done.output
+            assert done.stdout == ""
+            assert done.stderr.startswith(f"error: {message}")
+            assert done.stderr.count("\n") == 1
+    as_json = invoke("validate", truncated, "--json")
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["error"].endswith("unterminated string starting")
+
+
+def test_stats_counts_what_imports_and_says_what_did_not(tmp_path: Path) -> None:
+    path = tmp_path / "questions_real.json"
+    question = {"task_type": "Counting", "question": "How many?", "answer": "A"}
+    good = {**question, "time_stamp": "00:00:05", "options": ["1", "2"]}
+    path.write_text(
+        json.dumps([{"video_path": "./videos/v.mp4", "questions": [good, {**question}]}])
+    )
+    done = invoke("stats", path, "--json")
+    assert done.exit_code == 0
+    assert (json.loads(done.stdout)["records"], json.loads(done.stdout)["problems"]) == (1, 1)
+    assert "1 entries could not be imported" in done.stderr
