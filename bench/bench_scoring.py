@@ -25,7 +25,7 @@ from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
 from core_server.store.export import export_jsonl
 from core_server.store.store import Store
 from scorer.eventlog import SessionLog, store_run
-from scorer.report import load_exported, score_exported, score_run
+from scorer.report import evaluate_source, load_exported, score_exported, score_run, scores_of
 
 OUT = Path(__file__).resolve().parent / "out"
 RUN_ID = "bench-scoring"
@@ -143,19 +143,20 @@ def main() -> None:
                 export_jsonl(store, RUN_ID, handle)
         store_s, scores = best_of(args.repeat, lambda: score_run(store, RUN_ID))
     export_s, exported = best_of(args.repeat, lambda: score_exported(jsonl))
-    read_s, _ = best_of(args.repeat, lambda: load_exported(jsonl))
+    loaded = load_exported(jsonl)
+    scoring_s, _ = best_of(args.repeat, lambda: scores_of(evaluate_source(loaded)))
     same = scores.to_json() == exported.to_json()
     records = scores.records_scored
     print(f"{total} events, {records} records")
     print(f"score_run (SQLite store): {store_s:.2f} s ({total / store_s:,.0f} events/s)")
-    print(f"score_exported (JSONL):   {export_s:.2f} s, of which reading the file {read_s:.2f} s")
+    print(f"score_exported (JSONL):   {export_s:.2f} s; scoring once read: {scoring_s:.2f} s")
     print(f"identical results: {same}")
     if not args.no_record:
-        record(total, records, (store_s, export_s, read_s), same, args.repeat)
+        record(total, records, (store_s, export_s, scoring_s), same, args.repeat)
 
 
 def record(total: int, records: int, seconds: tuple[float, float, float], same: bool, repeat: int):
-    store_s, export_s, read_s = seconds
+    store_s, export_s, scoring_s = seconds
     verdict = "meets" if store_s < TARGET_S else "MISSES"
     body = (
         f"`python -m bench.bench_scoring` ({datetime.date.today()}, Python "
@@ -167,7 +168,8 @@ def record(total: int, records: int, seconds: tuple[float, float, float], same: 
         "| source | seconds | events/s |\n|---|---|---|\n"
         f"| `score_run`, SQLite store | {store_s:.2f} | {total / store_s:,.0f} |\n"
         f"| `score_exported`, JSONL | {export_s:.2f} | {total / export_s:,.0f} |\n"
-        f"| of which `read_jsonl` (decode and validate every line) | {read_s:.2f} | |\n\n"
+        f"| the same log once read into memory (the rest is `read_jsonl` decoding and "
+        f"validating every line) | {scoring_s:.2f} | {total / scoring_s:,.0f} |\n\n"
         f"Target: under {TARGET_S:g} s for 1,000,000 events: {verdict} it. Both sources give "
         f"identical results: {'yes' if same else 'NO'}.\n"
     )

@@ -11,6 +11,7 @@ import os
 import secrets
 from collections import Counter
 from contextlib import asynccontextmanager
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -22,6 +23,7 @@ from core_server.runner import RunError, RunExecutor
 from core_server.store.store import Store, StoreError
 
 TOKEN_ENV = "STREAMEVAL_API_TOKEN"
+_BEARER = HTTPBearer(auto_error=False)
 
 
 def resolve_token() -> tuple[str, bool]:
@@ -55,9 +57,10 @@ def create_app(store_url: str, token: str) -> FastAPI:
     store = Store(store_url)
     registry: dict[str, EndpointConfig] = {}
     tasks: dict[str, asyncio.Task] = {}
-    bearer = HTTPBearer(auto_error=False)
 
-    def authorize(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    def authorize(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ) -> None:
         if credentials is None or not secrets.compare_digest(credentials.credentials, token):
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or wrong bearer token")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,11 +15,14 @@ from rich.table import Table
 
 from core_server.adapter_process import AdapterProcess, AdapterProcessError
 from core_server.benchmark.loader import BenchmarkError
-from core_server.config import PROFILES, EndpointConfig, RunConfig, default_cache_dir
+from core_server.config import PROFILES, EndpointConfig, RunConfig
 from core_server.frames import VideoDecodeError
+from core_server.paths import default_cache_dir, resolve_store_url
 from core_server.runner import RunError, RunExecutor, RunSummary
 from core_server.session import SessionOutcome
 from core_server.store.store import Store, StoreError
+from scorer import cli as scorer_cli
+from scorer.report import score_run
 
 app = typer.Typer(
     help="Condition-aware evaluation of streaming video understanding.",
@@ -39,16 +41,6 @@ StoreOption = Annotated[
 ]
 
 USER_ERRORS = (RunError, StoreError, BenchmarkError, VideoDecodeError, AdapterProcessError)
-
-
-def store_url(value: str | None, cache_dir: Path | None = None) -> str:
-    if value:
-        return value
-    if os.environ.get("STREAMEVAL_STORE"):
-        return os.environ["STREAMEVAL_STORE"]
-    directory = cache_dir or default_cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'streameval.db'}"
 
 
 def fail(message: str) -> typer.Exit:
@@ -126,7 +118,7 @@ def run(
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run)."""
     try:
-        with Store(store_url(store, cache_dir)) as opened:
+        with Store(resolve_store_url(store, cache_dir)) as opened:
             if resume:
                 stored = RunConfig.model_validate(opened.get_run(resume).config)
                 if adapter_url:
@@ -205,7 +197,7 @@ def demo(
     try:
         with (
             AdapterProcess("reference") as adapter,
-            Store(store_url(store, cache)) as opened,
+            Store(resolve_store_url(store, cache)) as opened,
         ):
             config = RunConfig(
                 benchmark="synthetic",
@@ -214,42 +206,21 @@ def demo(
                 cache_dir=str(cache),
             )
             summary = execute(config, opened, show_progress=not as_json)
-            metrics = _score(opened, summary.run_id)
+            scores = score_run(opened, summary.run_id)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     if as_json:
-        print(json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": metrics}))
+        print(
+            json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": scores.to_json()})
+        )
         return
-    _print_metrics(summary, opened.url, metrics)
-
-
-def _score(store: Store, run_id: str) -> dict:
-    from scorer.report import score_run
-
-    return score_run(store, run_id).to_json()
-
-
-def _print_metrics(summary: RunSummary, url: str, metrics: dict) -> None:
-    out = Console()
-    table = Table(title=f"streameval demo: run {summary.run_id}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in _flatten(metrics.get("overall", metrics)):
-        table.add_row(name, f"{value:.4g}" if isinstance(value, float) else str(value))
-    out.print(table)
+    out = Console(soft_wrap=True)
+    scores.render(out)
     out.print(
-        f"{summary.finished} sessions finished, {summary.failed} failed; store {url}",
+        f"{summary.finished} sessions finished, {summary.failed} failed; store {opened.url}\n"
+        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}",
         highlight=False,
     )
-
-
-def _flatten(tree: dict, prefix: str = ""):
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{name}.")
-        elif isinstance(value, (int, float, str, bool)) or value is None:
-            yield name, value
 
 
 # --------------------------------------------------------------------------- store views
@@ -262,7 +233,7 @@ def runs(
 ) -> None:
     """List stored runs, newest first, with their declared conditions."""
     try:
-        with Store(store_url(store)) as opened:
+        with Store(resolve_store_url(store)) as opened:
             infos = opened.list_runs()
     except StoreError as exc:
         raise fail(str(exc)) from None
@@ -302,7 +273,7 @@ def export(
     if format != "jsonl":
         raise fail(f"unknown export format {format!r}; only jsonl")
     try:
-        with Store(store_url(store)) as opened:
+        with Store(resolve_store_url(store)) as opened:
             if output is None or str(output) == "-":
                 lines = export_jsonl(opened, run_id, sys.stdout)
             else:
@@ -351,20 +322,14 @@ def core_api(
     token, generated = resolve_token()
     if generated:
         console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
-    uvicorn.run(create_app(store_url(store), token), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        create_app(resolve_store_url(store), token), host=host, port=port, log_level="warning"
+    )
 
 
-def _register_scorer_commands() -> None:
-    try:
-        from scorer import cli as scorer_cli
-    except ImportError:  # the scorer package is optional at this stage of development
-        return
-    app.command("score")(scorer_cli.score)
-    app.command("compare")(scorer_cli.compare)
-    app.command("results-api")(scorer_cli.results_api)
-
-
-_register_scorer_commands()
+app.command("score")(scorer_cli.score)
+app.command("compare")(scorer_cli.compare)
+app.command("results-api")(scorer_cli.results_api)
 
 
 def main() -> None:

@@ -6,13 +6,12 @@ traced back to the conditions it was obtained under.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapters.protocol import AdapterConditions, RunConditions
+from core_server.paths import default_cache_dir
 
 Pacing = Literal["logical", "wall_clock"]
 
@@ -164,9 +163,3 @@ class RunConfig(BaseModel):
             qa_history_s=resolved.qa_history_s,
             proactive_lead_s=resolved.proactive_lead_s,
         )
-
-
-def default_cache_dir() -> Path:
-    """Frames, generated benchmarks and the default store; STREAMEVAL_CACHE_DIR moves it."""
-    configured = os.environ.get("STREAMEVAL_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "streameval"

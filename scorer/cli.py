@@ -12,13 +12,13 @@ sqlite:///~/.cache/streameval/streameval.db. A user mistake prints one line and 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from core_server.paths import resolve_store_url
 from core_server.store.store import Store, StoreError
 from scorer.errors import ScoreError
 from scorer.judges import LLMJudge, LLMJudgeConfig
@@ -51,14 +51,6 @@ JudgeModelOption = Annotated[
 ]
 
 _stderr = Console(stderr=True)
-
-
-def default_store_url() -> str:
-    if os.environ.get("STREAMEVAL_STORE"):
-        return os.environ["STREAMEVAL_STORE"]
-    directory = Path("~/.cache/streameval").expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{directory / 'streameval.db'}"
 
 
 def _fail(message: str) -> typer.Exit:
@@ -106,7 +98,7 @@ def score(
         if events is not None:
             scores = score_exported(events, chosen, judge)
         else:
-            with Store(store or default_store_url()) as opened:
+            with Store(resolve_store_url(store)) as opened:
                 scores = score_run(opened, run_id, chosen, judge)
     except (ScoreError, StoreError) as exc:
         raise _fail(str(exc)) from None
@@ -132,7 +124,7 @@ def compare(
     try:
         chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
-        with Store(store or default_store_url()) as opened:
+        with Store(resolve_store_url(store)) as opened:
             comparison = compare_runs(opened, run_a, run_b, chosen, judge)
     except (ScoreError, StoreError) as exc:
         raise _fail(str(exc)) from None
@@ -155,7 +147,7 @@ def results_api(
     from scorer.api import create_app
 
     try:
-        app = create_app(store or default_store_url(), _judge(judge_url, judge_model))
+        app = create_app(resolve_store_url(store), _judge(judge_url, judge_model))
     except (ScoreError, StoreError) as exc:
         raise _fail(str(exc)) from None
     uvicorn.run(app, host=host, port=port, log_level="warning")

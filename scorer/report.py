@@ -29,7 +29,7 @@ from scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudg
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.readiness import median_duration, readiness
 from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
-from scorer.source import RunSource, file_source, store_engine, store_source
+from scorer.source import RunSource, file_source, store_source
 
 SCHEMA = "streameval-scores/1"
 # The configuration entries that say how the timeline was delivered.
@@ -323,7 +323,7 @@ def score_run(
 def cached_in(store: Store, judge: Judge | None) -> Judge | None:
     """An LLM judge that has no cache of its own keeps its verdicts in this store."""
     if isinstance(judge, LLMJudge) and judge.cache is None:
-        return judge.with_cache(JudgeCache(store_engine(store)))
+        return judge.with_cache(JudgeCache(store.engine))
     return judge
 
 

@@ -42,16 +42,11 @@ class RunSource:
         return self.run["run_id"]
 
 
-def store_engine(store: Store) -> Engine:
-    # The store has no public engine accessor; the scorer reads the documented schema.
-    return store._engine  # noqa: SLF001
-
-
 def store_source(store: Store, run_id: str) -> RunSource:
     info = store.get_run(run_id)
     run = {name: getattr(info, name) for name in RUN_FIELDS}
     records = store.records(run_id)
-    engine = store_engine(store)
+    engine = store.engine
     return RunSource(run, records, lambda session_id=None: _store_rows(engine, run_id, session_id))
 
 

@@ -1,12 +1,17 @@
-"""`streameval data validate` and `streameval data stats` through their Typer app.
+"""`streameval data validate` and `streameval data stats` through their Typer app, and
+complete runs of each importer's records.
 
-Stand-in videos are tiny (32x24, 2 fps) H.264 files encoded with PyAV at the durations the
-records need, so that "times inside the video" is checked against real containers.
+Stand-in videos are tiny (32x24, 1 or 2 fps) H.264 files encoded with PyAV at the durations
+the records need, so that "times inside the video" is checked against real containers and
+the Core streams real frames.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import shutil
 from pathlib import Path
 
 import av
@@ -14,8 +19,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner, Result
 
+from core_server.adapter_process import AdapterProcess
 from core_server.benchmark.data_cli import data_app
+from core_server.benchmark.loader import load_benchmark
+from core_server.benchmark.records import Benchmark, QARecord
 from core_server.benchmark.streamingbench import seconds
+from core_server.benchmark.validate import trigger_bounds
+from core_server.config import EndpointConfig, RunConfig
+from core_server.runner import RunExecutor, RunSummary
+from core_server.store.store import Store
+from scorer.report import score_run
 from tests.test_import_streamingbench import entries
 from tests.test_import_trace import raw_lines, sample
 
@@ -26,12 +39,13 @@ def invoke(*args: str | Path) -> Result:
     return runner.invoke(data_app, [str(arg) for arg in args])
 
 
-def write_video(path: Path, seconds: float, fps: int = 2) -> None:
+def write_video(path: Path, duration_s: float, fps: int = 2) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
-        for index in range(round(seconds * fps)):
+        stream.options = {"preset": "ultrafast"}
+        for index in range(round(duration_s * fps)):
             pixels = np.full((24, 32, 3), index * 7 % 256, dtype=np.uint8)
             for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
                 container.mux(packet)
@@ -257,3 +271,69 @@ def test_stats_counts_what_imports_and_says_what_did_not(tmp_path: Path) -> None
     assert done.exit_code == 0
     assert (json.loads(done.stdout)["records"], json.loads(done.stdout)["problems"]) == (1, 1)
     assert "1 entries could not be imported" in done.stderr
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def stand_in_videos(benchmark: Benchmark, root: Path) -> None:
+    """One 1-fps stand-in per video, a second longer than the latest time its records need."""
+    needed: dict[str, float] = {}
+    for record in benchmark.records:
+        if isinstance(record, QARecord):
+            latest = record.question_time_s
+        else:
+            bounds = [t for trig in record.triggers for t in trigger_bounds(trig) if t is not None]
+            latest = max([record.instruction_time_s, *bounds])
+        needed[record.video_path] = max(needed.get(record.video_path, 0.0), latest)
+    for video, latest in needed.items():
+        write_video(root / video, math.ceil(latest) + 1, fps=1)
+
+
+def execute(config: RunConfig, store: Store) -> RunSummary:
+    async def go() -> RunSummary:
+        executor = RunExecutor(config, store)
+        return await executor.execute(await executor.prepare())
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("parts", "source", "windows"),
+    [
+        (("trace_release",), "trace", 118),
+        (("ovo_bench", "ovo_bench_sample.json"), "ovo_bench", 25),
+        (("streamingbench", "questions_proactive_sample.json"), "streamingbench", 6),
+    ],
+)
+def test_imported_records_run_end_to_end_and_are_scored(parts, source, windows, tmp_path):
+    """Every record of a sample runs through the Core against the `always` baseline adapter
+    on stand-in videos, and the run is scored."""
+    original = sample(*parts)
+    # The copy sits in its video root (the default one), so that the run names only a path.
+    root = tmp_path / "data"
+    if original.is_dir():
+        shutil.copytree(original, root)
+        path = root
+    else:
+        root.mkdir()
+        path = root / original.name
+        shutil.copy(original, path)
+    benchmark = load_benchmark(str(path), tmp_path)
+    stand_in_videos(benchmark, root)
+    with (
+        AdapterProcess("always") as adapter,
+        Store(f"sqlite:///{tmp_path / 'store.db'}") as store,
+    ):
+        config = RunConfig(
+            benchmark=str(path),
+            endpoints=[EndpointConfig(url=adapter.url, concurrency=8)],
+            cache_dir=str(tmp_path / "cache"),
+            fps=0.5,  # half the frames of the trace profile's 1 fps: the test stays quick
+        )
+        summary = execute(config, store)
+        assert (summary.finished, summary.failed) == (len(benchmark.records), 0)
+        scores = score_run(store, summary.run_id)
+    assert scores.records_scored == len(benchmark.records)
+    assert list(scores.by_source_benchmark) == [source]
+    assert scores.overall["proactive"]["in_window_accuracy"].population == windows

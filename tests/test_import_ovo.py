@@ -171,7 +171,7 @@ def test_bad_entries_are_named_and_the_rest_imports(tmp_path: Path) -> None:
     assert [str(p) for p in imported.problems] == [
         "ovo_bench_new.json[1] (id 8): unknown task 'XYZ'; OVO-Bench has "
         + ", ".join(TASKS[:3] + TASKS[3:9] + TASKS[9:]),
-        "ovo_bench_new.json[2] (id 9): field 'gt' is '1', not a number",
+        "ovo_bench_new.json[2] (id 9): field 'gt' is '1', not an integer",
         "ovo_bench_new.json[3] (id 10): its annotations give no moment to respond at",
         str(Problem("ovo_bench:7", "duplicate record id")),
     ]

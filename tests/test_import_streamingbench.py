@@ -124,5 +124,7 @@ def test_labels_added_when_missing_and_bad_entries_named(tmp_path: Path) -> None
         "questions_real.json[1].questions[0]: time '26s' is not HH:MM:SS",
         "questions_real.json[2]: missing field 'questions'",
     ]
-    with pytest.raises(BenchmarkError, match=r"is not HH:MM:SS \(and 1 more problems\)"):
+    with pytest.raises(
+        BenchmarkError, match=r"is not HH:MM:SS \(and 1 more problem\); `streameval data validate"
+    ):
         load_benchmark(str(path), tmp_path)

@@ -316,3 +316,5 @@ def test_a_release_file_instead_of_its_folder_is_a_clear_error(tmp_path: Path) -
         load_benchmark(str(folder / "qa.jsonl"), tmp_path)
     with pytest.raises(BenchmarkError, match="not a TRACE release"):
         load_benchmark(str(tmp_path), tmp_path)
+    with pytest.raises(BenchmarkError, match="'trace' is neither 'synthetic' nor an existing"):
+        load_benchmark("trace", tmp_path)

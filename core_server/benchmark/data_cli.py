@@ -112,7 +112,9 @@ def _report_json(path: Path, imported: Imported, report: Report, video_root: Pat
 
 
 @data_app.command("stats")
-def stats_command(path: PathArgument, subset: SubsetOption = None, as_json: JsonOption = False):
+def stats_command(
+    path: PathArgument, subset: SubsetOption = None, as_json: JsonOption = False
+) -> None:
     """Counts per task type, questions, windows, videos and annotated durations."""
     imported = _import(path, None, subset, as_json)
     stats = {"path": str(path), "format": imported.format, **benchmark_stats(imported.benchmark)}

@@ -93,10 +93,14 @@ def read_text(path: Path) -> str:
         raise BenchmarkError(f"{path} cannot be read: {exc.strerror}") from None
 
 
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "true/false"}
+
+
 def require(raw: Any, name: str, kind: type[T] | tuple[type, ...]) -> T:
     """`raw[name]`, which must be present and of `kind` (bool never passes for a number)."""
     if not isinstance(raw, dict):
-        raise EntryError(f"entry is a JSON {type(raw).__name__}, not an object")
+        found = "null" if raw is None else _JSON_TYPES.get(type(raw), "a number")
+        raise EntryError(f"entry is {found}, not an object")
     if name not in raw or raw[name] is None:
         raise EntryError(f"missing field {name!r}")
     value = raw[name]
@@ -107,8 +111,10 @@ def require(raw: Any, name: str, kind: type[T] | tuple[type, ...]) -> T:
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {"str": "a string", "int": "a number", "float": "a number", "list": "a list"}
-    return " or ".join(dict.fromkeys(names.get(k.__name__, k.__name__) for k in kinds))
+    if float in kinds:  # "a number" covers the integers
+        kinds = tuple(k for k in kinds if k is not int)
+    names = {int: "an integer", float: "a number", **_JSON_TYPES}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
 NUMBER = (int, float)

@@ -87,7 +87,7 @@ def accept(imported: Imported, source: str) -> Benchmark:
         logger.warning(note)
     if imported.problems:
         more = len(imported.problems) - 1
-        also = f" (and {more} more problems)" if more else ""
+        also = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
         raise BenchmarkError(
             f"{imported.problems[0]}{also}; `streameval data validate {source}` lists them"
         )
@@ -109,5 +109,7 @@ def load_benchmark(
         from core_server.benchmark.synthetic import load_or_generate
 
         return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed)
+    if not Path(name).exists():
+        raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")
     root = Path(video_root) if video_root is not None else None
     return accept(import_path(Path(name), video_root=root, subset=subset), name)

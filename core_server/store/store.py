@@ -240,6 +240,11 @@ class Store:
         """The store URL with any password hidden (safe to print)."""
         return self._display_url
 
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for readers that need raw speed (the scorer) or own tables."""
+        return self._engine
+
     def close(self) -> None:
         self._engine.dispose()
 
