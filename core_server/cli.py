@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from core_server.adapter_process import AdapterProcess, AdapterProcessError
+from core_server.benchmark.data_cli import data_app
 from core_server.benchmark.loader import BenchmarkError
 from core_server.config import PROFILES, EndpointConfig, RunConfig
 from core_server.frames import VideoDecodeError
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
+app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
 
 # soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
 console = Console(stderr=True, soft_wrap=True)
@@ -95,7 +97,19 @@ def run(
         typer.Option("--adapter-url", help="Adapter endpoint ws://host:port/ws (repeatable)."),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Sessions in flight per endpoint.")] = 4,
-    benchmark: Annotated[str, typer.Option(help="'synthetic' or a benchmark.json.")] = "synthetic",
+    benchmark: Annotated[
+        str,
+        typer.Option(
+            help="'synthetic', a benchmark.json, a TRACE release dir, an OVO-Bench or "
+            "StreamingBench JSON."
+        ),
+    ] = "synthetic",
+    video_root: Annotated[
+        Path | None, typer.Option(help="Folder the benchmark's video paths are relative to.")
+    ] = None,
+    subset: Annotated[
+        str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
     task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
     task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
@@ -133,6 +147,8 @@ def run(
                 config = RunConfig(
                     benchmark=benchmark,
                     benchmark_seed=seed,
+                    video_root=str(video_root) if video_root else None,
+                    subset=subset,
                     tasks=task or ["qa", "proactive"],
                     task_types=task_type or [],
                     limit=limit,

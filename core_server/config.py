@@ -108,8 +108,13 @@ PROFILES: dict[str, Profile] = {
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    benchmark: str = Field(description="'synthetic' or the path of a benchmark.json")
+    benchmark: str = Field(
+        description="'synthetic', a benchmark.json, a TRACE release directory, an OVO-Bench or "
+        "a StreamingBench JSON file"
+    )
     benchmark_seed: int = 0
+    video_root: str | None = Field(default=None, description="None = next to the benchmark")
+    subset: str | None = Field(default=None, description="TRACE release: tiny, standard, full")
     tasks: list[Literal["qa", "proactive"]] = ["qa", "proactive"]
     task_types: list[str] = Field(default_factory=list, description="empty = all")
     limit: int | None = Field(default=None, ge=1)

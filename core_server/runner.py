@@ -145,7 +145,13 @@ class RunExecutor:
 
     def _load_benchmark(self) -> Benchmark:
         cache_dir = Path(self.config.cache_dir)
-        return load_benchmark(self.config.benchmark, cache_dir, self.config.benchmark_seed)
+        return load_benchmark(
+            self.config.benchmark,
+            cache_dir,
+            self.config.benchmark_seed,
+            video_root=self.config.video_root,
+            subset=self.config.subset,
+        )
 
     # ------------------------------------------------------------------ internals
 

@@ -23,8 +23,7 @@ from core_server.adapter_process import AdapterProcess
 from core_server.benchmark.data_cli import data_app
 from core_server.benchmark.loader import load_benchmark
 from core_server.benchmark.records import Benchmark, QARecord
-from core_server.benchmark.streamingbench import seconds
-from core_server.benchmark.validate import trigger_bounds
+from core_server.benchmark.validate import trigger_bounds, video_duration_s
 from core_server.config import EndpointConfig, RunConfig
 from core_server.runner import RunExecutor, RunSummary
 from core_server.store.store import Store
@@ -53,6 +52,21 @@ def write_video(path: Path, duration_s: float, fps: int = 2) -> None:
             container.mux(packet)
 
 
+def stand_in_videos(benchmark: Benchmark, root: Path, margin_s: int = 1) -> None:
+    """One 1-fps stand-in per video, `margin_s` longer than the latest (whole) second its
+    records need."""
+    needed: dict[str, float] = {}
+    for record in benchmark.records:
+        if isinstance(record, QARecord):
+            latest = record.question_time_s
+        else:
+            bounds = [t for trig in record.triggers for t in trigger_bounds(trig) if t is not None]
+            latest = max([record.instruction_time_s, *bounds])
+        needed[record.video_path] = max(needed.get(record.video_path, 0.0), latest)
+    for video, latest in needed.items():
+        write_video(root / video, math.ceil(latest) + margin_s, fps=1)
+
+
 # ----------------------------------------------------------------------------- stats
 
 
@@ -78,7 +92,7 @@ def test_stats_of_the_trace_sample() -> None:
         "stream bench proactive": 64,
     }
     assert got["durations"]["question_time_s"] == {"min": 14.0, "mean": 175.81, "max": 431.0}
-    assert stats(release)["format"] == "trace"
+    assert got["format"] == "trace"
     tiny = invoke("stats", release, "--subset", "tiny", "--json")
     assert json.loads(tiny.stdout)["records"] == 18
 
@@ -140,16 +154,11 @@ def test_the_samples_validate_clean(parts: tuple[str, ...]) -> None:
     assert done.stdout.splitlines()[-1].startswith(f"{path}: no problems in ")
 
 
-def test_streamingbench_proactive_with_videos_of_the_annotated_length(tmp_path: Path) -> None:
+def test_videos_exactly_as_long_as_the_annotations_pass(tmp_path: Path) -> None:
     path = sample("streamingbench", "questions_proactive_sample.json")
-    ends: dict[str, float] = {}
-    for entry in entries(path):
-        (question,) = entry["questions"]
-        latest = max(seconds(question["time_stamp"]), seconds(question["ground_truth_time_stamp"]))
-        video = entry["video_path"].removeprefix("./")
-        ends[video] = max(ends.get(video, 0), latest)
-    for video, end in ends.items():
-        write_video(tmp_path / video, end, fps=1)
+    stand_in_videos(load_benchmark(str(path), tmp_path), tmp_path, margin_s=0)
+    # The latest annotated time of sample_5_proactive.mp4 is its ground truth, 00:00:17.
+    assert video_duration_s(tmp_path / "videos" / "sample_5_proactive.mp4") == 17.0
     done = invoke("validate", path, "--video-root", tmp_path, "--json")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
@@ -274,20 +283,6 @@ def test_stats_counts_what_imports_and_says_what_did_not(tmp_path: Path) -> None
 
 
 # ----------------------------------------------------------------------------- end to end
-
-
-def stand_in_videos(benchmark: Benchmark, root: Path) -> None:
-    """One 1-fps stand-in per video, a second longer than the latest time its records need."""
-    needed: dict[str, float] = {}
-    for record in benchmark.records:
-        if isinstance(record, QARecord):
-            latest = record.question_time_s
-        else:
-            bounds = [t for trig in record.triggers for t in trigger_bounds(trig) if t is not None]
-            latest = max([record.instruction_time_s, *bounds])
-        needed[record.video_path] = max(needed.get(record.video_path, 0.0), latest)
-    for video, latest in needed.items():
-        write_video(root / video, math.ceil(latest) + 1, fps=1)
 
 
 def execute(config: RunConfig, store: Store) -> RunSummary:

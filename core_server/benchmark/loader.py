@@ -18,7 +18,14 @@ from core_server.benchmark import ovo_bench, streamingbench, trace_release
 from core_server.benchmark.importing import BenchmarkError, Imported, read_json
 from core_server.benchmark.records import Benchmark
 
-__all__ = ["BenchmarkError", "import_path", "load_benchmark", "load_benchmark_file"]
+__all__ = [
+    "BenchmarkError",
+    "accept",
+    "import_path",
+    "load_benchmark",
+    "load_benchmark_file",
+    "synthetic_dir",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +52,7 @@ def _benchmark_json(path: Path, data: Any, video_root: Path | None = None) -> Be
     return benchmark.model_copy(update={"video_root": str(root)})
 
 
-def is_benchmark_json(data: Any) -> bool:
+def _is_benchmark_json(data: Any) -> bool:
     return isinstance(data, dict) and "records" in data
 
 
@@ -69,7 +76,7 @@ def import_path(
     if subset not in (None, "full"):
         raise BenchmarkError(f"subsets are for TRACE release directories; {path} is a file")
     data = read_json(path)
-    if is_benchmark_json(data):
+    if _is_benchmark_json(data):
         return Imported("benchmark_json", _benchmark_json(path, data, video_root))
     if ovo_bench.looks_like(data):
         return ovo_bench.import_ovo_bench(path, data, video_root)

@@ -118,6 +118,10 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# One decoder for the whole file: json.loads with an option builds a new one per line.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def export_jsonl(store: Store, run_id: str, out: TextIO) -> int:
     """Write the run to `out`; returns the number of lines. Events are streamed."""
     lines = [run_line(store.get_run(run_id))]
@@ -151,6 +155,12 @@ class _Reader:
         self._sessions: list[dict[str, Any]] = []
         self._events: list[Event] = []
         self._last_type = ""
+        self._handlers = {
+            "run": self._add_run,
+            "record": self._add_record,
+            "session": self._add_session,
+            "event": self._add_event,
+        }
 
     def add(self, number: int, text: str) -> None:
         obj = self._parse(number, text)
@@ -159,20 +169,17 @@ class _Reader:
             raise self._error(number, f"unknown line type {kind!r}")
         if self._run is None and kind != "run":
             raise self._error(number, f"the first line must be the run line, not {kind!r}")
-        if self._run is not None and _LINE_ORDER.index(kind) < _LINE_ORDER.index(self._last_type):
-            raise self._error(number, f"a {kind} line cannot follow {self._last_type} lines")
-        self._last_type = kind
-        handlers = {
-            "run": self._add_run,
-            "record": self._add_record,
-            "session": self._add_session,
-            "event": self._add_event,
-        }
-        handlers[kind](number, obj)
+        if kind != self._last_type:
+            if self._run is not None and _LINE_ORDER.index(kind) < _LINE_ORDER.index(
+                self._last_type
+            ):
+                raise self._error(number, f"a {kind} line cannot follow {self._last_type} lines")
+            self._last_type = kind
+        self._handlers[kind](number, obj)
 
     def _parse(self, number: int, text: str) -> dict[str, Any]:
         try:
-            obj = json.loads(text, parse_constant=_reject_constant)
+            obj = _DECODER.decode(text)
         except json.JSONDecodeError as exc:
             raise self._error(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
         except ValueError as exc:
@@ -215,18 +222,24 @@ class _Reader:
     def _check(
         self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
     ) -> None:
-        missing = [name for name in fields if name not in obj]
-        if missing:
-            raise self._error(number, f"{obj['type']} line lacks field(s) {', '.join(missing)}")
-        extra = [name for name in obj if name not in fields]
-        if exact and extra:
-            raise self._error(number, f"{obj['type']} line has unknown field(s) {', '.join(extra)}")
+        if obj.keys() != fields.keys():
+            self._field_names_error(number, obj, fields, exact)
         for name, types in fields.items():
             value = obj[name]
             # JSON true/false parse as bool, which Python also counts as int.
             if isinstance(value, bool) or not isinstance(value, types):
                 wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
                 raise self._error(number, f"field {name!r} must be {wanted}, got {value!r}")
+
+    def _field_names_error(
+        self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
+    ) -> None:
+        missing = [name for name in fields if name not in obj]
+        if missing:
+            raise self._error(number, f"{obj['type']} line lacks field(s) {', '.join(missing)}")
+        extra = [name for name in obj if name not in fields]
+        if exact and extra:
+            raise self._error(number, f"{obj['type']} line has unknown field(s) {', '.join(extra)}")
 
     def _error(self, number: int, message: str) -> ExportFormatError:
         return ExportFormatError(f"{self._path}: line {number}: {message}")
