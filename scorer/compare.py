@@ -7,14 +7,12 @@ interval of a difference reflects the pairing.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from core_server.store.store import Store
-from scorer.aggregate import FieldTable, compare_tables
+from scorer.aggregate import Difference, FieldTable, compare_tables
 from scorer.judges import Judge
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.record import fields
@@ -27,18 +25,8 @@ from scorer.report import (
 )
 from scorer.source import RunSource, store_source
 
-
-class MetricDifference(BaseModel):
-    a: float | None
-    b: float | None
-    diff: float | None  # b - a
-    ci95: tuple[float, float] | None
-    population_a: int
-    population_b: int
-    unit: str
-
-
-Differences = dict[str, dict[str, MetricDifference]]
+# Pydantic serialises the aggregate's plain dataclass as it is: one definition of a difference.
+Differences = dict[str, dict[str, Difference]]
 
 
 class Comparison(BaseModel):
@@ -110,16 +98,14 @@ def compare_sources(
         judge_a=run_a.judge.kind,
         judge_b=run_b.judge.kind,
         notes=notes,
-        overall=_models(compare_tables(table_a, table_b, families, profile, "overall")),
+        overall=compare_tables(table_a, table_b, families, profile, "overall"),
         by_task_type={
-            name: _models(
-                compare_tables(
-                    table_a.subset(rows),
-                    table_b.subset(rows),
-                    families,
-                    profile,
-                    f"task_type={name}",
-                )
+            name: compare_tables(
+                table_a.subset(rows),
+                table_b.subset(rows),
+                families,
+                profile,
+                f"task_type={name}",
             )
             for name, rows in sorted(by_type.items())
         },
@@ -136,13 +122,6 @@ def _paired_table(run: EvaluatedRun, record_ids: list[str]) -> tuple[FieldTable,
         [evaluation.record.video_path for evaluation in chosen],
     )
     return table, [evaluation.record.task_type for evaluation in chosen]
-
-
-def _models(differences) -> Differences:
-    return {
-        family: {name: MetricDifference(**asdict(diff)) for name, diff in metrics.items()}
-        for family, metrics in differences.items()
-    }
 
 
 def compare_runs(
