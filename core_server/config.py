@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from adapters.protocol import AdapterConditions, RunConditions
 from core_server.paths import default_cache_dir
@@ -38,20 +38,28 @@ class EndpointConfig(BaseModel):
 
 
 class Profile(BaseModel):
-    """A named protocol profile: delivery defaults and what adapters it admits."""
+    """A named protocol profile: how the timeline is delivered and what adapters it admits.
+
+    `qa_history_s` and `proactive_lead_s` are the seconds of video delivered before the
+    evidence anchor / the instruction; 0 means the whole prefix from the video's start.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     name: str
+    description: str
     fps: float
     qa_history_s: float
     proactive_lead_s: float
     proactive_initiation: tuple[str, ...]
     proactive_state: tuple[str, ...] = ("native", "non-native")
+    pacing: Pacing | None = None  # None: either pacing
+    frame_level_steps: bool = False  # a silent-or-respond decision after every frame
+    probe_questions: bool = False  # ask a proactive record's probes instead of monitoring
 
     def conflicts(self, conditions: AdapterConditions, has_proactive: bool) -> str | None:
         """Why an adapter's declared conditions contradict this profile, or None."""
-        if not has_proactive:
+        if not has_proactive or self.probe_questions:
             return None
         if conditions.initiation not in self.proactive_initiation:
             return (
@@ -66,40 +74,69 @@ class Profile(BaseModel):
         return None
 
 
+SELF_INITIATED = ("autonomous", "polled")
+
 PROFILES: dict[str, Profile] = {
     profile.name: profile
     for profile in (
-        # TRACE standard: 1 fps, QA history from evidence_anchor - 10 s, proactive from
-        # instruction - 5 s; proactive output must be self-initiated or polled per step.
         Profile(
             name="trace",
+            description="TRACE standard: 1 fps, QA frames from evidence anchor - 10 s, "
+            "proactive frames from instruction - 5 s, self-initiated proactive output "
+            "(autonomous, or a decision at every step with no per-window prompt)",
             fps=1.0,
             qa_history_s=10.0,
             proactive_lead_s=5.0,
-            proactive_initiation=("autonomous", "polled"),
+            proactive_initiation=SELF_INITIATED,
         ),
         Profile(
             name="trace-full-prefix",
+            description="TRACE with the whole legal prefix delivered for QA",
             fps=1.0,
             qa_history_s=0.0,
             proactive_lead_s=5.0,
-            proactive_initiation=("autonomous", "polled"),
+            proactive_initiation=SELF_INITIATED,
         ),
         Profile(
             name="trace-autonomous",
+            description="TRACE restricted to natively stateful, autonomous proactive systems",
             fps=1.0,
             qa_history_s=10.0,
             proactive_lead_s=5.0,
             proactive_initiation=("autonomous",),
             proactive_state=("native",),
         ),
-        # RealStreamEval: 0.5 fps, a Silent-or-respond decision at every step.
         Profile(
             name="realstream",
+            description="RealStreamEval frame-level multi-turn protocol: 0.5 fps from the "
+            "video's start, logical pacing, a Silent-or-respond decision at every step, "
+            "queries arrive at their step",
             fps=0.5,
             qa_history_s=0.0,
             proactive_lead_s=0.0,
-            proactive_initiation=("polled", "autonomous"),
+            proactive_initiation=SELF_INITIATED,
+            pacing="logical",
+            frame_level_steps=True,
+        ),
+        Profile(
+            name="ovo-offline",
+            description="OVO-Bench's own protocol: the legal prefix up to each question; "
+            "forward-active tasks asked as their probes, one by one",
+            fps=1.0,
+            qa_history_s=0.0,
+            proactive_lead_s=0.0,
+            proactive_initiation=SELF_INITIATED,
+            pacing="logical",
+            probe_questions=True,
+        ),
+        Profile(
+            name="streamingbench-polling",
+            description="StreamingBench's own protocol: the prefix up to the question; "
+            "proactive tasks polled every second from the instruction on",
+            fps=1.0,
+            qa_history_s=0.0,
+            proactive_lead_s=0.0,
+            proactive_initiation=("polled",),
         ),
     )
 }
@@ -138,6 +175,13 @@ class RunConfig(BaseModel):
         if name not in PROFILES:
             raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
         return name
+
+    @model_validator(mode="after")
+    def _pacing_fits_profile(self) -> RunConfig:
+        required = PROFILES[self.profile].pacing
+        if required is not None and self.pacing != required:
+            raise ValueError(f"profile {self.profile} needs {required} pacing, not {self.pacing}")
+        return self
 
     def resolved(self) -> RunConfig:
         """Fill every profile default in, so the stored configuration is explicit."""

@@ -30,6 +30,7 @@ from core_server.timeline import (
     Timeline,
     TimelineError,
     proactive_timeline,
+    probe_timeline,
     qa_timeline,
 )
 
@@ -240,10 +241,15 @@ class RunExecutor:
 
     def _timeline(self, record: QARecord | ProactiveRecord, frames: VideoFrames) -> Timeline:
         if isinstance(record, QARecord):
-            return qa_timeline(record, frames, self.config.qa_history_s)
+            return qa_timeline(
+                record, frames, self.config.qa_history_s, with_steps=self.profile.frame_level_steps
+            )
+        if self.profile.probe_questions and record.probes:
+            return probe_timeline(record, frames)
         return proactive_timeline(
             record,
             frames,
             lead_s=self.config.proactive_lead_s,
             tolerance_s=self.config.proactive_tolerance_s,
+            steps_before_instruction=self.profile.frame_level_steps,
         )

@@ -124,7 +124,7 @@ class SessionDriver:
         self.stream_origin: tuple[int, float] | None = None  # (runtime_ns, video t) wall clock
         # Protocol state.
         self.sent_frames: set[int] = set()
-        self.task_sent = False
+        self.known_tasks: set[str] = set()  # task ids the adapter may answer
         self.open_response: str | None = None
         self.next_delta_seq = 0
         self.seen_responses: set[str] = set()
@@ -348,6 +348,8 @@ class SessionDriver:
 
     async def _send_step(self, item: TimelineItem) -> None:
         assert self.ws is not None
+        # Under the frame-level protocol a step may come before the question itself.
+        self.known_tasks.add(self.task_id)
         await self.ws.send(Step(task_id=self.task_id, step=item.step, t=item.t).model_dump_json())
         self.recorder.record(
             EventKind.STEP_SENT,
@@ -361,23 +363,15 @@ class SessionDriver:
     async def _send_task(self, item: TimelineItem) -> None:
         assert self.ws is not None
         record = self.plan.record
-        self.task_sent = True
-        if isinstance(record, QARecord):
-            message = Question(
-                task_id=self.task_id, t=item.t, text=record.question, options=list(record.options)
-            )
-            await self.ws.send(message.model_dump_json())
-            self.recorder.record(
-                EventKind.QUESTION_SENT,
-                time.monotonic_ns(),
-                self.current_t,
-                task_id=self.task_id,
-                record_id=record.record_id,
-                t=item.t,
-                text=record.question,
-                options=list(record.options),
-            )
+        if item.probe is not None:
+            assert isinstance(record, ProactiveRecord)
+            probe = record.probes[item.probe]
+            task_id = f"{record.record_id}#probe{item.probe}"
+            await self._send_question(task_id, item.t, probe.question, list(probe.options))
+        elif isinstance(record, QARecord):
+            await self._send_question(self.task_id, item.t, record.question, list(record.options))
         else:
+            self.known_tasks.add(self.task_id)
             message = Instruction(task_id=self.task_id, t=item.t, text=record.instruction)
             await self.ws.send(message.model_dump_json())
             self.recorder.record(
@@ -389,6 +383,22 @@ class SessionDriver:
                 t=item.t,
                 text=record.instruction,
             )
+
+    async def _send_question(self, task_id: str, t: float, text: str, options: list[str]):
+        assert self.ws is not None
+        self.known_tasks.add(task_id)
+        message = Question(task_id=task_id, t=t, text=text, options=options)
+        await self.ws.send(message.model_dump_json())
+        self.recorder.record(
+            EventKind.QUESTION_SENT,
+            time.monotonic_ns(),
+            self.current_t,
+            task_id=task_id,
+            record_id=self.plan.record.record_id,
+            t=t,
+            text=text,
+            options=options,
+        )
 
     # ------------------------------------------------------------------ waiting
 
@@ -534,9 +544,9 @@ class SessionDriver:
             raise ProtocolViolation("out_of_order", f"unexpected {message.type} after hello")
 
     def _check_task(self, task_id: str, what: str) -> None:
-        if not self.task_sent:
+        if not self.known_tasks:
             raise ProtocolViolation("out_of_order", f"{what} before any question or instruction")
-        if task_id != self.task_id:
+        if task_id not in self.known_tasks:
             raise ProtocolViolation("out_of_order", f"{what} for unknown task {task_id!r}")
 
     def _check_open(self, response_id: str, what: str) -> None:

@@ -22,6 +22,7 @@ class TimelineItem:
     t: float
     frame: FrameRef | None = None
     step: int | None = None
+    probe: int | None = None  # a question item that asks the record's probe of this index
 
 
 @dataclass(frozen=True)
@@ -39,18 +40,59 @@ class TimelineError(ValueError):
     """A record whose times cannot be streamed from its video (e.g. past the video's end)."""
 
 
-def qa_timeline(record: QARecord, frames: VideoFrames, history_s: float) -> Timeline:
-    """Frames from max(0, anchor - history) (0 = from the start) to t_q, then the question."""
-    start = 0.0 if history_s == 0 else max(0.0, record.evidence_anchor_s - history_s)
+def _prefix_start(anchor_s: float, history_s: float) -> float:
+    """The first delivered video time: `history_s` before the anchor, 0 = from the start."""
+    return 0.0 if history_s == 0 else max(0.0, anchor_s - history_s)
+
+
+def qa_timeline(
+    record: QARecord, frames: VideoFrames, history_s: float, with_steps: bool = False
+) -> Timeline:
+    """Frames from max(0, anchor - history) to t_q, then the question. `with_steps` (the
+    frame-level protocol) asks for a decision after every frame before the question."""
+    start = _prefix_start(record.evidence_anchor_s, history_s)
     selected = frames.between(start, record.question_time_s)
     if not selected:
         raise TimelineError(
             f"{record.record_id}: no frame between {start:g}s and the question at "
             f"{record.question_time_s:g}s (video is {frames.duration_s:.1f}s long)"
         )
-    items = [TimelineItem("frame", ref.t, ref) for ref in selected]
+    items = []
+    for step, ref in enumerate(selected):
+        items.append(TimelineItem("frame", ref.t, ref))
+        if with_steps and step < len(selected) - 1:
+            items.append(TimelineItem("step", ref.t, step=step))
     items.append(TimelineItem("question", record.question_time_s))
     return Timeline(record.record_id, "qa", tuple(items))
+
+
+def probe_timeline(record: ProactiveRecord, frames: VideoFrames) -> Timeline:
+    """The prefix from the video's start, each probe asked after the last frame at or
+    before its time (OVO-Bench's offline protocol, one session for all the probes)."""
+    if not record.probes:
+        raise TimelineError(f"{record.record_id}: the profile asks probes; this record has none")
+    last = max(probe.t for probe in record.probes)
+    if last > frames.duration_s:
+        raise TimelineError(
+            f"{record.record_id}: a probe at {last:g}s lies past the end of the video "
+            f"({frames.duration_s:.1f}s)"
+        )
+    selected = frames.between(0.0, last)
+    if not selected:
+        raise TimelineError(f"{record.record_id}: no frame before the probe at {last:g}s")
+    order = sorted(range(len(record.probes)), key=lambda k: record.probes[k].t)
+    items: list[TimelineItem] = []
+    pending = 0
+    for position, ref in enumerate(selected):
+        items.append(TimelineItem("frame", ref.t, ref))
+        following = selected[position + 1].t if position + 1 < len(selected) else None
+        while pending < len(order):
+            probe_t = record.probes[order[pending]].t
+            if following is not None and following <= probe_t:
+                break
+            items.append(TimelineItem("question", probe_t, probe=order[pending]))
+            pending += 1
+    return Timeline(record.record_id, "proactive", tuple(items))
 
 
 def proactive_timeline(
@@ -58,11 +100,13 @@ def proactive_timeline(
     frames: VideoFrames,
     lead_s: float,
     tolerance_s: float,
+    steps_before_instruction: bool = False,
 ) -> Timeline:
     """Frames from instruction - lead to the last window end; the instruction goes out after
-    the last frame at or before its time, and a step ("decide now") after every later frame.
+    the last frame at or before its time, and a step ("decide now") after every later frame
+    (after every frame at all with `steps_before_instruction`, the frame-level protocol).
     """
-    start = max(0.0, record.instruction_time_s - lead_s)
+    start = _prefix_start(record.instruction_time_s, lead_s)
     end = min(record.last_window_end_s(tolerance_s), frames.duration_s)
     selected = frames.between(start, end)
     if not selected or selected[0].t > record.instruction_time_s:
@@ -79,7 +123,7 @@ def proactive_timeline(
         if not instructed and (following is None or following > record.instruction_time_s):
             items.append(TimelineItem("instruction", record.instruction_time_s))
             instructed = True
-        if instructed:
+        if instructed or steps_before_instruction:
             items.append(TimelineItem("step", ref.t, step=step))
             step += 1
     return Timeline(record.record_id, "proactive", tuple(items))

@@ -32,6 +32,7 @@ from core_server.benchmark.importing import (
 from core_server.benchmark.records import (
     Benchmark,
     ProactiveRecord,
+    Probe,
     QARecord,
     Record,
     Trigger,
@@ -112,7 +113,14 @@ def _qa(raw: dict, common: dict, category: str) -> QARecord:
 # ----------------------------------------------------------------------------- forward
 
 
-def _forward(raw: dict, common: dict, instruction: str, at: float, triggers: list[Trigger]):
+def _forward(
+    raw: dict,
+    common: dict,
+    instruction: str,
+    at: float,
+    triggers: list[Trigger],
+    probes: list[Probe],
+):
     if not triggers:
         raise EntryError("its annotations give no moment to respond at")
     metadata = {"category": "forward", "probes": _probes(raw)}
@@ -122,8 +130,13 @@ def _forward(raw: dict, common: dict, instruction: str, at: float, triggers: lis
         instruction=instruction,
         instruction_time_s=at,
         triggers=tuple(triggers),
+        probes=tuple(sorted(probes, key=lambda probe: probe.t)),
         metadata=metadata,
     )
+
+
+def _yes_no(probe: dict) -> str:
+    return "Yes" if probe.get("type") == 1 else "No"
 
 
 def _probes(raw: dict) -> list[dict]:
@@ -164,7 +177,15 @@ def _rec(raw: dict, common: dict) -> ProactiveRecord:
         f'Each time someone completes "{activity}" once more, say how many times it has '
         "been done so far."
     )
-    return _forward(raw, common, instruction, 0.0, triggers)
+    probes = [
+        Probe(
+            t=probe["realtime"],
+            question=f'How many times has "{activity}" been done so far? Answer with a number.',
+            answer=str(probe["count"]),
+        )
+        for probe in _probes(raw)
+    ]
+    return _forward(raw, common, instruction, 0.0, triggers, probes)
 
 
 def _ssr(raw: dict, common: dict) -> ProactiveRecord:
@@ -185,7 +206,16 @@ def _ssr(raw: dict, common: dict) -> ProactiveRecord:
         f'Whenever the person in the video moves on to a new step of "{tutorial}", say which '
         "step it is."
     )
-    return _forward(raw, common, instruction, 0.0, triggers)
+    probes = [
+        Probe(
+            t=probe["realtime"],
+            question=f'Is the person doing the step "{probe.get("step", "")}" of "{tutorial}" '
+            "right now? Answer Yes or No.",
+            answer=_yes_no(probe),
+        )
+        for probe in _probes(raw)
+    ]
+    return _forward(raw, common, instruction, 0.0, triggers, probes)
 
 
 def _crr(raw: dict, common: dict) -> ProactiveRecord:
@@ -196,7 +226,17 @@ def _crr(raw: dict, common: dict) -> ProactiveRecord:
         point_s=require(raw, "clue_time", NUMBER),
     )
     question = require(raw, "question", str)
-    return _forward(raw, common, question, require(raw, "ask_time", NUMBER), [trigger])
+    probes = [
+        Probe(
+            t=probe["realtime"],
+            question=f"{question} Can this be answered from what has been shown so far? "
+            "Answer Yes or No.",
+            answer=_yes_no(probe),
+        )
+        for probe in _probes(raw)
+    ]
+    ask_time = require(raw, "ask_time", NUMBER)
+    return _forward(raw, common, question, ask_time, [trigger], probes)
 
 
 _FORWARD: dict[str, Callable[[dict, dict], ProactiveRecord]] = {

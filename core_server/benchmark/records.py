@@ -55,6 +55,18 @@ class Trigger(BaseModel):
         return start
 
 
+class Probe(BaseModel):
+    """A question asked at a fixed time while a proactive task runs (OVO-Bench's offline
+    probes). Profiles that ask probes send them as questions; others ignore them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    t: float
+    question: str
+    answer: str
+    options: tuple[str, ...] = ()
+
+
 class QARecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -89,6 +101,7 @@ class ProactiveRecord(BaseModel):
     instruction: str
     instruction_time_s: float
     triggers: tuple[Trigger, ...]
+    probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
 
     def last_window_end_s(self, tolerance_s: float) -> float:
