@@ -1,7 +1,7 @@
-"""`python -m adapters NAME [--host H] [--port P]`: serve one adapter as its own process.
+"""`python -m adapters NAME [--host H] [--port P] [--config FILE] [-A key=value ...]`.
 
-Prints `streameval-adapter listening on HOST:PORT` once it accepts connections, so a parent
-that asked for port 0 learns the port the OS chose.
+Serves one adapter as its own process. Prints `streameval-adapter listening on HOST:PORT`
+once it accepts connections, so a parent that asked for port 0 learns the port the OS chose.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ import contextlib
 import logging
 import sys
 
-from adapters.registry import UnknownAdapter, load_adapter
+from adapters.config import AdapterConfigError
+from adapters.registry import AdapterLoadError, build_adapter
 from adapters.server import serve
 
 READY_PREFIX = "streameval-adapter listening on"
 
 
-def run_adapter(name: str, host: str, port: int) -> None:
-    adapter = load_adapter(name)
+def run_adapter(
+    name: str, host: str, port: int, config: str | None = None, options: list[str] | None = None
+) -> None:
+    adapter = build_adapter(name, config, options or [])
 
     def ready(bound: int) -> None:
         print(f"{READY_PREFIX} {host}:{bound}", flush=True)
@@ -30,14 +33,19 @@ def run_adapter(name: str, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m adapters", description=__doc__)
-    parser.add_argument("name")
+    parser.add_argument("name", help="a registered adapter name or module:Class")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--config", help="YAML file of adapter options, or a preset name")
+    parser.add_argument(
+        "-A", dest="options", action="append", default=[], metavar="KEY=VALUE",
+        help="one adapter option, overriding --config (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        run_adapter(args.name, args.host, args.port)
-    except UnknownAdapter as exc:
+        run_adapter(args.name, args.host, args.port, args.config, args.options)
+    except (AdapterLoadError, AdapterConfigError) as exc:
         sys.exit(f"error: {exc}")
     except OSError as exc:
         sys.exit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}")

@@ -1,29 +1,128 @@
-"""Adapters by name. Imports are lazy so that listing adapters never loads a model stack."""
+"""Adapters by name: the built-ins plus those other packages register as entry points.
+
+A third-party package makes its adapter servable by name with an entry point in the
+`streameval.adapters` group (pyproject: `[project.entry-points."streameval.adapters"]`,
+`my-model = "my_pkg.adapter:MyAdapter"`). Nothing here imports an adapter's module until
+that adapter is served, so listing adapters never loads a model stack.
+"""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel
+
+from adapters.config import AdapterConfigError, load_config, validate_config
 from adapters.sdk import Adapter
+
+ENTRY_POINT_GROUP = "streameval.adapters"
+BUILT_IN = "built-in"
 
 ADAPTERS: dict[str, str] = {
     "reference": "adapters.reference:ReferenceAdapter",
     "silent": "adapters.baselines:SilentAdapter",
     "always": "adapters.baselines:AlwaysAdapter",
     "random-choice": "adapters.baselines:RandomChoiceAdapter",
+    "openai": "adapters.openai_adapter:OpenAIAdapter",
+    "transformers": "adapters.transformers_adapter:TransformersAdapter",
+    "vllm": "adapters.vllm_engine:VLLMEngineAdapter",
 }
 
-
-class UnknownAdapter(KeyError):
-    def __str__(self) -> str:
-        return f"unknown adapter {self.args[0]!r}; known: {', '.join(sorted(ADAPTERS))}"
+# A missing module named on the left is installed by the extra on the right.
+_EXTRAS = {"torch": "transformers", "transformers": "transformers", "vllm": "vllm"}
 
 
-def load_adapter(name: str) -> Adapter:
-    """Instantiate an adapter by registry name or by `module:Class` path."""
-    target = ADAPTERS.get(name, name if ":" in name else None)
-    if target is None:
+class AdapterLoadError(Exception):
+    """An adapter that cannot be served: unknown, not importable, or badly configured."""
+
+
+class UnknownAdapter(AdapterLoadError):
+    def __init__(self, name: str) -> None:
+        known = ", ".join(sorted(available_adapters()))
+        super().__init__(f"unknown adapter {name!r}; known: {known} (or give module:Class)")
+
+
+@dataclass(frozen=True)
+class AdapterEntry:
+    name: str
+    target: str  # module:Class
+    origin: str  # "built-in" or the distribution that registered it
+
+
+def available_adapters() -> dict[str, AdapterEntry]:
+    """Built-ins and entry points; a built-in name cannot be taken over by a package."""
+    found = {name: AdapterEntry(name, target, BUILT_IN) for name, target in ADAPTERS.items()}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in found:
+            origin = point.dist.name if point.dist is not None else "entry point"
+            found[point.name] = AdapterEntry(point.name, point.value, origin)
+    return found
+
+
+def adapter_class(name: str) -> type[Adapter]:
+    """Import the class of a registered name or of a `module:Class` path."""
+    entry = available_adapters().get(name)
+    target = entry.target if entry is not None else name
+    if ":" not in target:
         raise UnknownAdapter(name)
     module_name, class_name = target.split(":", 1)
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise AdapterLoadError(_missing_module(name, exc)) from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        raise AdapterLoadError(f"{target} is not an Adapter subclass")
+    return cls
+
+
+def config_model(cls: type[Adapter]) -> type[BaseModel] | None:
+    """The adapter's options model (`Config` on its class), or None if it takes none."""
+    model = getattr(cls, "Config", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def build_adapter(
+    name: str, config_file: str | Path | None = None, overrides: Iterable[str] = ()
+) -> Adapter:
+    """What `streameval adapter serve NAME --config FILE -A key=value` serves."""
+    cls = adapter_class(name)
+    model = config_model(cls)
+    overrides = list(overrides)
+    if model is None:
+        if config_file is not None or overrides:
+            raise AdapterConfigError(f"adapter {name!r} takes no options")
+        return _instantiate(name, cls, None)
+    return _instantiate(name, cls, load_config(name, model, config_file, overrides))
+
+
+def load_adapter(name: str, config: Mapping[str, Any] | None = None) -> Adapter:
+    """Instantiate an adapter by name with options given as a mapping (validated)."""
+    cls = adapter_class(name)
+    model = config_model(cls)
+    if model is None:
+        if config:
+            raise AdapterConfigError(f"adapter {name!r} takes no options")
+        return _instantiate(name, cls, None)
+    return _instantiate(name, cls, validate_config(name, model, config or {}))
+
+
+def _instantiate(name: str, cls: type[Adapter], config: BaseModel | None) -> Adapter:
+    # Heavy stacks (torch, vllm) are imported in the constructor, so a missing one shows
+    # here rather than at module import.
+    try:
+        return cls() if config is None else cls(config)
+    except ModuleNotFoundError as exc:
+        raise AdapterLoadError(_missing_module(name, exc)) from None
+
+
+def _missing_module(name: str, exc: ModuleNotFoundError) -> str:
+    missing = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(missing)
+    hint = f" (pip install 'streameval[{extra}]')" if extra else ""
+    return f"adapter {name!r} needs the module {missing!r}, which is not installed{hint}"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from adapters.__main__ import READY_PREFIX
 from adapters.protocol import WS_PATH
@@ -17,12 +21,25 @@ class AdapterProcessError(Exception):
 
 
 class AdapterProcess:
-    """`python -m adapters NAME --port 0` as a child; the OS picks the port, the child tells it."""
+    """`python -m adapters NAME --port 0` as a child; the OS picks the port, the child tells it.
 
-    def __init__(self, name: str, host: str = "127.0.0.1", startup_timeout_s: float = 60.0):
+    `config` is a YAML file or preset name (`--config`); `options` become `-A key=value`
+    overrides, non-text values written as JSON (which the child reads as YAML).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        host: str = "127.0.0.1",
+        startup_timeout_s: float = 60.0,
+        config: str | Path | None = None,
+        options: Mapping[str, Any] | None = None,
+    ):
         self.name = name
         self.host = host
         self.startup_timeout_s = startup_timeout_s
+        self.config = config
+        self.options = dict(options or {})
         self.process: subprocess.Popen[str] | None = None
         self.port: int | None = None
 
@@ -30,9 +47,18 @@ class AdapterProcess:
     def url(self) -> str:
         return f"ws://{self.host}:{self.port}{WS_PATH}"
 
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", "adapters", self.name, "--host", self.host, "--port", "0"]
+        if self.config is not None:
+            command += ["--config", str(self.config)]
+        for key, value in self.options.items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            command += ["-A", f"{key}={text}"]
+        return command
+
     def start(self) -> AdapterProcess:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "adapters", self.name, "--host", self.host, "--port", "0"],
+            self.command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -49,9 +75,10 @@ class AdapterProcess:
                 if not ready.is_set() and line.startswith(READY_PREFIX):
                     self.port = int(line.rsplit(":", 1)[1])
                     ready.set()
+            ready.set()  # the child exited: stop waiting (self.port stays None)
 
         threading.Thread(target=read_until_ready, daemon=True).start()
-        if not ready.wait(self.startup_timeout_s):
+        if not ready.wait(self.startup_timeout_s) or self.port is None:
             self.stop()
             tail = " | ".join(list(lines)[-3:]) or "no output"
             raise AdapterProcessError(f"adapter {self.name!r} did not start: {tail}")

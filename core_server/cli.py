@@ -303,25 +303,67 @@ def export(
 # --------------------------------------------------------------------------- services
 
 
+@app.command()
+def profiles() -> None:
+    """The protocol profiles a run can follow (docs/protocol.md)."""
+    table = Table()
+    for column in ("profile", "fps", "QA history (s)", "proactive lead (s)", "pacing", "what"):
+        table.add_column(column)
+    for profile in PROFILES.values():
+        table.add_row(
+            profile.name,
+            f"{profile.fps:g}",
+            f"{profile.qa_history_s:g}" if profile.qa_history_s else "all",
+            f"{profile.proactive_lead_s:g}" if profile.proactive_lead_s else "all",
+            profile.pacing or "any",
+            profile.description,
+        )
+    Console(soft_wrap=True).print(table)
+
+
 @adapter_app.command("serve")
 def adapter_serve(
-    name: Annotated[str, typer.Argument(help="reference, silent, always, random-choice, ...")],
+    name: Annotated[
+        str, typer.Argument(help="A name from `streameval adapter list`, or module:Class.")
+    ],
     host: str = "127.0.0.1",
     port: int = 8765,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", help="YAML file of adapter options, or a preset name."),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("-A", "--option", help="KEY=VALUE adapter option over --config (repeatable)."),
+    ] = None,
 ) -> None:
     """Serve an adapter as a WebSocket service (ws://HOST:PORT/ws, /healthz, /info)."""
     from adapters.__main__ import main as adapter_main
 
-    adapter_main([name, "--host", host, "--port", str(port)])
+    argv = [name, "--host", host, "--port", str(port)]
+    if config is not None:
+        argv += ["--config", config]
+    for item in option or []:
+        argv += ["-A", item]
+    adapter_main(argv)
 
 
 @adapter_app.command("list")
-def adapter_list() -> None:
-    """The adapters this installation can serve."""
-    from adapters.registry import ADAPTERS
+def adapter_list(
+    presets: Annotated[
+        bool, typer.Option("--presets", help="List the packaged model presets instead.")
+    ] = False,
+) -> None:
+    """The adapters this installation can serve: name, origin, module:Class (tab-separated)."""
+    from adapters.config import PRESET_DIR, preset_names
+    from adapters.registry import available_adapters
 
-    for name, target in sorted(ADAPTERS.items()):
-        print(f"{name}\t{target}")
+    if presets:
+        for preset in preset_names():
+            print(f"{preset}\t{PRESET_DIR / preset}.yaml")
+        return
+    for name, entry in sorted(available_adapters().items()):
+        print(f"{name}\t{entry.origin}\t{entry.target}")
 
 
 @app.command("core-api")
