@@ -8,6 +8,7 @@ in `__init__`. This module turns what a user typed into that instance, or into o
 
 from __future__ import annotations
 
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,7 +23,8 @@ PRESET_DIR = Path(__file__).resolve().parent / "presets"
 class AdapterConfig(BaseModel):
     """Base of adapter options: unknown keys are errors, values are fixed once served."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No protected namespaces: adapters have options such as `model_version`.
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
 class AdapterConfigError(ValueError):
@@ -104,7 +106,9 @@ def _is_text_option(model: type[BaseModel] | None, key: str) -> bool:
     if model is None or key not in model.model_fields:
         return False
     annotation = model.model_fields[key].annotation
-    return annotation is str or str in typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # str | None
+        return str in typing.get_args(annotation)
+    return annotation is str
 
 
 def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

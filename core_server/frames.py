@@ -3,9 +3,20 @@
 A video is decoded sequentially, once per (video content, image rules): seeking to every
 sample decodes each keyframe interval again and again, which is several times slower on
 ordinary keyframe spacing (bench/bench_frame_sampling.py measures it). Sample k sits at video
-time t = k / fps and shows source frame floor(t * source_fps + 0.5). Each sample is resized
-inside PyAV's pixel-format conversion (cheaper than a Pillow resize), JPEG-encoded with
-Pillow and written to disk straight away, so memory stays flat whatever the video's length.
+time t = k / fps (time 0 is the first frame). Which source frame it shows depends on the
+stream, as `probe` classifies it:
+
+- constant frame rate (the usual case): source frame floor(t * source_fps + 0.5), the rule
+  of the spec, with the frame number read from each frame's timestamp;
+- variable frame rate (timestamp gaps that differ from the nominal frame period by more than
+  a muxer's rounding): the last frame whose presentation time is <= t, i.e. the frame a
+  player shows at t. Its source index is its position in presentation order.
+
+Frames are delivered upright: a display matrix (or a legacy `rotate` tag) turning the picture
+by 90, 180 or 270 degrees is applied, and the width cap applies to the upright picture. Each
+sample is resized inside PyAV's pixel-format conversion (cheaper than a Pillow resize),
+turned, JPEG-encoded with Pillow and written to disk straight away, so memory stays flat
+whatever the video's length.
 
 Cache layout (content-addressed, shared by every run on the machine):
 
@@ -30,10 +41,12 @@ import threading
 import time
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
+from typing import Literal
 
 import av
 from av.video.reformatter import VideoReformatter
@@ -43,7 +56,7 @@ log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.json"
 # Bumped whenever the sampling or encoding changes, so older cache entries are rebuilt.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 # A decoded stream may end a little before the duration its header declares (audio tails,
 # estimated durations); anything shorter than this margin means the file was cut off.
 TRUNCATION_MARGIN_S = 1.0
@@ -56,10 +69,23 @@ STALE_PARTIAL_S = 600.0
 TIME_EPSILON_S = 1e-9
 # AREA averages the source pixels under each output pixel: the right filter for downscaling.
 RESIZE_INTERPOLATION = "AREA"
+# A muxer rounds every timestamp to its time base on its own, so two frames of a constant-rate
+# stream may lie up to one tick closer or further apart than the nominal frame period
+# (29.97 fps in Matroska's milliseconds: gaps of 33 and 34).
+ROUNDING_TICKS = 1
+# Pillow's ROTATE_n turns counter-clockwise; keyed here by the clockwise turn it makes.
+_CLOCKWISE = {
+    90: Image.Transpose.ROTATE_270,
+    180: Image.Transpose.ROTATE_180,
+    270: Image.Transpose.ROTATE_90,
+}
 
 
 class VideoDecodeError(Exception):
-    """A video cannot be used: missing, unreadable, corrupt, truncated or without video."""
+    """A video cannot be used: missing, unreadable, corrupt, truncated or without video.
+
+    The message is one line, "<path>: <what is wrong>".
+    """
 
 
 class ImageRulesError(ValueError):
@@ -87,10 +113,30 @@ class ImageRules:
         return f"{float(self.fps)!r}fps-w{self.max_width}-q{self.jpeg_quality}"
 
 
+DurationSource = Literal["stream", "container", "packets", "decoded"]
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """A video file as `probe` reads it, without decoding it in full."""
+
+    duration_s: float
+    # Where duration_s comes from: the video stream's metadata, else the container's; without
+    # either, the packet timestamps; without those (raw streams), counting decoded frames.
+    duration_source: DurationSource
+    source_fps: float  # the nominal rate; frames / duration_s at a variable frame rate
+    width: int  # of the upright picture, after rotation
+    height: int
+    rotation: int  # clockwise degrees (0, 90, 180, 270) that turn the coded picture upright
+    variable_frame_rate: bool
+    codec: str  # FFmpeg's decoder name: "h264", "hevc", "vp9", ...
+    container: str  # FFmpeg's demuxer name: "mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", ...
+
+
 @dataclass(frozen=True)
 class FrameRef:
     index: int  # sample index k (t = k / fps)
-    source_index: int  # the source frame shown: floor(t * source_fps + 0.5), or the last frame
+    source_index: int  # the source frame shown (see the module docstring)
     t: float  # video time in seconds, = k / fps
     frame_id: str  # stable id: f"{video_digest[:16]}:{source_index}"
     width: int
@@ -103,11 +149,12 @@ class VideoFrames:
     """The samples of one video under one set of rules; the JPEGs stay on disk."""
 
     video_digest: str
-    duration_s: float
+    duration_s: float  # as decoded: the end of the last frame
     source_fps: float
     rules: ImageRules
     frames: tuple[FrameRef, ...]  # all samples with k / fps < duration_s
     directory: Path
+    info: VideoInfo  # what `probe` read from the file
 
     def between(self, start_s: float, end_s: float) -> list[FrameRef]:
         """The samples with start_s <= t <= end_s, in time order."""
@@ -138,8 +185,8 @@ _digest_lock = threading.Lock()
 _digests: dict[tuple[str, int, int], str] = {}
 
 
-def video_digest(path: Path) -> str:
-    """sha256 of the file's bytes, computed once per process per (path, size, mtime)."""
+def _stat(path: Path) -> os.stat_result:
+    """The file's status, after checking that it is a readable regular file."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -148,6 +195,12 @@ def video_digest(path: Path) -> str:
         raise VideoDecodeError(f"{path}: cannot read video file ({exc.strerror})") from None
     if not path.is_file():
         raise VideoDecodeError(f"{path}: not a regular file")
+    return stat
+
+
+def video_digest(path: Path) -> str:
+    """sha256 of the file's bytes, computed once per process per (path, size, mtime)."""
+    stat = _stat(path)
     memo_key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     # One lock for all files: concurrent sessions on one video then hash it only once.
     with _digest_lock:
@@ -157,70 +210,211 @@ def video_digest(path: Path) -> str:
         return _digests[memo_key]
 
 
-# ----------------------------------------------------------------------------- decoding
+# ----------------------------------------------------------------------------- probing
 
 
-@dataclass(frozen=True)
-class _Stream:
-    """What sampling needs to know about a video stream."""
+def probe(path: Path) -> VideoInfo:
+    """What a video is, read from its metadata, its frame timestamps and its first frame.
 
-    rate: Fraction  # average frame rate
-    time_base: Fraction | None
-    declared_s: float | None  # duration from the header, when it has one
+    Only the first frame is decoded (it proves the file decodes and carries the rotation),
+    unless the stream has neither a declared duration nor timestamps: then its frames are
+    counted. The timestamps come from the container's index where it lists every frame (mp4,
+    mov: nothing more is read), otherwise from reading every packet without decoding it.
+    """
+    path = Path(path)
+    _stat(path)
+    with _open(path) as container:
+        stream = _video_stream(path, container)
+        rate = _nominal_rate(path, stream)
+        time_base = _time_base(stream)
+        stamps, first = _timestamps_and_first_frame(path, container, stream)
+        declared = _declared_duration(stream, container)
+        rotation = _rotation(first, stream)
+        codec, format_name = stream.codec_context.name, container.format.name
+    if declared is not None:
+        duration_s, source = declared
+    elif stamps and time_base is not None:
+        # The last frame lasts one nominal period.
+        duration_s, source = float((max(stamps) - min(stamps)) * time_base + 1 / rate), "packets"
+    else:
+        duration_s, source = float(_count_frames(path) / rate), "decoded"
+    variable = time_base is not None and _varies(stamps, rate, time_base)
+    turned = rotation in (90, 270)
+    return VideoInfo(
+        duration_s=duration_s,
+        duration_source=source,
+        source_fps=len(stamps) / duration_s if variable else float(rate),
+        width=first.height if turned else first.width,
+        height=first.width if turned else first.height,
+        rotation=rotation,
+        variable_frame_rate=variable,
+        codec=codec,
+        container=format_name,
+    )
 
 
 def _open(path: Path) -> av.container.InputContainer:
     try:
         return av.open(str(path))
     except av.FFmpegError as exc:
-        raise VideoDecodeError(f"{path}: not a readable video ({exc.strerror})") from None
+        # FFmpeg's own wording ("Invalid data found when processing input"), as its tools say it.
+        raise VideoDecodeError(f"{path}: {exc.strerror}") from None
 
 
-def _describe(path: Path, container: av.container.InputContainer) -> _Stream:
+def _video_stream(path: Path, container: av.container.InputContainer) -> av.VideoStream:
     if not container.streams.video:
         raise VideoDecodeError(f"{path}: no video stream")
-    stream = container.streams.video[0]
-    rate = stream.average_rate or stream.guessed_rate
+    return container.streams.video[0]
+
+
+def _nominal_rate(path: Path, stream: av.VideoStream) -> Fraction:
+    # FFmpeg's own guess first: the rate every timestamp fits, or the codec's for a stream
+    # without timestamps (whose average rate FFmpeg makes up as 25).
+    rate = stream.guessed_rate or stream.average_rate
     if not rate:
         raise VideoDecodeError(f"{path}: video stream has no frame rate")
+    return Fraction(rate)
+
+
+def _time_base(stream: av.VideoStream) -> Fraction | None:
+    return Fraction(stream.time_base) if stream.time_base else None
+
+
+def _declared_duration(
+    stream: av.VideoStream, container: av.container.InputContainer
+) -> tuple[float, DurationSource] | None:
     if stream.duration is not None and stream.time_base is not None:
-        declared_s: float | None = float(stream.duration * stream.time_base)
-    elif container.duration is not None:
-        declared_s = container.duration / av.time_base
-    else:
-        declared_s = None
-    time_base = Fraction(stream.time_base) if stream.time_base else None
-    return _Stream(Fraction(rate), time_base, declared_s)
+        return float(stream.duration * stream.time_base), "stream"
+    if container.duration is not None:
+        return container.duration / av.time_base, "container"
+    return None
 
 
-def _indexed_frames(
-    path: Path, container: av.container.InputContainer, info: _Stream
-) -> Iterator[tuple[int, av.VideoFrame]]:
-    """Every decoded frame with its source index, computed from its pts (origin: first frame)."""
+def _timestamps_and_first_frame(
+    path: Path, container: av.container.InputContainer, stream: av.VideoStream
+) -> tuple[list[int], av.VideoFrame]:
+    """Every frame's timestamp (in the stream's time base, in any order) and the first frame."""
+    entries = stream.index_entries
+    # mp4 and mov index every frame (by decoding time) when opened; others index keyframes.
+    indexed = 0 < stream.frames == len(entries)
+    stamps = [entry.timestamp for entry in entries] if indexed else []
+    first: av.VideoFrame | None = None
+    try:
+        for packet in container.demux(stream):
+            if first is None:
+                first = next(iter(packet.decode()), None)
+            if not indexed:
+                if packet.pts is not None:
+                    stamps.append(packet.pts)
+            elif first is not None:
+                break
+    except av.FFmpegError as exc:
+        raise VideoDecodeError(f"{path}: corrupt video data ({exc.strerror})") from None
+    if first is None:
+        raise VideoDecodeError(f"{path}: video stream has no decodable frames")
+    return stamps, first
+
+
+def _varies(stamps: list[int], rate: Fraction, time_base: Fraction) -> bool:
+    """Whether the gaps between frames stray from the nominal period by more than rounding
+    (a variable frame rate, or dropped frames)."""
+    period = 1 / (rate * time_base)  # in ticks
+    return any(abs(b - a - period) > ROUNDING_TICKS for a, b in pairwise(sorted(stamps)))
+
+
+def _rotation(first: av.VideoFrame, stream: av.VideoStream) -> int:
+    """Clockwise degrees (0, 90, 180, 270) that turn the coded picture upright.
+
+    FFmpeg's decoder copies the stream's display matrix onto every frame, where
+    `VideoFrame.rotation` reads it as a counter-clockwise angle: FFmpeg's command line shows
+    a frame of rotation -90 turned a quarter clockwise. Old muxers wrote a `rotate` tag in
+    clockwise degrees instead. Other angles are rounded to the nearest quarter turn; a
+    matrix's mirroring is not applied.
+    """
+    tags = {key.lower(): value for key, value in stream.metadata.items()}
+    try:
+        clockwise = -first.rotation if first.rotation else float(tags.get("rotate", 0))
+    except ValueError:  # a `rotate` tag that is not a number turns nothing, as in players
+        clockwise = 0
+    return round(clockwise / 90) % 4 * 90
+
+
+def _count_frames(path: Path) -> int:
+    with _open(path) as container:
+        return sum(1 for _ in _decoded(path, container))
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def _decoded(path: Path, container: av.container.InputContainer) -> Iterator[av.VideoFrame]:
+    """Every frame of the video stream in presentation order, decoded on all cores."""
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"
-    origin: int | None = None
-    index = -1
+    at_s = 0.0
     try:
         for frame in container.decode(stream):
-            if frame.pts is None or info.time_base is None:
-                index += 1
-            else:
-                if origin is None:
-                    origin = frame.pts
-                index = math.floor(
-                    (frame.pts - origin) * info.time_base * info.rate + Fraction(1, 2)
-                )
-            yield index, frame
+            at_s = frame.time if frame.time is not None else at_s
+            yield frame
     except av.FFmpegError as exc:
-        at_s = max(index, 0) / info.rate
         raise VideoDecodeError(
-            f"{path}: corrupt video data near {float(at_s):.2f}s ({exc.strerror})"
+            f"{path}: corrupt video data near {at_s:.2f}s ({exc.strerror})"
         ) from None
 
 
+Position = int | Fraction
+
+
+@dataclass(frozen=True)
+class _Placed:
+    source_index: int
+    position: Position  # where the frame starts on the axis samples are placed on
+    frame: av.VideoFrame
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """Places frames and samples on one axis; a sample shows the last frame placed at or
+    before it. Constant rate: the axis counts source frames (a frame at its number, a sample
+    at floor(t * source_fps + 0.5)). Variable rate: the axis is time since the first frame."""
+
+    variable: bool
+    rate: Fraction
+    time_base: Fraction | None
+
+    def place(self, frames: Iterable[av.VideoFrame]) -> Iterator[_Placed]:
+        origin: int | None = None
+        elapsed = -1 / self.rate
+        for ordinal, frame in enumerate(frames):
+            if frame.pts is None or self.time_base is None:
+                # No timestamp (raw streams): the frame follows the last by a nominal period.
+                elapsed += 1 / self.rate
+            else:
+                origin = frame.pts if origin is None else origin
+                elapsed = (frame.pts - origin) * self.time_base
+            if self.variable:
+                yield _Placed(ordinal, elapsed, frame)
+            else:
+                number = math.floor(elapsed * self.rate + Fraction(1, 2))
+                yield _Placed(number, number, frame)
+
+    def sample_at(self, k: int, fps: float) -> Position:
+        """Where sample k (at t = k / fps) lies on the axis."""
+        if self.variable:
+            return Fraction(k) / Fraction(fps)
+        return source_index(k / fps, float(self.rate))
+
+    def end_s(self, last: _Placed) -> float:
+        """The video's duration: where its last frame ends."""
+        if not self.variable:
+            return (last.source_index + 1) / float(self.rate)
+        lasts = last.frame.duration * self.time_base if last.frame.duration else 1 / self.rate
+        return float(last.position + lasts)
+
+
 def source_index(t: float, source_fps: float) -> int:
-    """The source frame a sample at time t shows (before clamping to the last frame)."""
+    """The source frame a sample at time t shows at a constant rate (before clamping to the
+    last frame)."""
     return math.floor(t * source_fps + 0.5)
 
 
@@ -228,26 +422,40 @@ def source_index(t: float, source_fps: float) -> int:
 
 
 class _JpegWriter:
-    """Resizes, encodes and writes one sample at a time into a folder."""
+    """Resizes, turns upright, encodes and writes one sample at a time into a folder."""
 
-    def __init__(self, folder: Path, rules: ImageRules, digest: str) -> None:
+    def __init__(self, folder: Path, rules: ImageRules, digest: str, rotation: int) -> None:
         self.folder = folder
         self.rules = rules
         self.id_prefix = digest[:16]
+        self.rotation = rotation
         # One scaler for the whole video: its context is reused instead of rebuilt per frame.
         self.scaler = VideoReformatter()
 
-    def write(self, k: int, t: float, source: int, frame: av.VideoFrame) -> FrameRef:
-        width, height = capped_size(frame.width, frame.height, self.rules.max_width)
+    def write(self, k: int, placed: _Placed) -> FrameRef:
+        frame = placed.frame
+        turned = self.rotation in (90, 270)
+        upright = (frame.height, frame.width) if turned else (frame.width, frame.height)
+        width, height = capped_size(*upright, self.rules.max_width)
+        # Scale in the coded orientation, then turn the already small picture.
+        coded = (height, width) if turned else (width, height)
         rgb = self.scaler.reformat(
-            frame, width=width, height=height, format="rgb24", interpolation=RESIZE_INTERPOLATION
+            frame,
+            width=coded[0],
+            height=coded[1],
+            format="rgb24",
+            interpolation=RESIZE_INTERPOLATION,
         )
         plane = rgb.planes[0]
-        image = Image.frombuffer("RGB", (width, height), plane, "raw", "RGB", plane.line_size, 1)
+        image = Image.frombuffer("RGB", coded, plane, "raw", "RGB", plane.line_size, 1)
+        if self.rotation:
+            image = image.transpose(_CLOCKWISE[self.rotation])
         buffer = io.BytesIO()
         image.save(buffer, "JPEG", quality=self.rules.jpeg_quality)
         data = buffer.getvalue()
         (self.folder / _jpeg_name(k)).write_bytes(data)
+        source = placed.source_index
+        t = k / self.rules.fps
         return FrameRef(k, source, t, f"{self.id_prefix}:{source}", width, height, len(data))
 
 
@@ -263,37 +471,36 @@ def capped_size(width: int, height: int, max_width: int) -> tuple[int, int]:
 
 def _sample_video(
     path: Path, digest: str, rules: ImageRules, folder: Path
-) -> tuple[float, float, list[FrameRef]]:
-    """Decode the video once, writing every sample's JPEG; returns (duration, fps, frames)."""
-    writer = _JpegWriter(folder, rules, digest)
+) -> tuple[VideoInfo, float, list[FrameRef]]:
+    """Decode the video once, writing every sample's JPEG; returns (info, duration, frames)."""
+    info = probe(path)
+    writer = _JpegWriter(folder, rules, digest, info.rotation)
     refs: list[FrameRef] = []
     with _open(path) as container:
-        info = _describe(path, container)
-        source_fps = float(info.rate)
-        last: tuple[int, av.VideoFrame] | None = None
-        target = source_index(0.0, source_fps)
-        for index, frame in _indexed_frames(path, container, info):
-            last = (index, frame)
-            # Frames come in presentation order; a frame at or past the target serves it.
-            while target <= index:
-                k = len(refs)
-                refs.append(writer.write(k, k / rules.fps, index, frame))
-                target = source_index((k + 1) / rules.fps, source_fps)
-        if last is None:
+        stream = container.streams.video[0]
+        timing = _Timing(info.variable_frame_rate, _nominal_rate(path, stream), _time_base(stream))
+        shown: _Placed | None = None
+        for placed in timing.place(_decoded(path, container)):
+            # Frames come in presentation order: the one on screen serves every sample
+            # placed before the next one.
+            while shown is not None and timing.sample_at(len(refs), rules.fps) < placed.position:
+                refs.append(writer.write(len(refs), shown))
+            shown = placed
+        if shown is None:
             raise VideoDecodeError(f"{path}: video stream has no decodable frames")
-        last_index, last_frame = last
-        duration_s = (last_index + 1) / source_fps
-        _check_not_truncated(path, duration_s, info.declared_s)
-        # Samples in the last half frame round past the end: they show the last frame.
+        duration_s = timing.end_s(shown)
+        _check_not_truncated(path, duration_s, info)
+        # The samples from the last frame on (at a constant rate, also those within its last
+        # half frame, which round past the end) show the last frame.
         while len(refs) / rules.fps < duration_s:
-            k = len(refs)
-            refs.append(writer.write(k, k / rules.fps, last_index, last_frame))
-    return duration_s, source_fps, refs
+            refs.append(writer.write(len(refs), shown))
+    return info, duration_s, refs
 
 
-def _check_not_truncated(path: Path, decoded_s: float, declared_s: float | None) -> None:
-    if declared_s is None:
+def _check_not_truncated(path: Path, decoded_s: float, info: VideoInfo) -> None:
+    if info.duration_source not in ("stream", "container"):
         return
+    declared_s = info.duration_s
     margin = max(TRUNCATION_MARGIN_S, TRUNCATION_MARGIN_FRACTION * declared_s)
     if decoded_s < declared_s - margin:
         raise VideoDecodeError(
@@ -320,7 +527,10 @@ def _load_entry(folder: Path, digest: str, rules: ImageRules) -> VideoFrames | N
         ):
             return None
         frames = tuple(FrameRef(**ref) for ref in index["frames"])
-        return VideoFrames(digest, index["duration_s"], index["source_fps"], rules, frames, folder)
+        info = VideoInfo(**index["video"])
+        return VideoFrames(
+            digest, index["duration_s"], index["source_fps"], rules, frames, folder, info
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -332,6 +542,7 @@ def _write_index(folder: Path, frames: VideoFrames) -> None:
         "rules": frames.rules.key(),
         "duration_s": frames.duration_s,
         "source_fps": frames.source_fps,
+        "video": asdict(frames.info),
         "frames": [asdict(ref) for ref in frames.frames],
     }
     (folder / INDEX_NAME).write_text(json.dumps(index, separators=(",", ":")))
@@ -351,8 +562,8 @@ def _build_entry(path: Path, digest: str, rules: ImageRules, final: Path) -> Vid
     partial.mkdir()
     try:
         started = time.perf_counter()
-        duration_s, source_fps, refs = _sample_video(path, digest, rules, partial)
-        built = VideoFrames(digest, duration_s, source_fps, rules, tuple(refs), final)
+        info, duration_s, refs = _sample_video(path, digest, rules, partial)
+        built = VideoFrames(digest, duration_s, info.source_fps, rules, tuple(refs), final, info)
         _write_index(partial, built)
         _publish(partial, final, digest, rules)
     except BaseException:

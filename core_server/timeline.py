@@ -40,6 +40,16 @@ class TimelineError(ValueError):
     """A record whose times cannot be streamed from its video (e.g. past the video's end)."""
 
 
+def _require_inside(record_id: str, what: str, t: float, frames: VideoFrames) -> None:
+    """A video shorter than its annotation: asking at its last frame would be a task about
+    frames the model never saw, so the session fails (stage `frames`) with this reason."""
+    if t > frames.duration_s:
+        raise TimelineError(
+            f"{record_id}: the {what} at {t:g}s lies past the end of the video "
+            f"({frames.duration_s:.2f}s)"
+        )
+
+
 def _prefix_start(anchor_s: float, history_s: float) -> float:
     """The first delivered video time: `history_s` before the anchor, 0 = from the start."""
     return 0.0 if history_s == 0 else max(0.0, anchor_s - history_s)
@@ -50,6 +60,7 @@ def qa_timeline(
 ) -> Timeline:
     """Frames from max(0, anchor - history) to t_q, then the question. `with_steps` (the
     frame-level protocol) asks for a decision after every frame before the question."""
+    _require_inside(record.record_id, "question", record.question_time_s, frames)
     start = _prefix_start(record.evidence_anchor_s, history_s)
     selected = frames.between(start, record.question_time_s)
     if not selected:
@@ -72,11 +83,7 @@ def probe_timeline(record: ProactiveRecord, frames: VideoFrames) -> Timeline:
     if not record.probes:
         raise TimelineError(f"{record.record_id}: the profile asks probes; this record has none")
     last = max(probe.t for probe in record.probes)
-    if last > frames.duration_s:
-        raise TimelineError(
-            f"{record.record_id}: a probe at {last:g}s lies past the end of the video "
-            f"({frames.duration_s:.1f}s)"
-        )
+    _require_inside(record.record_id, "probe", last, frames)
     selected = frames.between(0.0, last)
     if not selected:
         raise TimelineError(f"{record.record_id}: no frame before the probe at {last:g}s")
@@ -106,7 +113,9 @@ def proactive_timeline(
     the last frame at or before its time, and a step ("decide now") after every later frame
     (after every frame at all with `steps_before_instruction`, the frame-level protocol).
     """
+    _require_inside(record.record_id, "instruction", record.instruction_time_s, frames)
     start = _prefix_start(record.instruction_time_s, lead_s)
+    # Windows past a short video's end are kept by the scorer (they count as misses).
     end = min(record.last_window_end_s(tolerance_s), frames.duration_s)
     selected = frames.between(start, end)
     if not selected or selected[0].t > record.instruction_time_s:

@@ -3,10 +3,11 @@ population, coverage and a 95% bootstrap confidence interval clustered by video.
 
 Each record contributes named fields (NaN = missing or not in that metric's population)
 and lists (e.g. the response delays of its windows). A metric is a statistic over those:
-a ratio of sums, a mean or sum over observed records, a quantile, or a product/quotient of
-two statistics. The bootstrap resamples videos with replacement (seeded per slice, so a
-slice's interval does not depend on what else was scored); every statistic that is a sum
-over records is then one matrix product over per-video sums.
+a ratio of sums, a mean or sum over observed records, a quantile, a mean of group means
+(OVO-Bench's total), or a product/quotient of two statistics. The bootstrap resamples
+videos with replacement (seeded per slice, so a slice's interval does not depend on what
+else was scored); every statistic that is a sum over records is then one matrix product
+over per-video sums.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scorer.ovo import CATEGORY_NAMES, OVO_FIELD_PREFIX
 from scorer.profiles import ScoringProfile
 
 
@@ -49,6 +51,10 @@ class FieldTable:
             [self._lists[i] for i in rows],
             [self.videos[i] for i in rows],
         )
+
+    def names(self, prefix: str) -> list[str]:
+        """The scalar fields some record of this slice has whose name starts with `prefix`."""
+        return sorted({name for row in self._scalars for name in row if name.startswith(prefix)})
 
     def column(self, name: str) -> np.ndarray:
         if name not in self._columns:
@@ -100,6 +106,7 @@ class Ratio:
     num: str
     den: str
     unit: str
+    scale: float = 1.0  # 100 for a percentage
 
     def _parts(self, table: FieldTable) -> tuple[np.ndarray, np.ndarray]:
         den = table.column(self.den)
@@ -114,12 +121,13 @@ class Ratio:
 
     def estimate(self, table: FieldTable) -> float | None:
         num, den = self._parts(table)
-        return _total(num) / _total(den) if _total(den) > 0 else None
+        return _total(num) / _total(den) * self.scale if _total(den) > 0 else None
 
     def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
         num, den = self._parts(table)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (counts @ table.per_cluster(num)) / (counts @ table.per_cluster(den))
+            ratio = (counts @ table.per_cluster(num)) / (counts @ table.per_cluster(den))
+        return ratio * self.scale
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,67 @@ def _weighted_quantile(ordered: np.ndarray, weights: np.ndarray, q: float) -> np
     return np.where(sizes > 0, result, np.nan)
 
 
+def _mean_of_present(stack: np.ndarray) -> np.ndarray:
+    """Column-wise mean of the finite entries of a 2-D array (NaN where there is none)."""
+    present = np.isfinite(stack)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(present, stack, 0.0).sum(axis=0) / present.sum(axis=0)
+
+
+@dataclass(frozen=True)
+class MacroMean:
+    """The mean over groups of the mean over each group's subgroups of the records' values,
+    OVO-Bench's total (groups: categories; subgroups: task types). A record puts its value
+    in the field `{prefix}{group}/{subgroup}`; groups and subgroups without records in the
+    slice (or in a resample) are left out of the means, as OVO-Bench leaves out a part
+    without results."""
+
+    prefix: str
+    groups: tuple[str, ...]
+    unit: str
+    scale: float = 100.0
+
+    def _columns(self, table: FieldTable) -> list[list[np.ndarray]]:
+        """Per group present in the slice, the value column of each of its subgroups."""
+        found: dict[str, list[np.ndarray]] = {}
+        for name in table.names(self.prefix):
+            group = name[len(self.prefix) :].split("/", 1)[0]
+            if group in self.groups:
+                found.setdefault(group, []).append(table.column(name))
+        return [found[group] for group in self.groups if group in found]
+
+    def population(self, table: FieldTable) -> int:
+        return sum(
+            int(np.count_nonzero(~np.isnan(column)))
+            for columns in self._columns(table)
+            for column in columns
+        )
+
+    observed = population
+
+    def estimate(self, table: FieldTable) -> float | None:
+        means = [
+            float(np.mean([np.nanmean(column) for column in columns]))
+            for columns in self._columns(table)
+        ]
+        return float(np.mean(means)) * self.scale if means else None
+
+    def replicates(self, table: FieldTable, counts: np.ndarray) -> np.ndarray:
+        group_means = []
+        for columns in self._columns(table):
+            subgroup_means = []
+            for column in columns:
+                present = ~np.isnan(column)
+                sums = counts @ table.per_cluster(np.where(present, column, 0.0))
+                sizes = counts @ table.per_cluster(present.astype(float))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    subgroup_means.append(sums / sizes)
+            group_means.append(_mean_of_present(np.vstack(subgroup_means)))
+        if not group_means:
+            return np.full(counts.shape[0], np.nan)
+        return _mean_of_present(np.vstack(group_means)) * self.scale
+
+
 @dataclass(frozen=True)
 class Combined:
     """The product or quotient of two statistics; population and coverage as `like`'s."""
@@ -266,7 +335,7 @@ class Combined:
         return self._apply(self.a.replicates(table, counts), self.b.replicates(table, counts))
 
 
-Statistic = Ratio | Mean | Sum | Quantile | Combined
+Statistic = Ratio | Mean | Sum | Quantile | MacroMean | Combined
 
 
 def _catalog() -> dict[str, dict[str, Statistic]]:
@@ -321,12 +390,25 @@ def _catalog() -> dict[str, dict[str, Statistic]]:
         "accuracy": accuracy,
         "acc_e": Combined(accuracy, ars, "*", like=ars),
     }
+    ovo: dict[str, Statistic] = {"total": MacroMean(OVO_FIELD_PREFIX, CATEGORY_NAMES, "records")}
+    for category in CATEGORY_NAMES:
+        ovo[category] = MacroMean(OVO_FIELD_PREFIX, (category,), "records")
+    ovo["completion_rate"] = Ratio("ovo_finished", "ovo_n", "records")
+    ovo["unanswered_rate"] = Ratio("ovo_unanswered", "ovo_questions", "questions")
+    streamingbench: dict[str, Statistic] = {
+        "accuracy": Ratio("sb_correct", "sb_items", "questions and targets", scale=100.0),
+        "qa_accuracy": Ratio("sb_qa_correct", "sb_qa_n", "questions", scale=100.0),
+        "proactive_accuracy": Ratio("sb_hits", "sb_targets", "targets", scale=100.0),
+        "completion_rate": Ratio("sb_finished", "sb_n", "records"),
+    }
     return {
         "qa": qa,
         "proactive": proactive,
         "workload": workload,
         "realstream": realstream,
         "readiness": readiness,
+        "ovo": ovo,
+        "streamingbench": streamingbench,
     }
 
 
@@ -338,6 +420,8 @@ FAMILY_MEMBER = {
     "workload": "wl_n",
     "realstream": "rs_n",
     "readiness": "rd_n",
+    "ovo": "ovo_n",
+    "streamingbench": "sb_n",
 }
 
 

@@ -4,6 +4,8 @@ Served by `streameval results-api`.
 
 Scores are computed on request and kept (a few runs per profile) until the run gains events
 or changes status, so a dashboard can page through records without rescoring.
+
+The same app serves the dashboard (scorer/dashboard/static) under /ui/, and / leads there.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from core_server.store.store import RunInfo, Store, StoreError
 from scorer.compare import Comparison, compare_runs
+from scorer.dashboard import STATIC_DIR
+from scorer.dashboard.frames import FrameIndex, FramesUnavailable, RunFrames, thumbnail
+from scorer.dashboard.progress import RateMeter, RunProgress, run_progress
 from scorer.errors import ScoreError
 from scorer.judges import Judge
 from scorer.profiles import PROFILES, ProfileError
@@ -39,6 +45,7 @@ _KEPT_SCORES = 8  # scored (run, profile) pairs kept in memory
 ProfileParam = Annotated[str, Query(description=f"scoring profile: {', '.join(PROFILES)}")]
 Offset = Annotated[int, Query(ge=0)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
+ThumbnailWidth = Annotated[int, Query(ge=16, le=960, description="maximum width in pixels")]
 
 
 class Page(BaseModel, Generic[T]):
@@ -81,6 +88,29 @@ def _summary(info: RunInfo) -> dict[str, Any]:
     }
 
 
+def run_detail(store: Store, run_id: str) -> dict[str, Any]:
+    """A run with its configuration, library versions, event count and sessions per status."""
+    info = store.get_run(run_id)
+    statuses: dict[str, int] = {}
+    for session in store.sessions(run_id):
+        statuses[session.status] = statuses.get(session.status, 0) + 1
+    return {
+        **_summary(info),
+        "config": info.config,
+        "versions": info.versions,
+        "events": store.count_events(run_id),
+        "sessions": statuses,
+    }
+
+
+def stored_record(store: Store, run_id: str, record_id: str) -> dict[str, Any]:
+    """The benchmark record as the run stored it (question, options, answer, triggers)."""
+    for data in store.records(run_id):
+        if data["record_id"] == record_id:
+            return data
+    raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
+
+
 class _Scores:
     """Scored runs, keyed by what would change them (event count and run status)."""
 
@@ -118,6 +148,8 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     store = Store(store_url)
     judge = cached_in(store, judge)
     scores = _Scores(store, judge)
+    meter = RateMeter()
+    frames = RunFrames(store)
     app = FastAPI(
         title="streameval results API",
         version="1",
@@ -155,17 +187,13 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
 
     @app.get("/runs/{run_id}", response_model=RunDetail, tags=["runs"])
     def run(run_id: str) -> dict[str, Any]:
-        info = store.get_run(run_id)
-        statuses: dict[str, int] = {}
-        for session in store.sessions(run_id):
-            statuses[session.status] = statuses.get(session.status, 0) + 1
-        return {
-            **_summary(info),
-            "config": info.config,
-            "versions": info.versions,
-            "events": store.count_events(run_id),
-            "sessions": statuses,
-        }
+        return run_detail(store, run_id)
+
+    @app.get("/runs/{run_id}/progress", response_model=RunProgress, tags=["runs"])
+    def progress(run_id: str) -> RunProgress:
+        """Live progress: sessions per status, running and failed sessions, events per second
+        (measured between polls of this endpoint)."""
+        return run_progress(store, run_id, meter)
 
     @app.get(
         "/runs/{run_id}/metrics",
@@ -227,10 +255,50 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
             raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
         return record_timeline(source, record_id, profile, judge)
 
+    @app.get("/runs/{run_id}/records/{record_id}/annotation", tags=["records"])
+    def annotation(run_id: str, record_id: str) -> dict[str, Any]:
+        """The benchmark record as stored with the run: question or instruction, options,
+        answer, evidence, triggers."""
+        return stored_record(store, run_id, record_id)
+
+    @app.get(
+        "/runs/{run_id}/records/{record_id}/frames", response_model=FrameIndex, tags=["frames"]
+    )
+    def frame_index(run_id: str, record_id: str) -> FrameIndex:
+        """The video's samples in the run's frame cache, or why they are not available here."""
+        stored_record(store, run_id, record_id)  # 404 for a record the run does not have
+        return frames.index(run_id, record_id)
+
+    @app.get(
+        "/runs/{run_id}/records/{record_id}/frames/{index}",
+        response_class=Response,
+        responses={200: {"content": {"image/jpeg": {}}}},
+        tags=["frames"],
+    )
+    def frame(
+        run_id: str,
+        record_id: str,
+        index: Annotated[int, Path(ge=0, description="sample index (t = index / fps)")],
+        width: ThumbnailWidth = 160,
+    ) -> Response:
+        """One sampled frame as the model saw it, scaled down to `width`."""
+        try:
+            jpeg = thumbnail(frames.video_frames(run_id, record_id), index, width)
+        except FramesUnavailable as exc:
+            raise HTTPException(404, str(exc)) from None
+        # Cache entries are content-addressed: a frame never changes.
+        headers = {"Cache-Control": "max-age=86400, immutable"}
+        return Response(jpeg, media_type="image/jpeg", headers=headers)
+
     @app.get("/compare", response_model=Comparison, tags=["metrics"])
     def compare(run_a: str, run_b: str, profile: ProfileParam = DEFAULT_PROFILE) -> Comparison:
         """B - A for every metric over the records both runs share, with paired intervals."""
         return compare_runs(store, run_a, run_b, profile, judge)
 
+    @app.get("/", include_in_schema=False)
+    def home() -> RedirectResponse:
+        return RedirectResponse("ui/")
+
+    app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
     app.state.store = store
     return app

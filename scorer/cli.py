@@ -3,7 +3,8 @@
     streameval score RUN_ID [--profile P] [--json] [--store URL]
     streameval score --events FILE.jsonl
     streameval compare RUN_A RUN_B
-    streameval results-api [--host 127.0.0.1] [--port 8800]
+    streameval results-api [--host 127.0.0.1] [--port 8800]   (dashboard at /)
+    streameval report RUN_ID --html out.html
 
 The store URL comes from --store, else $STREAMEVAL_STORE, else
 sqlite:///~/.cache/streameval/streameval.db. A user mistake prints one line and exits 2.
@@ -50,7 +51,7 @@ JudgeModelOption = Annotated[
     typer.Option("--judge-model", envvar="STREAMEVAL_JUDGE_MODEL", help="Judge model name."),
 ]
 
-_stderr = Console(stderr=True)
+_stderr = Console(stderr=True, soft_wrap=True)  # an error stays one line in any width
 
 
 def _fail(message: str) -> typer.Exit:
@@ -134,6 +135,49 @@ def compare(
         comparison.render(Console())
 
 
+def report(
+    run_id: Annotated[str, typer.Argument(help="The stored run to report.")],
+    html: Annotated[
+        Path, typer.Option("--html", help="Write the report to this HTML file.", dir_okay=False)
+    ],
+    profile: ProfileOption = "trace-paper-v1",
+    tolerance: ToleranceOption = None,
+    max_timelines: Annotated[
+        int,
+        typer.Option(
+            "--max-timelines", min=0, help="Embed the timelines of at most this many records."
+        ),
+    ] = 1000,
+    thumbnails: Annotated[
+        bool,
+        typer.Option(
+            "--thumbnails", help="Embed the frames the timelines show (needs the frame cache)."
+        ),
+    ] = False,
+    judge_url: JudgeUrlOption = None,
+    judge_model: JudgeModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Write a run's static HTML report (metrics, records, timelines) that opens without a
+    server."""
+    from scorer.html_report import write_report
+
+    try:
+        chosen = _profile(profile, tolerance)
+        judge = _judge(judge_url, judge_model)
+        with Store(resolve_store_url(store)) as opened:
+            written = write_report(opened, run_id, html, chosen, judge, max_timelines, thumbnails)
+    except (ScoreError, StoreError) as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {html}: {exc.strerror or exc}") from None
+    _stderr.print(
+        f"wrote {written.path}: {written.records} records, {written.timelines} timelines, "
+        f"frames of {written.videos_with_frames} videos, {written.size_bytes / 1e6:.1f} MB",
+        highlight=False,
+    )
+
+
 def results_api(
     host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8800,
@@ -141,7 +185,7 @@ def results_api(
     judge_model: JudgeModelOption = None,
     store: StoreOption = None,
 ) -> None:
-    """Serve the read-only results API (JSON, OpenAPI docs at /docs)."""
+    """Serve the read-only results API (JSON, OpenAPI docs at /docs) and the dashboard (/)."""
     import uvicorn
 
     from scorer.api import create_app

@@ -5,15 +5,25 @@ replaces it); `response_final` closes it and its text is the complete answer. Th
 allows one open episode at a time, so an episode still open at the end of the log was cut
 off by a failure: it is kept, marked unclosed. One pass, in `seq` order, decoding payloads
 only for the kinds whose payload the metrics read.
+
+A session may hold several questions: besides the record's own task (task id = record id)
+the Core can ask a proactive record's probes (`question_sent` with task id
+`{record_id}#probe{k}`, OVO-Bench's offline protocol). Every episode keeps the task id it
+answers, so each question is scored from its own episodes only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from scorer.errors import ScoreError
 from scorer.source import RawEvent, payload_of
+
+
+def probe_task_id(record_id: str, index: int) -> str:
+    """The task id under which the Core asks probe `index` of a record (`record.probes`)."""
+    return f"{record_id}#probe{index}"
 
 
 @dataclass(slots=True)
@@ -21,6 +31,7 @@ class Episode:
     response_id: str
     onset_ns: int  # first token received (Core clock)
     onset_t: float | None  # mapped onset video time
+    task_id: str | None = None  # the task it answers (None: the log does not say)
     text: str = ""
     closed: bool = False
     final_ns: int | None = None
@@ -58,15 +69,27 @@ class WorkloadTally:
             self.input_tokens = (self.input_tokens or 0) + tokens
 
 
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A question the Core sent: its video time and when it went out."""
+
+    t: float | None  # the question's own time (payload `t`)
+    ns: int  # Core clock at sending
+    position_t: float | None  # the timeline's position then: the last frame sent
+
+
 @dataclass(slots=True)
 class SessionTrace:
     session_id: str
     pacing: str | None = None  # "logical" | "wall_clock", from session_start
     speed: float = 1.0
     adapter: dict | None = None  # the adapter_hello payload
-    task_kind: str | None = None  # "qa" | "proactive" once the task was sent
+    # The record's own task (question or instruction), once sent.
+    task_kind: str | None = None  # "qa" | "proactive"
     task_t: float | None = None
     task_ns: int | None = None
+    task_position_t: float | None = None
+    probes: dict[str, Dispatch] = field(default_factory=dict)  # probe questions by task id
     frame_t: list[float] = field(default_factory=list)  # delivered frames, in order
     frame_ns: list[int] = field(default_factory=list)
     schedule: tuple[int, float] | None = None  # (scheduled_ns, t) of one scheduled frame
@@ -85,6 +108,16 @@ class SessionTrace:
     @property
     def wall_clock(self) -> bool:
         return self.pacing == "wall_clock"
+
+    @property
+    def own_episodes(self) -> list[Episode]:
+        """Episodes of the record's own task: every episode that answers no probe."""
+        if not self.probes:
+            return self.episodes
+        return [episode for episode in self.episodes if episode.task_id not in self.probes]
+
+    def episodes_of(self, task_id: str) -> list[Episode]:
+        return [episode for episode in self.episodes if episode.task_id == task_id]
 
     def scheduled_ns(self, t: float) -> int | None:
         """The runtime at which video time `t` was due under wall-clock pacing."""
@@ -143,7 +176,9 @@ def _add(trace: SessionTrace, row: RawEvent) -> None:
         _delta(trace, payload_of(row))
     elif kind == "response_start":
         payload = payload_of(row)
-        trace.episodes.append(Episode(payload.get("response_id", ""), runtime_ns, video_t))
+        trace.episodes.append(
+            Episode(payload.get("response_id", ""), runtime_ns, video_t, payload.get("task_id"))
+        )
     elif kind == "response_final":
         _final(trace, runtime_ns, payload_of(row))
     elif kind == "frame_dropped":
@@ -151,9 +186,7 @@ def _add(trace: SessionTrace, row: RawEvent) -> None:
         if trace.schedule is None:
             _note_schedule(trace, payload_of(row))
     elif kind in ("question_sent", "instruction_sent"):
-        trace.task_kind = "qa" if kind == "question_sent" else "proactive"
-        trace.task_t = payload_of(row).get("t")
-        trace.task_ns = runtime_ns
+        _dispatched(trace, kind, runtime_ns, video_t, payload_of(row))
     elif kind == "session_start":
         conditions = payload_of(row).get("conditions") or {}
         trace.pacing = conditions.get("pacing")
@@ -170,6 +203,31 @@ def _add(trace: SessionTrace, row: RawEvent) -> None:
         trace.failure_stage = payload.get("stage")
         trace.failure_reason = payload.get("reason")
     # session_end and kinds added to the log later carry nothing the metrics read.
+
+
+def _dispatched(
+    trace: SessionTrace, kind: str, runtime_ns: int, video_t: float | None, payload: dict
+) -> None:
+    task_id, record_id = payload.get("task_id"), payload.get("record_id")
+    # A question under another task id than its record's is one of the record's probes.
+    if task_id is not None and record_id is not None and task_id != record_id:
+        trace.probes[task_id] = Dispatch(payload.get("t"), runtime_ns, video_t)
+        return
+    trace.task_kind = "qa" if kind == "question_sent" else "proactive"
+    trace.task_t = payload.get("t")
+    trace.task_ns = runtime_ns
+    trace.task_position_t = video_t
+
+
+def prediction(
+    episodes: Sequence[Episode], dispatch_ns: int | None
+) -> tuple[list[Episode], Episode | None]:
+    """(episodes that began at or after a question was sent, the prediction): the
+    prediction is the last of them, when it closed (one cut off by a failure is none)."""
+    if dispatch_ns is None:
+        return [], None
+    after = [episode for episode in episodes if episode.onset_ns >= dispatch_ns]
+    return after, after[-1] if after and after[-1].closed else None
 
 
 def _note_schedule(trace: SessionTrace, payload: dict) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from core_server.store.events import Event
 from core_server.store.store import Store
+from scorer.episodes import probe_task_id
 from scorer.source import RawEvent, RunSource
 
 _TICK_NS = 1_000_000
@@ -46,7 +47,9 @@ class SessionLog:
         )
         return self.clock
 
-    def start(self, initiation: str = "polled", ns: int | None = None) -> SessionLog:
+    def start(
+        self, initiation: str = "polled", ns: int | None = None, protocol: str = "trace"
+    ) -> SessionLog:
         self._add(
             "adapter_hello",
             ns,
@@ -70,7 +73,7 @@ class SessionLog:
             None,
             endpoint="ws://127.0.0.1:1/ws",
             conditions={
-                "profile": "trace",
+                "profile": protocol,
                 "pacing": self.pacing,
                 "speed": self.speed,
                 "fps": 1.0,
@@ -133,6 +136,22 @@ class SessionLog:
             options=list(record.options),
         )
 
+    def probe(self, record: ProactiveRecord, index: int, ns: int | None = None) -> str:
+        """Ask probe `index` of the record (OVO-Bench's offline protocol); its task id."""
+        probe = record.probes[index]
+        task_id = probe_task_id(record.record_id, index)
+        self._add(
+            "question_sent",
+            ns,
+            self.video_t,
+            task_id=task_id,
+            record_id=record.record_id,
+            t=probe.t,
+            text=probe.question,
+            options=list(probe.options),
+        )
+        return task_id
+
     def instruction(self, record: ProactiveRecord, ns: int | None = None) -> int:
         return self._add(
             "instruction_sent",
@@ -149,8 +168,10 @@ class SessionLog:
         self._steps += 1
         self._add("step_sent", ns, self.video_t, task_id=self.session_id, step=step, t=self.video_t)
 
-    def silent(self, ns: int | None = None) -> None:
-        self._add("silent", ns, self.video_t, task_id=self.session_id, step=self._steps - 1)
+    def silent(self, ns: int | None = None, task_id: str | None = None) -> None:
+        """A silent decision: at the last step, or (`task_id`) declining that question."""
+        step = None if task_id is not None else self._steps - 1
+        self._add("silent", ns, self.video_t, task_id=task_id or self.session_id, step=step)
 
     def respond(
         self,
@@ -162,13 +183,19 @@ class SessionLog:
         input_tokens: int | None = None,
         deltas: Sequence[str] | None = None,
         close: bool = True,
+        task_id: str | None = None,
     ) -> str:
-        """One response episode: start, its deltas (default: the whole text), final."""
+        """One response episode: start, its deltas (default: the whole text), final. It
+        answers the record's own task, or the question `task_id` (a probe)."""
         response_id = f"r{self._responses}"
         self._responses += 1
         onset_t = self.video_t if onset_t is None else onset_t
         self._add(
-            "response_start", onset_ns, onset_t, response_id=response_id, task_id=self.session_id
+            "response_start",
+            onset_ns,
+            onset_t,
+            response_id=response_id,
+            task_id=task_id or self.session_id,
         )
         for seq, part in enumerate([text] if deltas is None else deltas):
             self._add(

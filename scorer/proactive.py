@@ -137,8 +137,9 @@ def evaluate_proactive(
     trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
 ) -> ProactiveResult:
     windows = build_windows(record.triggers, profile.tolerance_s)
-    # An episode cut off by a failure (never closed) is not an answer.
-    episodes = [episode for episode in trace.episodes if episode.closed]
+    # An episode cut off by a failure (never closed) is not an answer; answers to probe
+    # questions are not responses to the proactive task.
+    episodes = [episode for episode in trace.own_episodes if episode.closed]
     answered = [e for e in episodes if is_answer(e.text, profile.silence_tokens)]
     onsets = [episode.onset_t for episode in answered]
     semantic = profile.is_semantic(record.task_type)

@@ -3,6 +3,10 @@
 A profile is the complete set of constants a score depends on; its name, version and every
 constant are stored with the results, so two numbers are comparable only when their profiles
 agree. `with_overrides` derives a variant (e.g. tolerance 10 s) that records what changed.
+
+Each profile also names the protocol profiles (core_server/config.py) whose runs it is
+meant for: together they reproduce a source's published protocol. Scoring a run made under
+another protocol still works, and the results say so in a note.
 """
 
 from __future__ import annotations
@@ -10,9 +14,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from core_server.config import PROFILES as PROTOCOL_PROFILES
 from scorer.errors import ScoreError
 
-FAMILIES = ("qa", "proactive", "workload", "realstream", "readiness")
+FAMILIES = ("qa", "proactive", "workload", "realstream", "readiness", "ovo", "streamingbench")
+JUDGED_FAMILIES = ("proactive", "realstream", "readiness")
+# Fields of a profile that are not scoring constants.
+_BOOKKEEPING = ("name", "version", "description", "protocols", "overrides")
 ALL_TASK_TYPES = "*"
 
 
@@ -26,6 +34,7 @@ class ScoringProfile:
     version: str
     description: str
     families: tuple[str, ...]
+    protocols: tuple[str, ...]  # protocol profiles whose runs it is meant for
 
     # TRACE QA (metrics spec section 2).
     option_parser: str = "recoverable"  # "strict" | "recoverable"
@@ -57,6 +66,9 @@ class ScoringProfile:
     ars_gamma_l: float = 0.5
     ars_epsilon: float = 1e-6
 
+    # StreamingBench's own proactive scoring: a hit within ±this of the ground-truth time.
+    sb_hit_tolerance_s: float = 2.0
+
     # Aggregation (section 7).
     bootstrap_resamples: int = 1000
     bootstrap_seed: int = 0
@@ -66,12 +78,18 @@ class ScoringProfile:
 
     def constants(self) -> dict[str, Any]:
         """Every constant, JSON-ready (tuples as lists), without the bookkeeping fields."""
-        skip = {"name", "version", "description", "overrides"}
         return {
             key: list(value) if isinstance(value, tuple) else value
             for key, value in asdict(self).items()
-            if key not in skip
+            if key not in _BOOKKEEPING
         }
+
+    @property
+    def judges_content(self) -> bool:
+        """Whether a family of this profile needs content judgements (TRACE proactive
+        windows, through them readiness, and RealStreamEval); the source benchmarks' own
+        scorings match text by rule."""
+        return any(family in JUDGED_FAMILIES for family in self.families)
 
     def is_semantic(self, task_type: str, realstream: bool = False) -> bool:
         chosen = self.rs_semantic_task_types if realstream else self.semantic_task_types
@@ -79,7 +97,7 @@ class ScoringProfile:
 
     def with_overrides(self, **changes: Any) -> ScoringProfile:
         """A variant with some constants changed; the changes are recorded as overrides."""
-        known = {f.name for f in fields(self)} - {"name", "version", "description", "overrides"}
+        known = {f.name for f in fields(self)} - set(_BOOKKEEPING)
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ProfileError(
@@ -100,6 +118,10 @@ class ScoringProfile:
             )
         if not self.tolerance_s > 0:
             raise ProfileError(f"tolerance_s must be positive, got {self.tolerance_s!r}")
+        if not self.sb_hit_tolerance_s >= 0:
+            raise ProfileError(
+                f"sb_hit_tolerance_s must not be negative, got {self.sb_hit_tolerance_s!r}"
+            )
         if self.bootstrap_resamples < 0:
             raise ProfileError("bootstrap_resamples must be >= 0")
         if not 0 < self.ci_level < 1:
@@ -110,6 +132,7 @@ class ScoringProfile:
 
 
 _TRACE_FAMILIES = ("qa", "proactive", "workload")
+TRACE_PROTOCOLS = ("trace", "trace-full-prefix", "trace-autonomous")
 
 PROFILES: dict[str, ScoringProfile] = {
     profile.name: profile
@@ -122,31 +145,73 @@ PROFILES: dict[str, ScoringProfile] = {
                 "for SSR and CRR, exact match elsewhere"
             ),
             families=_TRACE_FAMILIES,
+            protocols=TRACE_PROTOCOLS,
         ),
         ScoringProfile(
             name="trace-strict",
             version="1",
             description="TRACE with the strict option parser (bare labels only)",
             families=_TRACE_FAMILIES,
+            protocols=TRACE_PROTOCOLS,
             option_parser="strict",
         ),
         ScoringProfile(
             name="realstream",
             version="1",
             description=(
-                "RealStreamEval score (EvoStreaming Eq. 3-4) on proactive records, with the "
-                "TRACE metrics alongside; every content judgement by the semantic judge"
+                "RealStreamEval score (EvoStreaming Eq. 3-4) on proactive records, and on QA "
+                "records of frame-level runs, with the TRACE metrics alongside; every content "
+                "judgement by the semantic judge"
             ),
             families=(*_TRACE_FAMILIES, "realstream"),
+            protocols=("realstream",),
         ),
         ScoringProfile(
             name="readiness",
             version="1",
             description="Answer Readiness Score (EP, LP, ARS, Acc_e) with the TRACE metrics",
             families=(*_TRACE_FAMILIES, "readiness"),
+            protocols=TRACE_PROTOCOLS,
+        ),
+        ScoringProfile(
+            name="ovo-offline",
+            version="1",
+            description=(
+                "OVO-Bench's own offline scoring: gold letter in the response, REC digits "
+                "joined equal the count, SSR/CRR yes/no per probe; total = mean of the "
+                "category means, each the mean of its task accuracies"
+            ),
+            families=("ovo", "workload"),
+            protocols=("ovo-offline",),
+        ),
+        ScoringProfile(
+            name="streamingbench",
+            version="1",
+            description=(
+                "StreamingBench's own scoring: multiple-choice accuracy (first standalone "
+                "option letter), proactive hit within 2 s of the ground-truth time whose "
+                "text contains the expected output"
+            ),
+            families=("streamingbench", "workload"),
+            protocols=("streamingbench-polling",),
         ),
     )
 }
+
+
+def is_frame_level(protocol: str | None) -> bool:
+    """Whether runs of this protocol profile ask for a decision at every step."""
+    known = PROTOCOL_PROFILES.get(protocol or "")
+    return known is not None and known.frame_level_steps
+
+
+def scoring_profile_for(protocol: str) -> str:
+    """The scoring profile that, with this protocol profile, reproduces a published
+    protocol (trace-paper-v1 for a protocol no profile names)."""
+    return next(
+        (profile.name for profile in PROFILES.values() if protocol in profile.protocols),
+        "trace-paper-v1",
+    )
 
 
 def get_profile(name: str | ScoringProfile) -> ScoringProfile:

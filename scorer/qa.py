@@ -1,7 +1,8 @@
 """TRACE QA metrics of one record (metrics spec section 2).
 
-The prediction is the last response episode that began after the question was dispatched;
-an episode cut off by a failure (never closed) is no prediction. The runtime origin is the
+The prediction is the last response episode of the record's own task (probe answers never
+count) that began after the question was dispatched; an episode cut off by a failure (never
+closed) is no prediction. The runtime origin is the
 question's arrival: the `question_sent` runtime under logical pacing, the question's
 scheduled runtime under wall-clock pacing (so Core lag counts against the system, as in the
 spec). TTFT runs to the first token of the first episode after dispatch, latency to the
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core_server.benchmark.records import QARecord
-from scorer.episodes import Episode, SessionTrace
+from scorer.episodes import Episode, SessionTrace, prediction
 from scorer.parsing import OPTION_PARSERS, gold_label, is_answer, option_labels
 from scorer.profiles import ScoringProfile
 
@@ -33,8 +34,7 @@ class QAResult:
 
 def evaluate_qa(trace: SessionTrace, record: QARecord, profile: ScoringProfile) -> QAResult:
     gold = gold_label(record.answer)
-    after = _after_dispatch(trace)
-    prediction = after[-1] if after and after[-1].closed else None
+    after, prediction = predicted(trace)
     answered = prediction is not None and is_answer(prediction.text, profile.silence_tokens)
     parsed = None
     if answered:
@@ -59,10 +59,9 @@ def evaluate_qa(trace: SessionTrace, record: QARecord, profile: ScoringProfile) 
     )
 
 
-def _after_dispatch(trace: SessionTrace) -> list[Episode]:
-    if trace.task_ns is None:
-        return []
-    return [episode for episode in trace.episodes if episode.onset_ns >= trace.task_ns]
+def predicted(trace: SessionTrace) -> tuple[list[Episode], Episode | None]:
+    """(own-task episodes after the question was dispatched, the prediction)."""
+    return prediction(trace.own_episodes, trace.task_ns)
 
 
 def _origin_ns(trace: SessionTrace) -> int | None:

@@ -1,9 +1,15 @@
-"""RealStreamEval score of one proactive record (EvoStreaming Eq. 3-4, metrics spec section 4).
+"""RealStreamEval score of one record (EvoStreaming Eq. 3-4, metrics spec section 4).
 
-Steps t = 1..T are the decision steps the Core sent (or, for autonomous adapters that get
-no steps, the delivered frames from the instruction on). An answered episode belongs to the
-last step at or before its onset; a trigger's ground-truth step is the first step at or
-after its start.
+Proactive records: steps t = 1..T are the decision steps the Core sent, before the
+instruction too (or, for autonomous adapters that get no steps, the delivered frames from
+the instruction on). An answered episode belongs to the last step at or before its onset; a
+trigger's ground-truth step is the first step at or after its start.
+
+QA records under the frame-level protocol (the realstream protocol profile): the steps are
+the decision steps before the question plus the question's own step (the question arrives
+at its step and the decision there is the answer), so T counts every step of the session.
+The question's step is the ground-truth step; J there is the multiple-choice correctness of
+the answer under the profile's option parser (1 or 0), not a judge.
 
     S = quality * M - P_early
     quality = mean over ground-truth steps t* of max J(a_t, a*) over responses |t - t*| <= δ
@@ -22,10 +28,10 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from core_server.benchmark.records import ProactiveRecord
+from core_server.benchmark.records import ProactiveRecord, QARecord
 from scorer.episodes import Episode, SessionTrace
 from scorer.judges import JudgeRequest
-from scorer.parsing import is_answer, normalise
+from scorer.parsing import OPTION_PARSERS, gold_label, is_answer, normalise, option_labels
 from scorer.profiles import ScoringProfile
 
 
@@ -58,6 +64,7 @@ class RealstreamResult:
     response_steps: list[int]  # per answered episode
     truth_steps: list[int]  # per trigger, in record order
     pairs: list[tuple[int, JudgeRequest]]  # (trigger, judgement) within δ
+    fixed: list[tuple[int, float]]  # (target, J) known without a judge: QA option matches
     early: bool
     repeated: bool
     multiplier: float
@@ -77,25 +84,35 @@ class RealstreamResult:
 
     def apply(self, scores: dict[JudgeRequest, float], profile: ScoringProfile) -> None:
         self.best = [0.0] * len(self.truth_steps)
-        for trigger, request in self.pairs:
-            self.best[trigger] = max(self.best[trigger], scores[request])
+        judged = [(trigger, scores[request]) for trigger, request in self.pairs]
+        for trigger, score in judged + self.fixed:
+            self.best[trigger] = max(self.best[trigger], score)
         self.quality = sum(self.best) / len(self.best) if self.best else 0.0
         score = self.quality * self.multiplier - self.early_penalty
         self.score = max(0.0, score) if profile.rs_floor_score_at_zero else score
+
+
+def _answered(trace: SessionTrace, profile: ScoringProfile) -> list[Episode]:
+    """Closed answered episodes of the record's own task with a mapped onset."""
+    return [
+        episode
+        for episode in trace.own_episodes
+        if episode.closed
+        and episode.onset_t is not None
+        and is_answer(episode.text, profile.silence_tokens)
+    ]
+
+
+def _step_of(grid: list[float], t: float) -> int:
+    return max(0, bisect.bisect_right(grid, t) - 1)
 
 
 def evaluate_realstream(
     trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
 ) -> RealstreamResult:
     grid = step_grid(trace)
-    answered = [
-        episode
-        for episode in trace.episodes
-        if episode.closed
-        and episode.onset_t is not None
-        and is_answer(episode.text, profile.silence_tokens)
-    ]
-    steps_of = [max(0, bisect.bisect_right(grid, e.onset_t) - 1) for e in answered]
+    answered = _answered(trace, profile)
+    steps_of = [_step_of(grid, e.onset_t) for e in answered]
     truth = [bisect.bisect_left(grid, trigger.start_s) for trigger in record.triggers]
     far = record.task_type in profile.rs_far_task_types
     delta = profile.rs_far_delta_steps if far else profile.rs_other_delta_steps
@@ -116,20 +133,57 @@ def evaluate_realstream(
         for episode, step in zip(answered, steps_of, strict=True)
         if abs(step - truth[index]) <= delta
     ]
+    return _result(far, delta, len(grid), answered, steps_of, truth, pairs, [], profile)
+
+
+def evaluate_realstream_qa(
+    trace: SessionTrace, record: QARecord, profile: ScoringProfile
+) -> RealstreamResult:
+    """A QA record under the frame-level protocol: the question's step is the target."""
+    asked = trace.task_ns is not None and trace.task_position_t is not None
+    grid = trace.step_t + ([trace.task_position_t] if asked else [])
+    answered = _answered(trace, profile)
+    steps_of = [_step_of(grid, e.onset_t) for e in answered]
+    truth = [len(grid) - 1] if asked else []
+    far = record.task_type in profile.rs_far_task_types
+    delta = profile.rs_far_delta_steps if far else profile.rs_other_delta_steps
+    parse = OPTION_PARSERS[profile.option_parser]
+    labels, gold = option_labels(record.options), gold_label(record.answer)
+    fixed = [
+        (0, float(parse(episode.text, labels) == gold))
+        for episode, step in zip(answered, steps_of, strict=True)
+        if truth and abs(step - truth[0]) <= delta
+    ]
+    return _result(far, delta, len(grid), answered, steps_of, truth, [], fixed, profile)
+
+
+def _result(
+    far: bool,
+    delta: int,
+    steps: int,
+    answered: list[Episode],
+    steps_of: list[int],
+    truth: list[int],
+    pairs: list[tuple[int, JudgeRequest]],
+    fixed: list[tuple[int, float]],
+    profile: ScoringProfile,
+) -> RealstreamResult:
+    """The penalty terms of Eq. 3-4, shared by proactive and QA records."""
     early = far and bool(truth) and any(step < min(truth) - delta for step in steps_of)
     repeated = not far and _repeats(answered, steps_of)
     if far:
-        multiplier = verbosity_multiplier(len(set(steps_of)), len(grid), profile)
+        multiplier = verbosity_multiplier(len(set(steps_of)), steps, profile)
     else:
         multiplier = profile.rs_repetition_multiplier if repeated else 1.0
     reported = [e.output_tokens for e in answered if e.output_tokens is not None]
     return RealstreamResult(
         far=far,
         delta=delta,
-        steps=len(grid),
+        steps=steps,
         response_steps=steps_of,
         truth_steps=truth,
         pairs=pairs,
+        fixed=fixed,
         early=early,
         repeated=repeated,
         multiplier=multiplier,

@@ -13,11 +13,13 @@ from core_server.benchmark.records import ProactiveRecord, QARecord, Record
 from scorer.episodes import SessionTrace
 from scorer.errors import ScoreError
 from scorer.judges import JudgeRequest
+from scorer.ovo import OVO_FIELD_PREFIX, OvoResult, evaluate_ovo
 from scorer.proactive import BEFORE_WINDOW, IN_WINDOW, ProactiveResult, evaluate_proactive
 from scorer.profiles import ScoringProfile
 from scorer.qa import QAResult, evaluate_qa
 from scorer.readiness import Readiness, Turn, proactive_turns, qa_turn
-from scorer.realstream import RealstreamResult, evaluate_realstream
+from scorer.realstream import RealstreamResult, evaluate_realstream, evaluate_realstream_qa
+from scorer.streamingbench import SbResult, evaluate_streamingbench
 from scorer.workload import WorkloadResult, evaluate_workload
 
 _RECORD = TypeAdapter(Record)
@@ -46,6 +48,8 @@ class RecordEvaluation:
     realstream: RealstreamResult | None = None
     turns: list[Turn] = field(default_factory=list)
     readiness: Readiness | None = None
+    ovo: OvoResult | None = None
+    streamingbench: SbResult | None = None
 
     @property
     def status(self) -> str:
@@ -67,17 +71,32 @@ class RecordEvaluation:
 
 
 def evaluate_record(
-    record: QARecord | ProactiveRecord, trace: SessionTrace, profile: ScoringProfile
+    record: QARecord | ProactiveRecord,
+    trace: SessionTrace,
+    profile: ScoringProfile,
+    frame_level: bool = False,
 ) -> RecordEvaluation:
+    """`frame_level`: the run asked for a decision at every step (the realstream protocol),
+    so its QA records are RealStreamEval turns too."""
     evaluation = RecordEvaluation(record, trace, evaluate_workload(trace, profile.submission_kinds))
+    realstream = "realstream" in profile.families
     if isinstance(record, QARecord):
         evaluation.qa = evaluate_qa(trace, record, profile)
         evaluation.turns = [qa_turn(record, evaluation.qa.answer_t)]
+        if realstream and frame_level:
+            evaluation.realstream = evaluate_realstream_qa(trace, record, profile)
     else:
-        evaluation.proactive = evaluate_proactive(trace, record, profile)
-        evaluation.turns = proactive_turns(evaluation.proactive)
-        if "realstream" in profile.families:
+        # Only the judged families read the TRACE windows: a profile without them asks
+        # the judge nothing.
+        if profile.judges_content:
+            evaluation.proactive = evaluate_proactive(trace, record, profile)
+            evaluation.turns = proactive_turns(evaluation.proactive)
+        if realstream:
             evaluation.realstream = evaluate_realstream(trace, record, profile)
+    if "ovo" in profile.families:
+        evaluation.ovo = evaluate_ovo(trace, record, profile)
+    if "streamingbench" in profile.families:
+        evaluation.streamingbench = evaluate_streamingbench(trace, record, profile)
     return evaluation
 
 
@@ -148,7 +167,39 @@ def fields(
             "rd_ep": _num(None if ready is None else ready.ep),
             "rd_lp": _num(None if ready is None else ready.lp),
         }
+    if evaluation.ovo is not None:
+        ovo = evaluation.ovo
+        scalars |= {
+            "ovo_n": 1.0,
+            "ovo_finished": float(finished),
+            "ovo_questions": float(len(ovo.answers)),
+            "ovo_unanswered": float(ovo.unanswered),
+            f"{OVO_FIELD_PREFIX}{ovo.category}/{evaluation.record.task_type}": ovo.score,
+        }
+    if evaluation.streamingbench is not None:
+        scalars |= _streamingbench_fields(evaluation, finished)
     return scalars, lists
+
+
+def _streamingbench_fields(evaluation: RecordEvaluation, finished: bool) -> dict[str, float]:
+    result = evaluation.streamingbench
+    assert result is not None
+    common = {"sb_n": 1.0, "sb_finished": float(finished)}
+    if evaluation.qa is not None:
+        correct = float(result.correct)
+        return common | {
+            "sb_qa_n": 1.0,
+            "sb_qa_correct": correct,
+            "sb_items": 1.0,
+            "sb_correct": correct,
+        }
+    targets, hits = float(len(result.targets)), float(result.hits)
+    return common | {
+        "sb_targets": targets,
+        "sb_hits": hits,
+        "sb_items": targets,
+        "sb_correct": hits,
+    }
 
 
 def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, Any]:
@@ -169,6 +220,8 @@ def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, 
         "proactive": None,
         "realstream": None,
         "readiness": None,
+        "ovo": None,
+        "streamingbench": None,
     }
     if evaluation.proactive is not None:
         out["proactive"] = _proactive_details(evaluation.proactive)
@@ -189,6 +242,14 @@ def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, 
             "score": rs.score,
             "output_tokens": rs.tokens,
             "token_turns": rs.token_turns,
+        }
+    if evaluation.ovo is not None:
+        ovo = evaluation.ovo
+        answers = [asdict(answer) for answer in ovo.answers]
+        out["ovo"] = {"category": ovo.category, "score": ovo.score, "answers": answers}
+    if evaluation.streamingbench is not None:
+        out["streamingbench"] = asdict(evaluation.streamingbench) | {
+            "hits": evaluation.streamingbench.hits
         }
     if "readiness" in profile.families and evaluation.turns:
         ready = evaluation.readiness

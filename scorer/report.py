@@ -4,7 +4,7 @@ One pass over the run's events, grouped by session (one session = one record), e
 every record; the content judgements of the whole run are then made in one batch; then the
 readiness scale τ is fixed, and every metric is aggregated overall, per task type and per
 source benchmark. The result records the profile with all its constants, the judge and how
-it judged, and the run's declared conditions.
+it judged, the protocol profile the run was made under, and the run's declared conditions.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from scorer.episodes import SessionTrace, assemble
 from scorer.errors import ScoreError
 from scorer.judge_cache import JudgeCache
 from scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
-from scorer.profiles import ScoringProfile, get_profile
+from scorer.profiles import ScoringProfile, get_profile, is_frame_level
 from scorer.readiness import median_duration, readiness
 from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
 from scorer.source import RunSource, file_source, store_source
@@ -64,6 +64,7 @@ class ProfileReport(BaseModel):
     name: str
     version: str
     description: str
+    protocols: list[str] = Field(description="protocol profiles whose runs it is meant for")
     constants: dict[str, Any]
     overrides: dict[str, Any]
 
@@ -109,6 +110,8 @@ class RecordResult(BaseModel):
     proactive: dict[str, Any] | None
     realstream: dict[str, Any] | None
     readiness: dict[str, Any] | None
+    ovo: dict[str, Any] | None = None
+    streamingbench: dict[str, Any] | None = None
 
 
 class RunScores(BaseModel):
@@ -119,6 +122,9 @@ class RunScores(BaseModel):
     config_hash: str
     conditions: dict[str, Any]
     profile: ProfileReport
+    protocol: str | None = Field(
+        description="the protocol profile the run was made under (None: not recorded)"
+    )
     judge: JudgeReport
     events_scored: int
     records_scored: int
@@ -175,8 +181,11 @@ def evaluate_source(
             )
         traces[trace.session_id] = trace
         events += trace.event_count
+    frame_level = is_frame_level(source.protocol)
     evaluations = [
-        evaluate_record(record, traces.get(record_id) or SessionTrace(record_id), profile)
+        evaluate_record(
+            record, traces.get(record_id) or SessionTrace(record_id), profile, frame_level
+        )
         for record_id, record in records.items()
     ]
     requests: list[JudgeRequest] = [r for evaluation in evaluations for r in evaluation.requests()]
@@ -225,6 +234,7 @@ def scores_of(run: EvaluatedRun) -> RunScores:
             "config": {key: config[key] for key in CONFIG_KEYS if key in config},
         },
         profile=profile_report(profile),
+        protocol=run.source.protocol,
         judge=JudgeReport(incomplete=run.judge.incomplete, **asdict(run.judge)),
         events_scored=run.events,
         records_scored=len(run.evaluations),
@@ -243,6 +253,7 @@ def profile_report(profile: ScoringProfile) -> ProfileReport:
         name=profile.name,
         version=profile.version,
         description=profile.description,
+        protocols=list(profile.protocols),
         constants=profile.constants(),
         overrides=dict(profile.overrides),
     )
@@ -283,7 +294,7 @@ def _derived(run: EvaluatedRun) -> dict[str, Any]:
 
 def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
     notes = []
-    if run.judge.note:
+    if run.judge.note and run.profile.judges_content:
         notes.append(run.judge.note)
     if run.judge.incomplete:
         notes.append(
@@ -305,6 +316,40 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
         notes.append(
             "RealStreamEval per-record scores are not floored at 0 (EvoStreaming Eq. 3); "
             "an early penalty can make a record's score negative"
+        )
+    return notes + _protocol_notes(run)
+
+
+def _protocol_notes(run: EvaluatedRun) -> list[str]:
+    """What a scoring profile cannot see in a run of another protocol."""
+    profile, protocol = run.profile, run.source.protocol
+    evaluations = run.evaluations
+    notes = []
+    if protocol is not None and protocol not in profile.protocols:
+        notes.append(
+            f"scoring profile {profile.name} is meant for runs under protocol "
+            f"{' or '.join(profile.protocols)}; this run was made under {protocol}, so its "
+            "numbers are not comparable with that protocol's published ones"
+        )
+    probed = sum(1 for e in evaluations if e.proactive is not None and e.trace.probes)
+    if probed and "ovo" not in profile.families:
+        notes.append(
+            f"{probed} proactive records were asked as probes (no instruction was sent): "
+            "the proactive metrics see no response from them; the ovo-offline profile "
+            "scores the probe answers"
+        )
+    if "ovo" in profile.families:
+        unscored = sum(1 for e in evaluations if e.record.task == "proactive" and e.ovo is None)
+        if unscored:
+            notes.append(
+                f"{unscored} proactive records have no probes: OVO-Bench's offline scoring "
+                "asks forward tasks only as probes, so they are left out of the ovo metrics"
+            )
+    qa_records = any(e.qa is not None for e in evaluations)
+    if "realstream" in profile.families and qa_records and not is_frame_level(protocol):
+        notes.append(
+            "QA records get a RealStreamEval score only in runs of a frame-level protocol "
+            "(realstream); here the realstream metrics cover proactive records"
         )
     return notes
 
@@ -362,8 +407,8 @@ def _ci(metric: MetricValue) -> str:
 
 def render_scores(scores: RunScores, console: Console) -> None:
     title = (
-        f"run {scores.run_id} · profile {scores.profile.name} v{scores.profile.version} · "
-        f"judge {scores.judge.kind}"
+        f"run {scores.run_id} · protocol {scores.protocol or '?'} · profile "
+        f"{scores.profile.name} v{scores.profile.version} · judge {scores.judge.kind}"
     )
     table = Table(title=title)
     for column in ("family", "metric", "value", "95% CI", "population", "coverage"):
@@ -384,6 +429,8 @@ def render_scores(scores: RunScores, console: Console) -> None:
         "proactive": "in_window_accuracy",
         "realstream": "score",
         "readiness": "acc_e",
+        "ovo": "total",
+        "streamingbench": "accuracy",
     }
     breakdown = Table(title="per task type")
     breakdown.add_column("task type")

@@ -41,6 +41,11 @@ class RunSource:
     def run_id(self) -> str:
         return self.run["run_id"]
 
+    @property
+    def protocol(self) -> str | None:
+        """The protocol profile the run was made under (its configuration's `profile`)."""
+        return (self.run.get("config") or {}).get("profile")
+
 
 def store_source(store: Store, run_id: str) -> RunSource:
     info = store.get_run(run_id)

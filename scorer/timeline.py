@@ -13,7 +13,7 @@ from scorer.episodes import assemble_one
 from scorer.errors import ScoreError
 from scorer.judges import ExactJudge, Judge
 from scorer.parsing import is_answer
-from scorer.profiles import ScoringProfile, get_profile
+from scorer.profiles import ScoringProfile, get_profile, is_frame_level
 from scorer.record import RecordEvaluation, details, evaluate_record, parse_record
 from scorer.source import RawEvent, RunSource, payload_of
 
@@ -28,6 +28,7 @@ class FramePoint(BaseModel):
 
 class EpisodePoint(BaseModel):
     response_id: str
+    task_id: str | None  # the task it answers: the record's own, or one of its probes
     onset_t: float | None
     onset_s: float
     final_s: float | None
@@ -71,7 +72,7 @@ def record_timeline(
     record = parse_record(data)
     rows = list(source.events(record_id))
     trace = assemble_one(record_id, rows)
-    evaluation = evaluate_record(record, trace, profile)
+    evaluation = evaluate_record(record, trace, profile, is_frame_level(source.protocol))
     scores, _ = (judge or ExactJudge()).judge(evaluation.requests())
     evaluation.apply(scores, profile)
     origin = rows[0][3] if rows else 0
@@ -138,6 +139,7 @@ def _episodes(
         points.append(
             EpisodePoint(
                 response_id=episode.response_id,
+                task_id=episode.task_id,
                 onset_t=episode.onset_t,
                 onset_s=since(episode.onset_ns),
                 final_s=since(episode.final_ns),

@@ -92,3 +92,19 @@ def benchmark_path(tmp_path: Path) -> Path:
     from tests.timeline_fixtures import write_benchmark
 
     return write_benchmark(tmp_path / "bench")
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every video the frame pipeline decodes in full (each one a cache entry built)."""
+    from core_server import frames as frames_module
+
+    calls: list[str] = []
+    real_sample = frames_module._sample_video
+
+    def counting_sample(path, *args, **kwargs):
+        calls.append(str(path))
+        return real_sample(path, *args, **kwargs)
+
+    monkeypatch.setattr(frames_module, "_sample_video", counting_sample)
+    return calls

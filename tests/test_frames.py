@@ -13,6 +13,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
@@ -22,7 +23,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core_server import frames as frames_module
 from core_server.frames import (
     FrameCache,
     ImageRules,
@@ -34,20 +34,55 @@ from core_server.frames import (
 NTSC = Fraction(30000, 1001)
 
 
-def encode_numbered_video(
-    path: Path, n_frames: int, width: int, height: int, rate: Fraction | int
+def encode_video(
+    path: Path,
+    pictures: Sequence[np.ndarray],
+    rate: Fraction | int,
+    *,
+    codec: str = "libx264",
+    pts_ms: Sequence[int] | None = None,
+    display_rotation: int | None = None,
+    tags: dict[str, str] | None = None,
+    container_format: str | None = None,
+    container_options: dict[str, str] | None = None,
 ) -> Path:
-    """An H.264 video whose frame i shows i as two grey bars (i < 256)."""
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for i in range(n_frames):
-            pixels = np.empty((height, width, 3), np.uint8)
-            pixels[:, : width // 2] = (i // 16) * 16 + 8
-            pixels[:, width // 2 :] = (i % 16) * 16 + 8
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+    """Encode RGB pictures with PyAV. `pts_ms` (one per picture) gives irregular timestamps;
+    `display_rotation` (PyAV's counter-clockwise degrees) is written as a display matrix;
+    `tags` go into the stream's metadata; the container follows the suffix unless named."""
+    with av.open(
+        str(path), "w", format=container_format, options=container_options or {}
+    ) as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.height, stream.width = pictures[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        if pts_ms is not None:
+            stream.codec_context.time_base = Fraction(1, 1000)
+        if display_rotation is not None:
+            stream.set_display_rotation(display_rotation)
+        stream.metadata.update(tags or {})
+        for i, pixels in enumerate(pictures):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            if pts_ms is not None:
+                frame.pts, frame.time_base = pts_ms[i], Fraction(1, 1000)
+            container.mux(stream.encode(frame))
         container.mux(stream.encode())
     return path
+
+
+def numbered_picture(i: int, width: int, height: int) -> np.ndarray:
+    """A picture showing i as two grey bars (high and low base-16 digit; i < 256)."""
+    pixels = np.empty((height, width, 3), np.uint8)
+    pixels[:, : width // 2] = (i // 16) * 16 + 8
+    pixels[:, width // 2 :] = (i % 16) * 16 + 8
+    return pixels
+
+
+def encode_numbered_video(
+    path: Path, n_frames: int, width: int, height: int, rate: Fraction | int, **encoding
+) -> Path:
+    """A video whose frame i shows i (see `numbered_picture`); `encoding` as `encode_video`."""
+    pictures = [numbered_picture(i, width, height) for i in range(n_frames)]
+    return encode_video(path, pictures, rate, **encoding)
 
 
 def shown_frame_number(jpeg: bytes) -> int:
@@ -70,20 +105,6 @@ def expected_sources(n_frames: int, source_fps: float, fps: float) -> list[int]:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.fixture
-def opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every av.open call the pipeline makes (each one is a decode)."""
-    calls: list[str] = []
-    real_open = av.open
-
-    def counting_open(file, *args, **kwargs):
-        calls.append(str(file))
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(frames_module.av, "open", counting_open)
-    return calls
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +234,7 @@ def test_bad_rules_are_refused(kwargs: dict, problem: str) -> None:
 
 
 def test_decodes_once_and_reuses_disk(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     rules = ImageRules(fps=2)
     first = FrameCache(tmp_path).get(videos["25"], rules)
@@ -223,7 +244,7 @@ def test_decodes_once_and_reuses_disk(
     again = FrameCache(tmp_path)
     assert again.get(videos["25"], rules) == first
     assert again.get(videos["25"], rules) == first
-    assert opens == [str(videos["25"])]
+    assert decodes == [str(videos["25"])]
     assert first.directory == entry
     assert sorted(p.name for p in entry.iterdir()) == [
         *(f"{k:06d}.jpg" for k in range(8)),
@@ -232,40 +253,40 @@ def test_decodes_once_and_reuses_disk(
 
 
 def test_same_bytes_under_another_name_share_the_entry(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     copy = tmp_path / "copy.mp4"
     copy.write_bytes(videos["30"].read_bytes())
     cache = FrameCache(tmp_path / "cache")
 
     assert cache.get(copy, ImageRules()).frames == cache.get(videos["30"], ImageRules()).frames
-    assert opens == [str(copy)]
+    assert decodes == [str(copy)]
 
 
 async def test_concurrent_sessions_decode_once(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     cache = FrameCache(tmp_path)
     results = await asyncio.gather(*(cache.aget(videos["ntsc"], ImageRules()) for _ in range(8)))
 
-    assert opens == [str(videos["ntsc"])]
+    assert decodes == [str(videos["ntsc"])]
     assert all(isinstance(r, VideoFrames) and r == results[0] for r in results)
     assert len(results[0].frames) == 5
 
 
 def test_concurrent_threads_decode_once(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     cache = FrameCache(tmp_path)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: cache.get(videos["25"], ImageRules()), range(4)))
 
-    assert opens == [str(videos["25"])]
+    assert decodes == [str(videos["25"])]
     assert all(r == results[0] for r in results)
 
 
 def test_half_written_entry_is_rebuilt(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     rules = ImageRules(fps=1)
     built = FrameCache(tmp_path).get(videos["30"], rules)
@@ -275,20 +296,20 @@ def test_half_written_entry_is_rebuilt(
 
     rebuilt = FrameCache(tmp_path).get(videos["30"], rules)
 
-    assert len(opens) == 2
+    assert len(decodes) == 2
     assert rebuilt == built
     assert [shown_frame_number(rebuilt.read(r)) for r in rebuilt.frames] == [0, 30, 60, 90]
 
 
 def test_unreadable_index_is_rebuilt(
-    videos: dict[str, Path], tmp_path: Path, opens: list[str]
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
 ) -> None:
     built = FrameCache(tmp_path).get(videos["25"], ImageRules())
     (built.directory / "index.json").write_text('{"format": 1, "fra')
 
     assert FrameCache(tmp_path).get(videos["25"], ImageRules()) == built
-    assert len(opens) == 2
-    assert json.loads((built.directory / "index.json").read_text())["format"] == 1
+    assert len(decodes) == 2
+    assert json.loads((built.directory / "index.json").read_text())["format"] == 2
 
 
 def test_stale_partial_folders_are_cleaned(videos: dict[str, Path], tmp_path: Path) -> None:
@@ -338,7 +359,7 @@ def test_truncated_mp4(videos: dict[str, Path], tmp_path: Path) -> None:
 
     with pytest.raises(VideoDecodeError) as error:
         FrameCache(tmp_path / "cache").get(cut, ImageRules())
-    assert_one_line(error, "cut.mp4", "not a readable video", "Invalid data")
+    assert_one_line(error, "cut.mp4: Invalid data found when processing input")
     assert not any((tmp_path / "cache").rglob("*.jpg"))
 
 
@@ -361,7 +382,7 @@ def test_random_bytes(tmp_path: Path) -> None:
 
     with pytest.raises(VideoDecodeError) as error:
         FrameCache(tmp_path / "cache").get(junk, ImageRules())
-    assert_one_line(error, "junk.mp4", "not a readable video")
+    assert_one_line(error, "junk.mp4: Invalid data found when processing input")
 
 
 def test_audio_only_file_has_no_video_stream(tmp_path: Path) -> None:

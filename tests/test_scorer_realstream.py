@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.benchmark.records import ProactiveRecord, Trigger
+from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
 from scorer.episodes import assemble_one
 from scorer.eventlog import SessionLog, memory_source
 from scorer.judges import ExactJudge
@@ -160,3 +160,126 @@ def test_autonomous_sessions_use_the_delivered_frames_as_steps() -> None:
     result = scored(rec, log)
     assert (result.steps, result.response_steps, result.truth_steps) == (10, [5], [5])
     assert result.score == 1.0
+
+
+# --- the frame-level protocol: steps before the instruction, QA records as turns ------------
+
+REALSTREAM_RUN = {"profile": "realstream", "pacing": "logical"}
+
+
+def test_steps_before_the_instruction_count_in_the_answer_rate() -> None:
+    # The realstream protocol asks for a decision from the video's start: 10 steps at
+    # 0, 2, ..., 18 s, the instruction after the frame at 6 s. The answer at step 1 comes
+    # before the instruction; it is a response all the same: R = 2/10, and it is early.
+    rec = record("REC", (9.0, "1")).model_copy(update={"instruction_time_s": 6.0})
+    log = SessionLog("run", rec.record_id).start(protocol="realstream")
+    for step in range(10):
+        log.frame(2.0 * step)
+        if step == 3:
+            log.instruction(rec)
+        log.step()
+        if step in (1, 5):
+            log.respond("1")
+        else:
+            log.silent()
+    log.finish()
+    result = scored(rec, log)
+    assert (result.steps, result.response_steps, result.truth_steps) == (10, [1, 5], [5])
+    assert result.answer_rate == pytest.approx(0.2)
+    assert (result.multiplier, result.early) == (1.0, True)
+    assert result.score == pytest.approx(0.9)
+
+
+def qa(record_id: str = "q1", answer: str = "A") -> QARecord:
+    return QARecord(
+        record_id=record_id,
+        source_id=record_id,
+        source_benchmark="ovo_bench",
+        task_type="EPM",
+        video_path=f"{record_id}.mp4",
+        question="Which?",
+        options=("A. a", "B. b", "C. c", "D. d"),
+        answer=answer,
+        question_time_s=17.0,
+        evidence_anchor_s=17.0,
+    )
+
+
+def frame_level_qa(rec: QARecord, at_steps: dict[int, str], answer: str | None) -> SessionLog:
+    """The realstream QA timeline: frames at 0, 2, ..., 16 s, a decision step after each
+    but the last, the question (t = 17 s) after the last frame, then `answer`."""
+    log = SessionLog("run", rec.record_id).start(protocol="realstream")
+    for step in range(9):
+        log.frame(2.0 * step)
+        if step == 8:
+            break
+        log.step()
+        if step in at_steps:
+            log.respond(at_steps[step])
+        else:
+            log.silent()
+    log.question(rec)
+    if answer is None:
+        log.silent(task_id=rec.record_id)
+    else:
+        log.respond(answer)
+    log.finish()
+    return log
+
+
+def realstream_qa(rec: QARecord, log: SessionLog):
+    source = memory_source([rec], [log], config=REALSTREAM_RUN)
+    return scores_of(evaluate_source(source, PROFILE)).records[0].realstream
+
+
+def test_a_qa_question_is_judged_at_its_own_step() -> None:
+    # T = 8 decision steps + the question's step; the answer at the question step (8).
+    right = realstream_qa(qa(), frame_level_qa(qa(), {}, "A"))
+    assert (right["steps"], right["truth_steps"], right["response_steps"]) == (9, [8], [8])
+    assert (right["quality"], right["multiplier"], right["score"]) == (1.0, 1.0, 1.0)
+    assert right["answer_rate"] == pytest.approx(1 / 9)
+    wrong = realstream_qa(qa(), frame_level_qa(qa(), {}, "The answer is B"))
+    assert wrong["score"] == 0.0
+    declined = realstream_qa(qa(), frame_level_qa(qa(), {}, None))
+    assert (declined["response_steps"], declined["score"]) == ([], 0.0)
+
+
+def test_speaking_at_every_step_repeats_and_halves_a_qa_score() -> None:
+    # "yes" at every step before the question: a repetition on consecutive turns (M = 0.5);
+    # no early penalty outside forward active responding.
+    log = frame_level_qa(qa(), dict.fromkeys(range(8), "yes"), "A")
+    always = realstream_qa(qa(), log)
+    assert (always["answer_rate"], always["repeated"]) == (1.0, True)
+    assert (always["quality"], always["multiplier"], always["early_penalty"]) == (1.0, 0.5, 0.0)
+    assert always["score"] == 0.5
+    # A "yes" at the question's step is no option: the step's best answer is still "A".
+    assert realstream_qa(qa(), frame_level_qa(qa(), {7: "D"}, "A"))["score"] == 1.0
+
+
+def test_qa_records_join_the_realstream_score_only_in_frame_level_runs() -> None:
+    records = [qa("q1", "A"), qa("q2", "B"), FAR]
+    logs = [
+        frame_level_qa(records[0], {}, "A"),  # 1
+        frame_level_qa(records[1], {}, "A"),  # 0
+        half_fps(FAR, {5: "1", 11: "2"}),  # 1
+    ]
+    frame_level = scores_of(
+        evaluate_source(memory_source(records, logs, config=REALSTREAM_RUN), PROFILE)
+    )
+    assert frame_level.overall["realstream"]["score"].value == pytest.approx(200 / 3)
+    assert frame_level.overall["realstream"]["score"].population == 3
+    assert frame_level.protocol == "realstream"
+    assert not any("protocol" in note for note in frame_level.notes)
+    trace_run = scores_of(evaluate_source(memory_source(records, logs), PROFILE))
+    assert trace_run.overall["realstream"]["score"].value == pytest.approx(100.0)
+    assert trace_run.overall["realstream"]["score"].population == 1
+    assert {r.record_id: r.realstream is None for r in trace_run.records} == {
+        "p1": False,
+        "q1": True,
+        "q2": True,
+    }
+    assert (
+        "QA records get a RealStreamEval score only in runs of a frame-level protocol "
+        "(realstream); here the realstream metrics cover proactive records"
+    ) in trace_run.notes
+    assert any(note.startswith("scoring profile realstream is meant") for note in trace_run.notes)

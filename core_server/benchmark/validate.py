@@ -1,8 +1,8 @@
 """Consistency checks of imported records and, given a video root, of their videos.
 
 Every problem is one `Problem` naming a record (or a video) and what is wrong with it.
-Videos are probed, never decoded in full: the duration comes from the container's metadata
-and one decoded frame tells a readable file from a broken one.
+Videos are probed (`frames.probe`), never decoded in full: the duration comes from the
+container's metadata and one decoded frame tells a readable file from a broken one.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import av
-
 from core_server.benchmark.importing import Imported, Problem, option_letter
 from core_server.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
+from core_server.frames import VideoDecodeError, probe
 
 # Annotated times and container durations are both rounded decimals; this is their noise.
 EPSILON_S = 1e-3
@@ -126,9 +125,6 @@ def check_videos(records: Sequence[Record], video_root: Path, report: Report) ->
             records = f"{len(needing)} record{'s' if len(needing) != 1 else ''}"
             report.problems.append(Problem(video, f"{exc} (needed by {records})"))
             continue
-        if duration is None:
-            report.notes.append(f"{video}: no duration in its metadata; times not checked")
-            continue
         for record in needing:
             label, latest = _latest_time(record)
             if latest > duration + EPSILON_S:
@@ -154,23 +150,12 @@ def _latest_time(record: Record) -> tuple[str, float]:
     return max(times, key=lambda item: item[1])
 
 
-def video_duration_s(path: Path) -> float | None:
-    """The duration the container declares (None if it declares none), after checking that
-    the file exists and its first frame decodes."""
+def video_duration_s(path: Path) -> float:
+    """The video's duration as `frames.probe` reads it (from the metadata, without a full
+    decode), after checking that the file exists and its first frame decodes."""
     if not path.is_file():
         raise VideoProblem(f"missing video: {path} does not exist")
     try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise VideoProblem(f"undecodable video: {path} has no video stream")
-            stream = container.streams.video[0]
-            if next(container.decode(stream), None) is None:
-                raise VideoProblem(f"undecodable video: {path} has no decodable frame")
-            if stream.duration is not None and stream.time_base is not None:
-                return float(stream.duration * stream.time_base)
-            if container.duration is not None:
-                return container.duration / av.time_base
-            return None
-    except (av.error.FFmpegError, OSError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise VideoProblem(f"undecodable video: {path}: {reason}") from None
+        return probe(path).duration_s
+    except VideoDecodeError as exc:
+        raise VideoProblem(f"undecodable video: {exc}") from None

@@ -1,0 +1,196 @@
+"""What a non-native streaming adapter says to a chat VideoLLM, and how it reads the reply.
+
+The wording follows the TRACE protocol: a multiple-choice question over the legal history
+window, answered with an option letter; and for proactive tasks a monitoring instruction
+over a sliding window, where the model either responds now or says a wait word (WAIT), which
+the adapter turns into an explicit silent decision. Every template can be replaced in the
+adapter's config; placeholders are checked when the config is loaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+QA_PROMPT = (
+    "The images above are frames of a live video stream in time order; the last one is what "
+    "is on screen now, {t:g} seconds into the video. Use only what these frames show.\n"
+    "Question: {question}\n"
+    "Options:\n{options}\n"
+    "Reply with the letter of the correct option and nothing else."
+)
+OPEN_QA_PROMPT = (
+    "The images above are frames of a live video stream in time order; the last one is what "
+    "is on screen now, {t:g} seconds into the video. Use only what these frames show.\n"
+    "Question: {question}\n"
+    "Reply with a short answer."
+)
+PROACTIVE_PROMPT = (
+    "The images above are the latest frames of a live video stream in time order; the last "
+    "one is what is on screen now, {t:g} seconds into the video.\n"
+    "You are watching the stream with this instruction: {instruction}\n"
+    "{earlier}"
+    "If the instruction calls for a response at this moment, give it in one short sentence. "
+    "Otherwise reply with exactly {wait} and nothing else."
+)
+EARLIER_LINE = "Your earlier responses: {responses}.\n"
+FRAME_LABEL = "Frame at {t:g}s:"
+
+PLACEHOLDERS = {
+    "qa_prompt": {"t", "question", "options"},
+    "open_qa_prompt": {"t", "question"},
+    "proactive_prompt": {"t", "instruction", "earlier", "wait"},
+    "frame_label": {"t", "index"},
+}
+_SAMPLE = {"t": 1.0, "question": "q", "options": "A. a", "instruction": "i", "earlier": ""}
+
+
+def check_template(option: str, template: str) -> str:
+    """Refuse placeholders the adapter will not fill, before any session starts."""
+    allowed = PLACEHOLDERS[option]
+    names = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+    unknown = sorted(names - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown placeholder {{{unknown[0]}}}; {option} may use "
+            + ", ".join(f"{{{name}}}" for name in sorted(allowed))
+        )
+    try:
+        template.format(**{**_SAMPLE, "wait": "WAIT", "index": 0})
+    except (ValueError, IndexError) as exc:
+        raise ValueError(f"not a valid template: {exc}") from None
+    return template
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class PromptImage:
+    """One frame as the model receives it (possibly downscaled), with its identity."""
+
+    frame_id: str
+    t: float
+    width: int
+    height: int
+    jpeg: bytes
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+    @property
+    def data_url(self) -> str:
+        return "data:image/jpeg;base64," + base64.b64encode(self.jpeg).decode("ascii")
+
+
+def prepare_image(
+    frame_id: str, t: float, width: int, height: int, jpeg: bytes, max_pixels: int | None
+) -> PromptImage:
+    """Downscale (aspect kept, never up) to at most `max_pixels`, re-encoding JPEG q90."""
+    if max_pixels is None or width * height <= max_pixels:
+        return PromptImage(frame_id, t, width, height, jpeg)
+    from PIL import Image
+
+    scale = math.sqrt(max_pixels / (width * height))
+    size = (max(1, int(width * scale)), max(1, int(height * scale)))
+    with Image.open(io.BytesIO(jpeg)) as image:
+        smaller = image.convert("RGB").resize(size, Image.Resampling.BICUBIC)
+    out = io.BytesIO()
+    smaller.save(out, format="JPEG", quality=90)
+    return PromptImage(frame_id, t, size[0], size[1], out.getvalue())
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One model call, independent of the backend that serves it."""
+
+    images: tuple[PromptImage, ...]
+    prompt: str
+    max_tokens: int
+    system: str | None = None
+    frame_label: str | None = FRAME_LABEL
+
+    def labels(self) -> list[str | None]:
+        if self.frame_label is None:
+            return [None] * len(self.images)
+        return [self.frame_label.format(t=image.t, index=i) for i, image in enumerate(self.images)]
+
+
+def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
+    """OpenAI chat format: one user turn, each image after its label, then the prompt."""
+    content: list[dict[str, Any]] = []
+    for label, image in zip(request.labels(), request.images, strict=True):
+        if label is not None:
+            content.append({"type": "text", "text": label})
+        content.append({"type": "image_url", "image_url": {"url": image.data_url}})
+    content.append({"type": "text", "text": request.prompt})
+    return _with_system(request, content)
+
+
+def hf_messages(request: ChatRequest) -> list[dict[str, Any]]:
+    """The same turn for a Hugging Face chat template (images as `{"type": "image"}`)."""
+    content: list[dict[str, Any]] = []
+    for label, _ in zip(request.labels(), request.images, strict=True):
+        if label is not None:
+            content.append({"type": "text", "text": label})
+        content.append({"type": "image"})
+    content.append({"type": "text", "text": request.prompt})
+    return _with_system(request, content)
+
+
+def _with_system(request: ChatRequest, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages = [{"role": "user", "content": content}]
+    if request.system:
+        messages.insert(0, {"role": "system", "content": request.system})
+    return messages
+
+
+def qa_prompt(
+    template: str, open_template: str, t: float, question: str, options: Sequence[str]
+) -> str:
+    if options:
+        return template.format(t=t, question=question, options="\n".join(options))
+    return open_template.format(t=t, question=question)
+
+
+def proactive_prompt(
+    template: str, t: float, instruction: str, earlier: Sequence[tuple[float, str]], wait: str
+) -> str:
+    said = "; ".join(f'"{text}" at {when:g}s' for when, text in earlier)
+    return template.format(
+        t=t,
+        instruction=instruction,
+        earlier=EARLIER_LINE.format(responses=said) if earlier else "",
+        wait=wait,
+    )
+
+
+# --------------------------------------------------------------------------- replies
+
+_DECORATION = " \t\r\n\"'`*"  # whitespace, quotes, markdown emphasis around the word
+_AFTER_WAIT = set(_DECORATION + ".!")
+
+
+def is_silence(text: str, wait: str) -> bool:
+    """An empty reply or the wait word (punctuation and case aside) means "nothing now"."""
+    stripped = text.strip("".join(_AFTER_WAIT))
+    return not stripped or stripped.upper() == wait.upper()
+
+
+def may_still_be_wait(text: str, wait: str) -> bool:
+    """True while the reply so far could still turn out to be the wait word.
+
+    A proactive reply is held back only this long, so a real response starts (and its first
+    token is timed) as soon as it can no longer be WAIT.
+    """
+    head = text.lstrip(_DECORATION).upper()
+    word = wait.upper()
+    if len(head) <= len(word):
+        return word.startswith(head)
+    return head.startswith(word) and set(head[len(word) :]) <= _AFTER_WAIT

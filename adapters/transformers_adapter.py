@@ -1,0 +1,288 @@
+"""The `transformers` adapter: a Hugging Face VideoLLM that keeps its own streaming state.
+
+Native streaming: every session owns a KV cache that only grows. Each delivered frame is run
+on top of it as it arrives (a `state_commit` workload record per frame), a question or a
+decision step is appended and generation continues from the cache, and the answer (or the
+wait word) stays in context. At every `step` of a proactive task the model itself decides:
+its text is held back while it could still be the wait word, then either a `silent`
+decision or a streamed answer goes out (polled initiation; under the `realstream` profile
+this is RealStreamEval's frame-level multi-turn protocol). Decoding is greedy.
+
+Options: `TransformersAdapterConfig` (`streameval adapter serve transformers -A
+model=/models/Qwen2-VL-7B-Instruct -A visual_tokens=128`). Torch and transformers are
+imported by the constructor only, so reading the options never loads a model stack. Model
+calls run in worker threads, so the event loop keeps serving other sessions and heartbeats
+while the model computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator
+
+from adapters import chat_prompts as prompts
+from adapters.config import AdapterConfig, AdapterConfigError
+from adapters.hf.chat import (
+    AFTER_ANSWER,
+    ASSISTANT_TURN,
+    INSTRUCTION_PROMPT,
+    STANDBY_PROMPT,
+    ChatFormat,
+)
+from adapters.hf.text import IncrementalText
+from adapters.protocol import AdapterConditions, AdapterError, Instruction, Question, Step
+from adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+
+if TYPE_CHECKING:
+    from adapters.hf.model import EncodedFrame, StreamState
+
+# Sample values for the placeholders of this adapter's own templates (checked at load).
+_OWN_PLACEHOLDERS = {
+    "instruction_prompt": {"t": 1.0, "instruction": "i", "wait": "w"},
+    "standby_prompt": {"wait": "w"},
+}
+
+
+class TransformersAdapterConfig(AdapterConfig):
+    """How the model is loaded and prompted. Visual tokens per frame: the EvoStreaming paper
+    evaluates at 128 (its training setting) and 768 (full resolution)."""
+
+    model: str = Field(description="a local model directory (or a Hugging Face id)")
+    model_name: str = Field("", description="declared model name; default: the last path part")
+    model_version: str = Field("", description="a revision or date, recorded with results")
+    visual_tokens: int = Field(768, ge=4, description="cap on visual tokens per frame")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2")
+    max_tokens_qa: int = Field(32, ge=1)
+    max_tokens_proactive: int = Field(64, ge=1)
+    context_tokens: int | None = Field(
+        None, ge=1, description="context budget; default: the model's maximum"
+    )
+    reserve_tokens: int = Field(
+        1024,
+        ge=0,
+        description="kept free for questions and answers: a frame that would cut into it is "
+        "dropped (and recorded as a drop) instead of committed",
+    )
+    frame_label: str | None = prompts.FRAME_LABEL
+    system_prompt: str | None = None
+    qa_prompt: str = prompts.QA_PROMPT
+    open_qa_prompt: str = prompts.OPEN_QA_PROMPT
+    instruction_prompt: str = INSTRUCTION_PROMPT
+    standby_prompt: str = STANDBY_PROMPT
+    wait_word: str = Field("<silent>", min_length=1, description="what the model says to wait")
+
+    @field_validator("qa_prompt", "open_qa_prompt", "frame_label")
+    @classmethod
+    def _known_placeholders(cls, template: str | None, info) -> str | None:
+        return None if template is None else prompts.check_template(info.field_name, template)
+
+    @field_validator("instruction_prompt", "standby_prompt")
+    @classmethod
+    def _own_placeholders(cls, template: str, info) -> str:
+        fields = _OWN_PLACEHOLDERS[info.field_name]
+        try:
+            template.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            allowed = ", ".join("{" + name + "}" for name in fields)
+            raise ValueError(f"bad template ({exc!r}); it may use {allowed}") from None
+        return template
+
+    def chat_format(self) -> ChatFormat:
+        return ChatFormat(
+            system_prompt=self.system_prompt,
+            frame_label=self.frame_label,
+            qa_prompt=self.qa_prompt,
+            open_qa_prompt=self.open_qa_prompt,
+            instruction_prompt=self.instruction_prompt,
+            standby_prompt=self.standby_prompt,
+            wait_word=self.wait_word,
+        )
+
+
+class TransformersAdapter(Adapter):
+    name = "transformers"
+    version = "1"
+    Config = TransformersAdapterConfig
+
+    def __init__(self, config: TransformersAdapterConfig) -> None:
+        from adapters.hf.model import ModelLoadError, VisionLanguageModel
+
+        self.config = config
+        try:
+            self.vlm = VisionLanguageModel.load(
+                config.model,
+                config.visual_tokens,
+                config.dtype,
+                config.device,
+                config.attn_implementation,
+            )
+        except ModelLoadError as exc:
+            raise AdapterConfigError(f"transformers config: model: {exc}") from None
+        self.chat = config.chat_format()
+        self.context_tokens = config.context_tokens or self.vlm.max_context
+        self._assistant_turn = self.vlm.tokenize(ASSISTANT_TURN)
+        self._after_answer = self.vlm.tokenize(AFTER_ANSWER)
+        # The declared model is only known once configured, so conditions are per instance.
+        self.conditions = AdapterConditions(
+            state="native",
+            initiation="polled",
+            boundary="model+adapter",
+            deployment="in-process",
+            model_name=config.model_name or Path(config.model).name,
+            model_version=config.model_version,
+            history=(
+                f"every delivered frame (at most {config.visual_tokens} visual tokens) and "
+                "every answer or wait word, in a persistent KV cache"
+            ),
+        )
+
+    # ------------------------------------------------------------------ hooks
+
+    async def on_session_start(self, session: Session) -> None:
+        session.state["stream"] = self.vlm.new_stream()
+        session.state["frames"] = 0
+        await self._commit_text(session, self.chat.preamble())
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        stream: StreamState = session.state["stream"]
+        started = time.monotonic_ns()
+        encoded = await asyncio.to_thread(self._encode, frame)
+        label = self.vlm.tokenize(self.chat.label(frame.t, session.state["frames"]))
+        ids = label + encoded.token_ids
+        if stream.length + len(ids) + self.config.reserve_tokens > self.context_tokens:
+            await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
+            return
+        before = stream.length
+        await asyncio.to_thread(stream.append, ids, encoded)
+        session.state["frames"] += 1
+        await session.workload(
+            kind="state_commit",
+            frame_ids=[frame.frame_id],
+            images=1,
+            pixels=encoded.pixels,
+            input_tokens=stream.length - before,  # the frame's tokens, read off the cache
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        prompt = self.chat.question(question.t, question.text, question.options)
+        await self._decide(session, respond, self.vlm.tokenize(prompt), step=None)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
+        await self._commit_text(session, self.chat.instruction(instruction.t, instruction.text))
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        prompt = self._assistant_turn
+        if session.task is None and not session.state.get("standby_told"):
+            # The frame-level protocol: decisions before any task. Told once, remembered.
+            session.state["standby_told"] = True
+            prompt = self.vlm.tokenize(self.chat.first_standby_step())
+        await self._decide(session, respond, prompt, step=step.step)
+
+    async def on_session_end(self, session: Session) -> None:
+        session.state.pop("stream", None)  # frees the cache
+
+    # ------------------------------------------------------------------ model work
+
+    def _encode(self, frame: Frame) -> EncodedFrame:
+        return self.vlm.encode_frame(frame.rgb())
+
+    async def _commit_text(self, session: Session, text: str) -> None:
+        stream: StreamState = session.state["stream"]
+        started = time.monotonic_ns()
+        before = stream.length
+        await asyncio.to_thread(stream.append, self.vlm.tokenize(text))
+        await session.workload(
+            kind="state_commit",
+            images=0,
+            input_tokens=stream.length - before,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def _decide(
+        self, session: Session, respond: Responder, prompt: list[int], step: int | None
+    ) -> None:
+        """Append `prompt`, generate greedily from the cache, keep the answer in context.
+
+        `step` set: a proactive decision, which may come out as the wait word.
+        """
+        stream: StreamState = session.state["stream"]
+        budget = self.config.max_tokens_qa if step is None else self.config.max_tokens_proactive
+        free = self.context_tokens - stream.length - len(prompt) - len(self._after_answer)
+        limit = min(budget, free)
+        if limit < 1:
+            full = f"the context of {self.context_tokens} tokens is full"
+            await session.send(
+                AdapterError(code="context_full", message=full, fatal=True).model_dump_json()
+            )
+            return
+        started = time.monotonic_ns()
+        before = stream.length
+        text = IncrementalText(self.vlm.detokenize)
+        speaker = _Speaker(respond, None if step is None else self.config.wait_word)
+        token = await asyncio.to_thread(stream.append, prompt)
+        generated = 0
+        unfed: list[int] = []
+        while token not in self.vlm.stop_ids:
+            generated += 1
+            await speaker.add(text.push(token), text.text)
+            if generated == limit:
+                unfed = [token]
+                break
+            token = await asyncio.to_thread(stream.append, [token])
+        await speaker.finish(text.text, generated, step)
+        # The answer (its last token too) and the turn change go into the cache, so the
+        # model sees what it said, or that it waited, at the next decision.
+        await asyncio.to_thread(stream.append, unfed + self._after_answer)
+        await session.workload(
+            kind="model_call",
+            images=0,
+            input_tokens=stream.length - before - generated,
+            output_tokens=generated,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+
+class _Speaker:
+    """Sends one delta per generated token. At a decision step (a wait word is set) pieces
+    are held while the text could still be the wait word and sent in one burst once it
+    cannot, so the response starts when the model has committed to speaking. The wait-word
+    rules are the other chat adapters' (adapters/chat_prompts.py)."""
+
+    def __init__(self, respond: Responder, wait_word: str | None) -> None:
+        self._respond = respond
+        self._wait = wait_word
+        self._held: list[str] = []
+        self._response: ResponseStream | None = None
+
+    async def add(self, piece: str, text: str) -> None:
+        """Take the next token's piece; `text` is everything generated so far."""
+        self._held.append(piece)
+        deciding = self._response is None and self._wait is not None
+        if deciding and prompts.may_still_be_wait(text, self._wait):
+            return
+        await self._flush()
+
+    async def finish(self, text: str, generated: int, step: int | None) -> None:
+        deciding = self._response is None and self._wait is not None
+        if deciding and prompts.is_silence(text, self._wait):
+            await self._respond.silent(step)
+            return
+        await self._flush()  # text that stopped while it could still be the wait word
+        await self._response.finish(output_tokens=generated)
+
+    async def _flush(self) -> None:
+        if self._response is None:
+            self._response = self._respond.stream()
+        for piece in self._held:
+            await self._response.token(piece)
+        self._held = []

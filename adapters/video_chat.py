@@ -1,0 +1,435 @@
+"""Non-native streaming over a chat VideoLLM: the adapter rebuilds history from frames.
+
+The adapter keeps the legal frames it has received. At a question it submits a history
+window of them as images in one chat request; for a proactive instruction it makes its own
+decision every `proactive_interval_s` of video time over a sliding window of the newest
+frames, and the model either responds or says WAIT (sent to the Core as an explicit silent
+decision). Every image submitted is reported in a `model_call` workload record, with the
+images that earlier calls of the session already submitted counted as replays.
+
+Under logical pacing the Core waits for every decision, so calls run inside the hooks.
+Under wall-clock pacing nobody waits: a due decision runs as a background task while
+frames keep arriving, and those frames are kept (`buffer`) or discarded and recorded as
+`drop` workload (`drop`), as the config declares. A backend's transient failures are
+retried a bounded number of times, each reported as a non-fatal `error`; the last one, a
+refused request, or a stream that breaks after the answer began is a fatal `error`.
+
+Subclasses provide `stream_completion` (a backend) and their `Config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from adapters import chat_prompts as prompts
+from adapters.config import AdapterConfig
+from adapters.protocol import AdapterConditions, AdapterError, Instruction, Question, Step
+from adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+
+log = logging.getLogger("streameval.adapter.video_chat")
+# Proactive prompts name this many of the model's earlier responses, so it need not repeat.
+EARLIER_RESPONSES = 5
+
+
+class VideoChatConfig(AdapterConfig):
+    """Options shared by every chat-VideoLLM backend (the keys of adapters/presets/*.yaml)."""
+
+    model: str = Field(description="the model as the backend names it, e.g. a Hugging Face id")
+    model_version: str = Field("", description="a revision or date, recorded with results")
+    qa_max_frames: int = Field(16, ge=1, description="images submitted at a question")
+    qa_frame_selection: Literal["recent", "uniform"] = Field(
+        "recent", description="the newest frames, or frames spread evenly over all received"
+    )
+    proactive_interval_s: float = Field(1.0, gt=0, description="video seconds between decisions")
+    proactive_window_frames: int = Field(4, ge=1, description="images per proactive decision")
+    frames_during_call: Literal["buffer", "drop"] = Field(
+        "buffer", description="wall-clock pacing: keep or drop frames arriving during a call"
+    )
+    image_max_pixels: int | None = Field(
+        None, ge=1, description="downscale submitted frames to at most this many pixels"
+    )
+    frame_label: str | None = prompts.FRAME_LABEL
+    system_prompt: str | None = None
+    qa_prompt: str = prompts.QA_PROMPT
+    open_qa_prompt: str = prompts.OPEN_QA_PROMPT
+    proactive_prompt: str = prompts.PROACTIVE_PROMPT
+    wait_word: str = Field("WAIT", min_length=1)
+    max_tokens_qa: int = Field(32, ge=1)
+    max_tokens_proactive: int = Field(64, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    seed: int | None = 0
+    mm_processor_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="per-request multimodal processor options (vLLM)"
+    )
+    max_retries: int = Field(2, ge=0, le=10, description="retries of a failed model call")
+    retry_backoff_s: float = Field(1.0, ge=0, description="first retry delay, doubled each time")
+
+    @field_validator("qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label")
+    @classmethod
+    def _known_placeholders(cls, template: str | None, info) -> str | None:
+        return None if template is None else prompts.check_template(info.field_name, template)
+
+    def history_summary(self) -> str:
+        """The history rules, declared in the hello so every result carries them."""
+        return (
+            f"QA: {self.qa_frame_selection} {self.qa_max_frames} received frames; proactive: "
+            f"a decision every {self.proactive_interval_s:g}s over the newest "
+            f"{self.proactive_window_frames} frames; frames arriving during a call: "
+            f"{self.frames_during_call}"
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts a backend reported for one call (None: not reported)."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+class ModelCallError(Exception):
+    """A call that failed. `retryable`: worth trying again; `reached_model`: the request
+    (with its images) got to the model, so the images count as submitted."""
+
+    def __init__(self, message: str, *, retryable: bool, reached_model: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.reached_model = reached_model
+
+
+class _CallAbandoned(Exception):
+    """The call failed for good; a fatal error has been sent to the Core."""
+
+
+@dataclass
+class _StreamState:
+    """One session: the received frames and what the adapter has done with them."""
+
+    frames: list[prompts.PromptImage] = field(default_factory=list)
+    submitted: set[str] = field(default_factory=set)  # frame ids sent in an earlier call
+    instruction: Instruction | None = None
+    last_decision_t: float | None = None
+    earlier: list[tuple[float, str]] = field(default_factory=list)
+    background: asyncio.Task | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.background is not None and not self.background.done()
+
+
+# --------------------------------------------------------------------------- reply sinks
+
+
+class _Answer:
+    """Forwards the model's text the moment it arrives: the first piece is the onset."""
+
+    def __init__(self, respond: Responder) -> None:
+        self.respond = respond
+        self.stream: ResponseStream | None = None
+        self.text = ""
+
+    @property
+    def committed(self) -> bool:
+        """Text has reached the Core: a retry can no longer take it back."""
+        return self.stream is not None
+
+    async def add(self, piece: str) -> None:
+        self.text += piece
+        await self._forward(piece)
+
+    async def _forward(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.stream is None:
+            self.stream = self.respond.stream()
+        await self.stream.token(piece)
+
+    def restart(self) -> None:
+        self.text = ""
+
+    async def finish(self, usage: Usage | None) -> str | None:
+        """Close the episode; the text it delivered (None: it was a silent decision)."""
+        if self.stream is None:
+            self.stream = self.respond.stream()
+        await self.stream.finish(
+            output_tokens=usage.output_tokens if usage else None,
+            input_tokens=usage.input_tokens if usage else None,
+        )
+        return self.text
+
+
+class _Decision(_Answer):
+    """A proactive reply: held back while it could still be the wait word."""
+
+    def __init__(self, respond: Responder, wait: str, step: int | None) -> None:
+        super().__init__(respond)
+        self.wait = wait
+        self.step = step
+
+    async def add(self, piece: str) -> None:
+        self.text += piece
+        if self.stream is not None:
+            await self._forward(piece)
+        elif not prompts.may_still_be_wait(self.text, self.wait):
+            await self._forward(self.text)
+
+    async def finish(self, usage: Usage | None) -> str | None:
+        if self.stream is None and prompts.is_silence(self.text, self.wait):
+            await self.respond.silent(self.step)
+            return None
+        if self.stream is None:
+            await self._forward(self.text)
+        return await super().finish(usage)
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+class VideoChatAdapter(Adapter):
+    """Base of the chat-VideoLLM adapters; a subclass supplies the backend."""
+
+    Config: ClassVar[type[VideoChatConfig]] = VideoChatConfig
+    deployment: ClassVar[str] = "local-service"
+
+    def __init__(self, config: VideoChatConfig) -> None:
+        self.config = config
+        self.conditions = AdapterConditions(
+            state="non-native",
+            initiation="autonomous",
+            boundary="model+adapter",
+            deployment=self.deployment,
+            model_name=config.model,
+            model_version=config.model_version,
+            history=config.history_summary(),
+        )
+
+    def stream_completion(self, request: prompts.ChatRequest) -> AsyncIterator[str | Usage]:
+        """Text pieces as the model produces them, then at most one `Usage`.
+
+        Raises `ModelCallError` on failure."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ hooks
+
+    async def on_session_start(self, session: Session) -> None:
+        session.state["stream"] = _StreamState()
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        state = _state(session)
+        if state.busy and self.config.frames_during_call == "drop":
+            await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
+        else:
+            image = prompts.prepare_image(
+                frame.frame_id,
+                frame.t,
+                frame.width,
+                frame.height,
+                frame.data,
+                self.config.image_max_pixels,
+            )
+            state.frames.append(image)
+            self._forget_unneeded(state)
+        if session.conditions.pacing == "wall_clock":
+            self._start_due_decision(session, frame.t)
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        config = self.config
+        images = _select(_state(session).frames, config.qa_max_frames, config.qa_frame_selection)
+        prompt = prompts.qa_prompt(
+            config.qa_prompt, config.open_qa_prompt, question.t, question.text, question.options
+        )
+        answer = _Answer(respond)
+        with contextlib.suppress(_CallAbandoned):
+            usage = await self._call(session, images, prompt, config.max_tokens_qa, answer)
+            await answer.finish(usage)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
+        state = _state(session)
+        state.instruction = instruction
+        state.last_decision_t = None
+        if session.conditions.pacing == "wall_clock":
+            self._start_due_decision(session, instruction.t)
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        if not self._decision_due(_state(session), step.t):
+            await respond.silent(step.step)
+            return
+        try:
+            await self._decide(session, step.t, respond, step.step)
+        except _CallAbandoned:
+            # The fatal error ends the session; no silent decision should follow it.
+            respond.decided = True
+
+    async def on_session_end(self, session: Session) -> None:
+        task = _state(session).background
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------------ proactive
+
+    def _decision_due(self, state: _StreamState, t: float) -> bool:
+        if state.instruction is None:
+            return False
+        last = state.last_decision_t
+        # A small epsilon: frame times are multiples of 1/fps, not exact in binary.
+        return last is None or t - last >= self.config.proactive_interval_s - 1e-6
+
+    def _start_due_decision(self, session: Session, t: float) -> None:
+        state = _state(session)
+        if state.busy or not self._decision_due(state, t) or session.responder is None:
+            return
+        state.background = asyncio.create_task(self._decide_unattended(session, t))
+
+    async def _decide_unattended(self, session: Session, t: float) -> None:
+        """A self-initiated decision under wall-clock pacing, off the hook that started it."""
+        assert session.responder is not None
+        try:
+            await self._decide(session, t, session.responder, None)
+        except _CallAbandoned:
+            pass
+        except Exception as exc:  # never let a background task die unnoticed
+            log.exception("proactive decision failed")
+            await _send_error(session, "adapter_bug", f"proactive decision failed: {exc!r}", True)
+
+    async def _decide(
+        self, session: Session, t: float, respond: Responder, step: int | None
+    ) -> None:
+        state = _state(session)
+        assert state.instruction is not None
+        state.last_decision_t = t
+        config = self.config
+        images = state.frames[-config.proactive_window_frames :]
+        prompt = prompts.proactive_prompt(
+            config.proactive_prompt,
+            t,
+            state.instruction.text,
+            state.earlier[-EARLIER_RESPONSES:],
+            config.wait_word,
+        )
+        decision = _Decision(respond, config.wait_word, step)
+        usage = await self._call(session, images, prompt, config.max_tokens_proactive, decision)
+        said = await decision.finish(usage)
+        if said is not None:
+            state.earlier.append((t, said.strip()))
+
+    def _forget_unneeded(self, state: _StreamState) -> None:
+        # "uniform" selection spreads over everything received, so it keeps every frame.
+        if self.config.qa_frame_selection == "recent":
+            keep = max(self.config.qa_max_frames, self.config.proactive_window_frames)
+            del state.frames[:-keep]
+
+    # ------------------------------------------------------------------ model calls
+
+    async def _call(
+        self,
+        session: Session,
+        images: Sequence[prompts.PromptImage],
+        prompt: str,
+        max_tokens: int,
+        sink: _Answer,
+    ) -> Usage | None:
+        """One model call with bounded retries; its text goes to `sink` as it streams."""
+        config = self.config
+        request = prompts.ChatRequest(
+            images=tuple(images),
+            prompt=prompt,
+            max_tokens=max_tokens,
+            system=config.system_prompt,
+            frame_label=config.frame_label,
+        )
+        attempts = 1 + config.max_retries
+        attempt = 1
+        while True:
+            started = time.monotonic_ns()
+            usage: Usage | None = None
+            try:
+                async for piece in self.stream_completion(request):
+                    if isinstance(piece, Usage):
+                        usage = piece
+                    else:
+                        await sink.add(piece)
+            except ModelCallError as error:
+                if error.reached_model:
+                    await self._record_call(session, images, started, None)
+                await self._after_failure(session, error, attempt, attempts, sink.committed)
+                sink.restart()
+                attempt += 1
+                continue
+            await self._record_call(session, images, started, usage)
+            return usage
+
+    async def _after_failure(
+        self, session: Session, error: ModelCallError, attempt: int, attempts: int, committed: bool
+    ) -> None:
+        """Report a failed attempt; raise `_CallAbandoned` unless it is worth another try."""
+        if committed:
+            message = f"the model's stream broke after the answer began: {error}"
+            await _send_error(session, "model_stream_broken", message, True)
+            raise _CallAbandoned
+        if not error.retryable:
+            await _send_error(session, "model_call_refused", str(error), True)
+            raise _CallAbandoned
+        if attempt == attempts:
+            message = f"model call failed {attempts} times, giving up: {error}"
+            await _send_error(session, "model_call_failed", message, True)
+            raise _CallAbandoned
+        delay = self.config.retry_backoff_s * 2 ** (attempt - 1)
+        message = f"model call attempt {attempt}/{attempts} failed: {error}; retrying in {delay:g}s"
+        await _send_error(session, "model_call_retry", message, False)
+        await asyncio.sleep(delay)
+
+    async def _record_call(
+        self,
+        session: Session,
+        images: Sequence[prompts.PromptImage],
+        started_ns: int,
+        usage: Usage | None,
+    ) -> None:
+        state = _state(session)
+        frame_ids = [image.frame_id for image in images]
+        replayed = sum(1 for frame_id in frame_ids if frame_id in state.submitted)
+        state.submitted.update(frame_ids)
+        await session.workload(
+            kind="model_call",
+            frame_ids=frame_ids,
+            images=len(frame_ids),
+            pixels=sum(image.pixels for image in images),
+            replayed_frames=replayed,
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            started_ns=started_ns,
+            ended_ns=time.monotonic_ns(),
+        )
+
+
+def _state(session: Session) -> _StreamState:
+    return session.state["stream"]
+
+
+def _select(
+    frames: Sequence[prompts.PromptImage], count: int, selection: str
+) -> list[prompts.PromptImage]:
+    """The newest `count` frames, or `count` spread evenly from the first to the newest."""
+    if len(frames) <= count:
+        return list(frames)
+    if selection == "recent":
+        return list(frames[-count:])
+    if count == 1:
+        return [frames[-1]]
+    last = len(frames) - 1
+    return [frames[round(i * last / (count - 1))] for i in range(count)]
+
+
+async def _send_error(session: Session, code: str, message: str, fatal: bool) -> None:
+    error = AdapterError(code=code, message=message[:10_000], fatal=fatal)
+    await session.send(error.model_dump_json())

@@ -1,0 +1,206 @@
+"use strict";
+// Tables with sortable columns and CSV/JSON export of their raw values.
+
+/**
+ * A table of `rows` (plain objects).
+ *
+ * columns: [{key, label, value?: row => raw value, render?: row => text or node, num?: bool,
+ *            noExport?: bool}]
+ *   `value` gives what sorting and exports use (default row[key]); `render` what is shown.
+ * exportRows: optional () => [{...}] when the export should be a different (long) shape,
+ *   e.g. a pivoted table exports one line per (slice, metric).
+ * rowKey: optional row => key, set as the row's data-row attribute (for linking to a row).
+ */
+function dataTable({ name, title, columns, rows, onRow, exportRows, empty, rowKey }) {
+  const valueOf = (column, row) => (column.value ? column.value(row) : row[column.key]);
+  let order = rows.slice();
+  let sortKey = null;
+  let ascending = true;
+
+  const body = h("tbody");
+  const headers = columns.map((column) =>
+    h(
+      "th",
+      {
+        class: column.num ? "num" : null,
+        "data-key": column.key,
+        title: column.title || null,
+        onclick: () => sortBy(column),
+      },
+      column.label ?? column.key,
+    ),
+  );
+
+  function fill() {
+    body.replaceChildren(
+      ...order.map((row) =>
+        h(
+          "tr",
+          {
+            class: onRow ? "clickable" : null,
+            "data-row": rowKey ? rowKey(row) : null,
+            onclick: onRow ? (event) => { if (!event.target.closest("a, button, input")) onRow(row); } : null,
+          },
+          columns.map((column) =>
+            h(
+              "td",
+              { class: column.num ? "num" : null, "data-key": column.key },
+              column.render ? column.render(row) : fmt(valueOf(column, row)),
+            ),
+          ),
+        ),
+      ),
+    );
+    if (order.length === 0) {
+      body.append(h("tr", {}, h("td", { colspan: columns.length, class: "muted" }, empty || "nothing to show")));
+    }
+  }
+
+  function sortBy(column) {
+    ascending = sortKey === column.key ? !ascending : true;
+    sortKey = column.key;
+    const sign = ascending ? 1 : -1;
+    order = rows.slice().sort((a, b) => sign * compareValues(valueOf(column, a), valueOf(column, b)));
+    headers.forEach((th) => th.classList.remove("sorted-asc", "sorted-desc"));
+    headers[columns.indexOf(column)].classList.add(ascending ? "sorted-asc" : "sorted-desc");
+    fill();
+  }
+
+  function exported() {
+    if (exportRows) return exportRows();
+    const kept = columns.filter((c) => !c.noExport);
+    return order.map((row) => Object.fromEntries(kept.map((c) => [c.key, valueOf(c, row)])));
+  }
+
+  function exportCsv() {
+    const lines = exported();
+    const keys = lines.length ? Object.keys(lines[0]) : columns.filter((c) => !c.noExport).map((c) => c.key);
+    download(`${name}.csv`, "text/csv", csvText(keys, lines));
+  }
+
+  fill();
+  return h(
+    "div",
+    { class: "table-block", "data-table": name },
+    h(
+      "div",
+      { class: "toolbar" },
+      h("span", { class: "title" }, title || ""),
+      h("button", { type: "button", "data-export": "csv", onclick: exportCsv }, "CSV"),
+      h(
+        "button",
+        {
+          type: "button",
+          "data-export": "json",
+          onclick: () => download(`${name}.json`, "application/json", JSON.stringify(exported(), null, 1)),
+        },
+        "JSON",
+      ),
+    ),
+    h("div", { class: "table-wrap" }, h("table", { class: "data" }, h("thead", {}, h("tr", {}, headers)), body)),
+  );
+}
+
+/** Missing values sort last; numbers numerically; anything else as text. */
+function compareValues(a, b) {
+  const missingA = a === null || a === undefined;
+  const missingB = b === null || b === undefined;
+  if (missingA || missingB) return missingA - missingB;
+  if (typeof a === "number" && typeof b === "number") return a - b;
+  return String(a).localeCompare(String(b), undefined, { numeric: true });
+}
+
+/** Key/value pairs of an object (nested keys dotted) as an exportable table. */
+function keyValueTable(name, title, object) {
+  const rows = Object.entries(flatten(object)).map(([key, value]) => ({ key, value }));
+  return dataTable({
+    name,
+    title,
+    columns: [
+      { key: "key", label: "key" },
+      { key: "value", label: "value", render: (row) => (typeof row.value === "number" ? fmt(row.value) : String(row.value ?? "–")) },
+    ],
+    rows,
+  });
+}
+
+// ------------------------------------------------------------------ metric tables
+
+/** One metric per line: the shape every metric table exports. */
+function metricLines(families, extra) {
+  const lines = [];
+  for (const [family, metrics] of Object.entries(families || {})) {
+    for (const [metric, m] of Object.entries(metrics)) {
+      lines.push({
+        ...extra,
+        family,
+        metric,
+        value: m.value,
+        ci_low: m.ci95 ? m.ci95[0] : null,
+        ci_high: m.ci95 ? m.ci95[1] : null,
+        population: m.population,
+        observed: m.observed,
+        coverage: m.coverage,
+        unit: m.unit,
+      });
+    }
+  }
+  return lines;
+}
+
+function metricsTable(name, title, families) {
+  return dataTable({
+    name,
+    title,
+    columns: [
+      { key: "family", label: "family" },
+      { key: "metric", label: "metric" },
+      { key: "value", label: "value", num: true },
+      { key: "ci95", label: "95% CI", num: true, value: (r) => r.ci_low, render: (r) => fmtCI(r.ci_low === null ? null : [r.ci_low, r.ci_high]) },
+      { key: "population", label: "population", num: true, render: (r) => `${r.population} ${r.unit}` },
+      { key: "observed", label: "observed", num: true },
+      { key: "coverage", label: "coverage", num: true },
+    ],
+    rows: metricLines(families),
+    exportRows: () => metricLines(families),
+  });
+}
+
+/** Slices (task types, sources) down, the metrics of one family across; each cell shows the
+ * value, its interval and its population with coverage. Exports one line per cell. */
+function sliceTable(name, title, slices, family, sliceLabel) {
+  const names = [];
+  for (const families of Object.values(slices)) {
+    for (const metric of Object.keys(families[family] || {})) if (!names.includes(metric)) names.push(metric);
+  }
+  const rows = Object.entries(slices)
+    .filter(([, families]) => families[family])
+    .map(([slice, families]) => ({ slice, metrics: families[family] }));
+  const columns = [
+    { key: "slice", label: sliceLabel },
+    ...names.map((metric) => ({
+      key: metric,
+      label: metric,
+      num: true,
+      value: (row) => row.metrics[metric]?.value ?? null,
+      render: (row) => metricCell(row.metrics[metric]),
+    })),
+  ];
+  return dataTable({
+    name,
+    title,
+    columns,
+    rows,
+    exportRows: () =>
+      rows.flatMap((row) => metricLines({ [family]: row.metrics }, { [sliceLabel.replace(/ /g, "_")]: row.slice })),
+  });
+}
+
+function metricCell(m) {
+  if (!m) return "";
+  return [
+    h("span", { class: "v" }, fmt(m.value)),
+    h("span", { class: "ci" }, fmtCI(m.ci95)),
+    h("span", { class: "cov" }, `n=${m.population} · cov ${fmt(m.coverage)}`),
+  ];
+}

@@ -1,0 +1,370 @@
+"use strict";
+// One record's timeline as SVG, in video time: the frames the model was sent (thumbnails
+// when the frame cache is reachable, ticks always), the question or instruction, evidence,
+// target windows with their assignment, every response episode at its onset, and the
+// polled decision steps. Colours are SVG attributes (not CSS) so a downloaded SVG or PNG
+// looks the same as the page.
+
+const TIMELINE_WIDTH = 1200;
+const THUMB_WIDTH = 64;
+
+// What a response episode was, for the scorer, and how it is drawn.
+const EPISODE_KINDS = {
+  "in-window": { color: "#2e7d32", label: "in window, correct" },
+  "in-window-wrong": { color: "#ef6c00", label: "in window, wrong content" },
+  early: { color: "#8e24aa", label: "before its window (early)" },
+  "false-alarm": { color: "#c62828", label: "false alarm" },
+  redundant: { color: "#616161", label: "redundant (window already answered)" },
+  tail: { color: "#78909c", label: "after the last window (not scored)" },
+  silent: { color: "#9e9e9e", label: "empty or silence token", hollow: true },
+  correct: { color: "#2e7d32", label: "answer, correct" },
+  wrong: { color: "#c62828", label: "answer, wrong" },
+  unscored: { color: "#9e9e9e", label: "answer (not the scored one)" },
+};
+
+const WINDOW_KINDS = {
+  hit: { color: "#2e7d32", label: "window answered in time, correct" },
+  wrong: { color: "#ef6c00", label: "window answered in time, wrong content" },
+  early: { color: "#8e24aa", label: "window took an earlier response" },
+  missed: { color: "#c62828", label: "window missed", dashed: true },
+};
+
+function windowKind(window) {
+  if (window.assignment === "in_window") return window.score > 0 ? "hit" : "wrong";
+  if (window.assignment === "before_window") return "early";
+  return "missed";
+}
+
+function episodeKind(episode, timeline) {
+  if (!episode.answered) return "silent";
+  if (timeline.task === "qa") {
+    const qa = timeline.result.qa;
+    if (!qa || qa.answer_t === null || episode.onset_t !== qa.answer_t) return "unscored";
+    return qa.correct ? "correct" : "wrong";
+  }
+  if (episode.assignment === "in_window") {
+    const window = timeline.windows.find((w) => w.response_id === episode.response_id);
+    return window && window.score > 0 ? "in-window" : "in-window-wrong";
+  }
+  if (episode.assignment === "before_window") return "early";
+  if (episode.false_alarm) return "false-alarm";
+  if (episode.tail) return "tail";
+  return "redundant";
+}
+
+/** Every video time the timeline shows, to fix the axis. */
+function timelineSpan(timeline, annotation, frameInterval) {
+  const times = [
+    ...timeline.frames.map((f) => f.t),
+    ...timeline.frames.map((f) => f.t + frameInterval),
+    ...timeline.windows.flatMap((w) => [w.start, w.end]),
+    ...timeline.episodes.map((e) => e.onset_t),
+    ...timeline.steps_t,
+    timeline.task_t,
+    ...(annotation?.evidence_spans || []).flatMap((s) => [s.start_s, s.end_s]),
+  ].filter((t) => t !== null && t !== undefined);
+  if (times.length === 0) return [0, 1];
+  const t0 = Math.floor(Math.min(...times));
+  const t1 = Math.ceil(Math.max(...times));
+  return [t0, t1 > t0 ? t1 : t0 + 1];
+}
+
+/**
+ * timeline: the API's RecordTimeline; annotation: the stored benchmark record (or null);
+ * frames: the API's FrameIndex; fps: the run's sampling rate; thumbnail(index, width): URL;
+ * range: [from, to] seconds to show (default: all of it). Marks outside the range are clipped.
+ */
+function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range }) {
+  const left = 110;
+  const right = THUMB_WIDTH + 12;
+  const frameInterval = fps > 0 ? 1 / fps : 0;
+  const [t0, t1] = range || timelineSpan(timeline, annotation, frameInterval);
+  const x = linear([t0, t1], [left, TIMELINE_WIDTH - right]);
+  const plotWidth = TIMELINE_WIDTH - left - right;
+
+  const lanes = [];
+  let y = 8;
+  const lane = (name, height) => {
+    const top = y;
+    lanes.push({ name, top, height });
+    y += height + 6;
+    return top;
+  };
+
+  const thumbs = frames && frames.available ? thumbnailPlan(timeline, frames, plotWidth, t0, t1) : null;
+  const framesTop = lane("frames", (thumbs ? thumbs.height + 4 : 0) + 16);
+  const taskTop = lane(timeline.task === "qa" ? "question" : "instruction", 22);
+  const windowsTop = timeline.windows.length ? lane("windows", 28) : null;
+  const responsesTop = lane("responses", 46);
+  const stepsTop = timeline.steps_t.length ? lane("decisions", 12) : null;
+  const axisTop = y;
+  const legendTop = axisTop + 30;
+
+  const root = svg("svg", {
+    class: "timeline",
+    width: TIMELINE_WIDTH,
+    "font-family": "DejaVu Sans, Arial, sans-serif",
+    "font-size": 11,
+    "data-t0": t0,
+    "data-t1": t1,
+    "data-x0": left,
+    "data-x1": TIMELINE_WIDTH - right,
+  });
+  const background = svg("rect", { x: 0, y: 0, width: TIMELINE_WIDTH, fill: "#ffffff" });
+  root.append(background);
+  for (const { name, top, height } of lanes) {
+    root.append(
+      svg("rect", { x: left, y: top, width: plotWidth, height, fill: "#f6f8fa" }),
+      svg("text", { x: 8, y: top + height / 2 + 4, fill: "#444" }, name),
+    );
+  }
+  // Marks in video time are clipped to the visible range; a thumbnail shows its frame from
+  // its time on, so thumbnails may run into the right margin.
+  const plot = clippedLayer(root, "marks", left - 8, plotWidth + 16, axisTop + 10);
+  const pictures = clippedLayer(root, "thumbs", left, TIMELINE_WIDTH - left, axisTop);
+
+  // Frames: a tick per frame sent (red when the Core dropped it), thumbnails above.
+  const tickTop = framesTop + (thumbs ? thumbs.height + 4 : 0);
+  for (const frame of timeline.frames) {
+    plot.append(
+      svg(
+        "line",
+        {
+          class: `frame-tick${frame.dropped ? " dropped" : ""}`,
+          x1: x(frame.t), x2: x(frame.t), y1: tickTop + 2, y2: tickTop + 14,
+          stroke: frame.dropped ? "#c62828" : "#5b6b7a",
+          "data-t": frame.t,
+          "data-index": frame.index,
+        },
+        svg("title", {}, frameTitle(frame)),
+      ),
+    );
+  }
+  if (thumbs) {
+    for (const frame of thumbs.frames) {
+      pictures.append(
+        svg(
+          "image",
+          {
+            class: "frame-thumb",
+            href: thumbnail(frame.index, thumbs.requestWidth),
+            x: x(frame.t), y: framesTop, width: THUMB_WIDTH, height: thumbs.height,
+            preserveAspectRatio: "xMinYMin meet",
+            "data-t": frame.t,
+            "data-index": frame.index,
+          },
+          svg("title", {}, frameTitle(frame)),
+        ),
+      );
+    }
+  }
+
+  drawTask(plot, timeline, annotation, x, taskTop);
+  if (windowsTop !== null) drawWindows(plot, timeline, x, windowsTop);
+  drawEpisodes(plot, timeline, x, responsesTop, windowsTop);
+  if (stepsTop !== null) {
+    for (const t of timeline.steps_t) {
+      plot.append(svg("line", { class: "step-tick", x1: x(t), x2: x(t), y1: stepsTop + 2, y2: stepsTop + 10, stroke: "#90a4ae", "data-t": t }));
+    }
+  }
+
+  // The moment the question or instruction was sent, across every lane.
+  if (timeline.task_t !== null) {
+    plot.append(
+      svg("line", { class: "task-line", x1: x(timeline.task_t), x2: x(timeline.task_t), y1: 4, y2: axisTop, stroke: "#1f5f99", "stroke-dasharray": "4 3", "data-t": timeline.task_t }),
+    );
+  }
+
+  drawAxis(root, x, t0, t1, left, TIMELINE_WIDTH - right, axisTop);
+  const height = drawLegend(root, timeline, left, legendTop) + 8;
+  root.setAttribute("viewBox", `0 0 ${TIMELINE_WIDTH} ${height}`);
+  root.setAttribute("height", height);
+  background.setAttribute("height", height);
+  return root;
+}
+
+/** A group whose drawing is cut to a rectangle (ids are unique: one timeline per page). */
+function clippedLayer(root, name, x, width, height) {
+  const id = `timeline-clip-${name}`;
+  root.append(svg("clipPath", { id }, svg("rect", { x, y: 0, width, height })));
+  const layer = svg("g", { "clip-path": `url(#${id})` });
+  root.append(layer);
+  return layer;
+}
+
+function frameTitle(frame) {
+  const lag = frame.lag_ms === null ? "" : `, lag ${fmt(frame.lag_ms)} ms`;
+  const what = frame.dropped ? "dropped" : "sent";
+  return `frame ${frame.index} at ${fmt(frame.t)} s: ${what} at ${fmt(frame.at_s)} s${lag}`;
+}
+
+/** Which frames get a thumbnail: as many as fit side by side, evenly spread over the range. */
+function thumbnailPlan(timeline, frames, plotWidth, t0, t1) {
+  const sent = timeline.frames.filter((f) => !f.dropped && frames.frames[f.index] && f.t >= t0 && f.t < t1);
+  if (sent.length === 0) return null;
+  const first = frames.frames[sent[0].index];
+  const height = Math.min(48, Math.round((THUMB_WIDTH * first.height) / first.width));
+  const fit = Math.max(1, Math.floor(plotWidth / (THUMB_WIDTH + 2)));
+  const stride = Math.ceil(sent.length / fit);
+  return {
+    height,
+    requestWidth: THUMB_WIDTH * 2, // sharp on high-density screens
+    frames: sent.filter((_, i) => i % stride === 0),
+  };
+}
+
+function drawTask(layer, timeline, annotation, x, top) {
+  for (const span of annotation?.evidence_spans || []) {
+    layer.append(
+      svg(
+        "rect",
+        { class: "evidence", x: x(span.start_s), y: top + 4, width: Math.max(1, x(span.end_s) - x(span.start_s)), height: 14, fill: "#fff3cd", stroke: "#e0b400", "data-start": span.start_s, "data-end": span.end_s },
+        svg("title", {}, `evidence ${fmt(span.start_s)}–${fmt(span.end_s)} s ${span.description || ""}`),
+      ),
+    );
+  }
+  if (annotation && annotation.evidence_anchor_s !== undefined) {
+    const ax = x(annotation.evidence_anchor_s);
+    layer.append(svg("path", { class: "anchor", d: `M${ax},${top + 3}l5,8l-5,8l-5,-8z`, fill: "#e0b400" }, svg("title", {}, `evidence anchor ${fmt(annotation.evidence_anchor_s)} s`)));
+  }
+  if (timeline.task_t !== null) {
+    const text = annotation ? annotation.question || annotation.instruction || "" : "";
+    const atRight = x(timeline.task_t) > TIMELINE_WIDTH / 2;
+    layer.append(
+      svg(
+        "text",
+        { x: x(timeline.task_t) + (atRight ? -4 : 4), y: top + 15, fill: "#1f5f99", "text-anchor": atRight ? "end" : "start" },
+        `${timeline.task === "qa" ? "question" : "instruction"} @ ${fmt(timeline.task_t)} s${text ? `: ${truncate(text, 70)}` : ""}`,
+      ),
+    );
+  }
+}
+
+function drawWindows(layer, timeline, x, top) {
+  for (const window of timeline.windows) {
+    const kind = windowKind(window);
+    const style = WINDOW_KINDS[kind];
+    const x0 = x(window.start);
+    const width = Math.max(1, x(window.end) - x0);
+    const label = `#${window.trigger + 1} ${window.answer}`;
+    layer.append(
+      svg(
+        "rect",
+        {
+          class: `window ${kind}`,
+          x: x0, y: top + 2, width, height: 24,
+          fill: style.color, "fill-opacity": 0.18, stroke: style.color,
+          "stroke-dasharray": style.dashed ? "4 2" : null,
+          "data-start": window.start,
+          "data-end": window.end,
+          "data-trigger": window.trigger,
+          "data-assignment": window.assignment,
+        },
+        svg(
+          "title",
+          {},
+          `window #${window.trigger + 1} (${window.trigger_type}) ${fmt(window.start)}–${fmt(window.end)} s, answer ${window.answer}\n` +
+            `${window.assignment}${window.response_id ? ` by ${window.response_id} at ${fmt(window.onset_t)} s: "${window.prediction}"` : ""}` +
+            `, score ${fmt(window.score)}${window.delay_s !== null ? `, delay ${fmt(window.delay_s)} s` : ""}`,
+        ),
+      ),
+    );
+    if (width > 6 * label.length * 0.7) {
+      layer.append(svg("text", { x: x0 + 3, y: top + 18, fill: "#222", "font-size": 10 }, truncate(label, Math.floor(width / 6))));
+    }
+  }
+}
+
+function drawEpisodes(layer, timeline, x, top, windowsTop) {
+  const cy = top + 12;
+  let labelEnd = -Infinity;
+  for (const episode of timeline.episodes) {
+    if (episode.onset_t === null) continue;
+    const kind = episodeKind(episode, timeline);
+    const style = EPISODE_KINDS[kind];
+    const cx = x(episode.onset_t);
+    if (windowsTop !== null && (kind === "in-window" || kind === "in-window-wrong" || kind === "early")) {
+      // Tie the response to the window it was assigned to.
+      layer.append(svg("line", { x1: cx, x2: cx, y1: windowsTop + 26, y2: cy - 6, stroke: style.color, "stroke-width": 1 }));
+    }
+    layer.append(
+      svg(
+        "circle",
+        {
+          class: `response ${kind}`,
+          cx, cy, r: 6,
+          fill: style.hollow ? "#ffffff" : style.color,
+          stroke: style.color,
+          "stroke-width": 2,
+          "data-onset": episode.onset_t,
+          "data-response-id": episode.response_id,
+          "data-kind": kind,
+        },
+        svg("title", {}, episodeTitle(episode, kind, timeline)),
+      ),
+    );
+    const label = episodeLabel(episode, timeline);
+    const width = label.length * 6;
+    if (cx - width / 2 > labelEnd + 4) {
+      layer.append(svg("text", { x: cx, y: top + 34, "text-anchor": "middle", fill: style.color, "font-size": 10 }, label));
+      labelEnd = cx + width / 2;
+    }
+  }
+}
+
+function episodeLabel(episode, timeline) {
+  const text = truncate(episode.text || "∅", 18);
+  const qa = timeline.result.qa;
+  if (timeline.task === "qa" && qa && episode.onset_t === qa.answer_t) {
+    return `${text} · TTFT ${fmtSeconds(qa.ttft_s)} · latency ${fmtSeconds(qa.latency_s)}`;
+  }
+  return text;
+}
+
+function episodeTitle(episode, kind, timeline) {
+  const lines = [
+    `${episode.response_id}: "${episode.text}"`,
+    `${EPISODE_KINDS[kind].label}; onset ${fmt(episode.onset_t)} s of video`,
+    `runtime: began ${fmt(episode.onset_s)} s, final ${fmt(episode.final_s)} s after session start`,
+  ];
+  const window = timeline.windows.find((w) => w.response_id === episode.response_id);
+  if (window) lines.push(`window #${window.trigger + 1}: score ${fmt(window.score)}, delay ${fmt(window.delay_s)} s`);
+  return lines.join("\n");
+}
+
+function drawAxis(root, x, t0, t1, x0, x1, top) {
+  root.append(svg("line", { x1: x0, x2: x1, y1: top + 2, y2: top + 2, stroke: "#333" }));
+  const ticks = niceTicks(t0, t1, Math.min(16, Math.max(4, Math.round((x1 - x0) / 70)))).filter((t) => t >= t0 && t <= t1);
+  for (const t of ticks) {
+    root.append(
+      svg("line", { class: "axis-tick", x1: x(t), x2: x(t), y1: top + 2, y2: top + 7, stroke: "#333", "data-t": t }),
+      svg("text", { x: x(t), y: top + 19, "text-anchor": "middle", fill: "#333" }, `${fmt(t)}s`),
+    );
+  }
+  root.append(svg("text", { x: 8, y: top + 19, fill: "#444" }, "video time"));
+}
+
+/** The kinds of windows and responses drawn, wrapped over lines; returns the bottom. */
+function drawLegend(root, timeline, left, top) {
+  const kinds = new Set(timeline.episodes.filter((e) => e.onset_t !== null).map((e) => episodeKind(e, timeline)));
+  const entries = [
+    ...[...kinds].map((kind) => ({ ...EPISODE_KINDS[kind], circle: true })),
+    ...[...new Set(timeline.windows.map(windowKind))].map((kind) => WINDOW_KINDS[kind]),
+  ];
+  let lx = left;
+  for (const entry of entries) {
+    const width = 24 + entry.label.length * 6.2;
+    if (lx > left && lx + width > TIMELINE_WIDTH) {
+      lx = left;
+      top += 18;
+    }
+    root.append(
+      entry.circle
+        ? svg("circle", { cx: lx + 6, cy: top + 6, r: 5, fill: entry.hollow ? "#fff" : entry.color, stroke: entry.color, "stroke-width": 2 })
+        : svg("rect", { x: lx, y: top, width: 12, height: 12, fill: entry.color, "fill-opacity": 0.2, stroke: entry.color, "stroke-dasharray": entry.dashed ? "3 2" : null }),
+      svg("text", { x: lx + 16, y: top + 10, fill: "#333" }, entry.label),
+    );
+    lx += width;
+  }
+  return top + 14;
+}

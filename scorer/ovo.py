@@ -1,0 +1,133 @@
+"""OVO-Bench's own offline scoring of one record (the rules of its published scoring script).
+
+- Multiple choice: correct when the gold letter occurs anywhere in the response, case
+  sensitive ("B" counts in "Because": the source's leniency, kept for comparability).
+- Counting (REC probes, whose answer is a whole number): the digit runs of the response,
+  joined, equal the count ("1, then 2" reads as 12).
+- Yes/no (SSR and CRR probes): the response is exactly "Y" (gold Yes) or "N" (gold No), or
+  it contains the gold word as written ("Yes" / "No"; "yes" does not count, as in OVO-Bench).
+- A probe of any other answer: the answer occurs in the response.
+
+A QA record is one question; a forward record scores the mean over its probes, each probe
+answered by the last episode of that probe's own task id after the probe was asked. A
+question without an answer (no closed episode, a silent decision, a silence token, a failed
+or never-run session) scores 0 and stays in the denominator. A proactive record without
+probes is not scorable here (OVO-Bench asks forward tasks only as probes): no result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from core_server.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
+from core_server.benchmark.records import ProactiveRecord, Probe, QARecord
+from scorer.episodes import Episode, SessionTrace, prediction, probe_task_id
+from scorer.parsing import gold_label, is_answer
+from scorer.profiles import ScoringProfile
+
+OTHER = "other"  # the category of task types OVO-Bench does not have
+CATEGORY_NAMES = (*CATEGORIES, OTHER)
+# A record's score is aggregated from the field `ovo@{category}/{task type}`.
+OVO_FIELD_PREFIX = "ovo@"
+_DIGITS = re.compile(r"\d+")
+_SHORT = {"Yes": "Y", "No": "N"}
+
+
+def category_of(record: QARecord | ProactiveRecord) -> str:
+    """The importer's `metadata.category`, else the OVO-Bench category of the task type
+    (TRACE keeps OVO-Bench's task names), else `other`."""
+    named = record.metadata.get("category")
+    if named in CATEGORIES:
+        return named
+    return CATEGORY_OF.get(record.task_type, OTHER)
+
+
+def choice_correct(response: str, gold: str) -> bool:
+    return gold in response
+
+
+def count_correct(response: str, count: str) -> bool:
+    return "".join(_DIGITS.findall(response)) == count
+
+
+def yes_no_correct(response: str, gold: str) -> bool:
+    return response == _SHORT[gold] or gold in response
+
+
+def probe_rule(probe: Probe) -> str:
+    if probe.answer in _SHORT:
+        return "yes_no"
+    if probe.answer.isdecimal():
+        return "count"
+    return "choice" if probe.options else "contains"
+
+
+def _correct(rule: str, response: str, gold: str) -> bool:
+    if rule == "count":
+        return count_correct(response, gold)
+    if rule == "yes_no":
+        return yes_no_correct(response, gold)
+    return choice_correct(response, gold)  # "choice" and "contains" alike: a substring
+
+
+@dataclass(frozen=True, slots=True)
+class OvoAnswer:
+    task_id: str
+    t: float
+    rule: str  # choice | count | yes_no | contains
+    gold: str
+    response: str | None  # None: unanswered
+    correct: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OvoResult:
+    category: str
+    answers: tuple[OvoAnswer, ...]
+
+    @property
+    def score(self) -> float:
+        return sum(answer.correct for answer in self.answers) / len(self.answers)
+
+    @property
+    def unanswered(self) -> int:
+        return sum(answer.response is None for answer in self.answers)
+
+
+def _response(
+    episodes: list[Episode], dispatch_ns: int | None, profile: ScoringProfile
+) -> str | None:
+    _, predicted = prediction(episodes, dispatch_ns)
+    if predicted is None or not is_answer(predicted.text, profile.silence_tokens):
+        return None
+    return predicted.text
+
+
+def _answer(task_id: str, t: float, rule: str, gold: str, response: str | None) -> OvoAnswer:
+    correct = response is not None and _correct(rule, response, gold)
+    return OvoAnswer(task_id, t, rule, gold, response, correct)
+
+
+def evaluate_ovo(
+    trace: SessionTrace, record: QARecord | ProactiveRecord, profile: ScoringProfile
+) -> OvoResult | None:
+    category = category_of(record)
+    if isinstance(record, QARecord):
+        response = _response(trace.own_episodes, trace.task_ns, profile)
+        gold = gold_label(record.answer)
+        answer = _answer(record.record_id, record.question_time_s, "choice", gold, response)
+        return OvoResult(category, (answer,))
+    if not record.probes:
+        return None
+    answers = []
+    for index, probe in enumerate(record.probes):
+        task_id = probe_task_id(record.record_id, index)
+        dispatch = trace.probes.get(task_id)
+        response = None
+        if dispatch is not None:
+            response = _response(trace.episodes_of(task_id), dispatch.ns, profile)
+        rule = probe_rule(probe)
+        gold = gold_label(probe.answer) if rule == "choice" else probe.answer
+        answers.append(_answer(task_id, probe.t, rule, gold, response))
+    return OvoResult(category, tuple(answers))

@@ -1,0 +1,100 @@
+"""StreamingBench's own scoring of one record.
+
+QA: multiple choice with a lenient parse, this project's reading of StreamingBench's: the
+first option label that stands alone in the (normalised, case-kept) response, a capital
+letter with no letter or digit touching it: "B", "(B) candy", "Answer: B", "I think B" all
+give B ("I" is no option label); "A cat" gives A. Correct when it is the gold label.
+
+Proactive output: StreamingBench polls every second until the model first says it is time,
+then keeps that one answer. The polling protocol here keeps polling, so the first answered
+episode is the answer, as StreamingBench's would be; targets (triggers, in time order) take
+the answered episodes in onset order, one each (a StreamingBench record has one target). A
+target is a hit when its episode's onset lies within ±`sb_hit_tolerance_s` (2 s, inclusive)
+of the target time (the trigger's point, or a state interval's start) and the normalised
+expected output occurs in the normalised answer ("+3" in "the score is now +3").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from core_server.benchmark.records import ProactiveRecord, QARecord
+from scorer.episodes import SessionTrace
+from scorer.parsing import clean, gold_label, is_answer, normalise, option_labels
+from scorer.profiles import ScoringProfile
+from scorer.qa import predicted
+
+_STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
+# Binary fractions: 17.1 - 15.1 is 2.0000000000000018; a boundary must not move with them.
+_SLACK_S = 1e-9
+
+
+def first_label(text: str, labels: tuple[str, ...]) -> str | None:
+    """The first standalone capital in `text` that is one of the option labels."""
+    for match in _STANDALONE.finditer(clean(text)):
+        if match.group(1) in labels:
+            return match.group(1)
+    return None
+
+
+def contains_output(text: str, expected: str) -> bool:
+    return normalise(expected) in normalise(text)
+
+
+@dataclass(frozen=True, slots=True)
+class SbTarget:
+    t: float
+    expected: str
+    response: str | None
+    onset_t: float | None
+    hit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SbResult:
+    parsed: str | None = None  # QA: the label recovered
+    correct: bool = False  # QA
+    targets: tuple[SbTarget, ...] = ()  # proactive
+
+    @property
+    def hits(self) -> int:
+        return sum(target.hit for target in self.targets)
+
+
+def evaluate_streamingbench(
+    trace: SessionTrace, record: QARecord | ProactiveRecord, profile: ScoringProfile
+) -> SbResult:
+    if isinstance(record, QARecord):
+        _, answer = predicted(trace)
+        labels = option_labels(record.options)
+        parsed = None if answer is None else first_label(answer.text, labels)
+        correct = parsed is not None and parsed == gold_label(record.answer)
+        return SbResult(parsed=parsed, correct=correct)
+    answered = [
+        episode
+        for episode in trace.own_episodes
+        if episode.closed
+        and episode.onset_t is not None
+        and is_answer(episode.text, profile.silence_tokens)
+    ]
+    answered.sort(key=lambda episode: episode.onset_t)
+    targets = []
+    for position, trigger in enumerate(sorted(record.triggers, key=lambda trig: trig.start_s)):
+        t = trigger.start_s
+        episode = answered[position] if position < len(answered) else None
+        hit = (
+            episode is not None
+            and abs(episode.onset_t - t) <= profile.sb_hit_tolerance_s + _SLACK_S
+            and contains_output(episode.text, trigger.answer)
+        )
+        targets.append(
+            SbTarget(
+                t=t,
+                expected=trigger.answer,
+                response=None if episode is None else episode.text,
+                onset_t=None if episode is None else episode.onset_t,
+                hit=hit,
+            )
+        )
+    return SbResult(targets=tuple(targets))

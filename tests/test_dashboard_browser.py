@@ -1,0 +1,533 @@
+"""The dashboard in a real headless browser: Debian's chromium driven by Playwright, against
+the results API served by `streameval results-api` (a real uvicorn process) over a SQLite
+store filled by real runs: `streameval demo` (the reference adapter), the `always` baseline
+served by `streameval adapter serve`, and a wall-clock run still in progress for the live
+view. Numbers on the pages are checked against `streameval demo --json` and the API;
+screenshots land in tests/artifacts/.
+
+Needs `apt-get install -y chromium` and `pip install playwright` (no browser download:
+Playwright drives the system chromium); without them these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from core_server.adapter_process import AdapterProcess
+from core_server.store.store import Store
+
+CHROMIUM = Path(os.environ.get("STREAMEVAL_CHROMIUM", "/usr/bin/chromium"))
+if not CHROMIUM.is_file():
+    pytest.skip(
+        f"no chromium at {CHROMIUM}: install it with `apt-get install -y chromium`",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed: `pip install playwright`"
+)
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "tests" / "artifacts"
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+PROFILE = "trace-paper-v1"
+
+
+def streameval(*args: str, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "core_server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def shown(value: float | None) -> str:
+    """How the dashboard prints a number: 4 significant digits, no exponent, no trailing 0."""
+    if value is None:
+        return "–"
+    if float(value).is_integer():
+        return str(int(value))
+    return np.format_float_positional(float(f"{value:.4g}"), trim="-")
+
+
+def shown_ci(ci: list[float] | None) -> str:
+    return "–" if ci is None else f"[{shown(ci[0])}, {shown(ci[1])}]"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Runs:
+    """The store and the runs the tests look at."""
+
+    def __init__(self, url: str, demo: dict, baseline: str, live: str) -> None:
+        self.url = url
+        self.demo = demo
+        self.demo_id = demo["run_id"]
+        self.baseline_id = baseline
+        self.live_id = live
+
+
+def _wait_for_new_run(url: str, known: set[str], timeout_s: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with Store(url) as store:
+            fresh = [r.run_id for r in store.list_runs() if r.run_id not in known]
+            if fresh and store.sessions(fresh[0]):
+                return fresh[0]
+        time.sleep(0.2)
+    raise AssertionError("the live run never appeared in the store")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    env = {
+        **os.environ,
+        # The same folder conftest's autouse fixture gives every test of this session.
+        "STREAMEVAL_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "streameval-cache"),
+    }
+    url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'store.db'}"
+    demo = streameval("demo", "--json", "--store", url, env=env)
+    with AdapterProcess("always") as adapter:
+        # A slow run for the live view: wall-clock pacing, two proactive records (~35 s).
+        live = subprocess.Popen(
+            [sys.executable, "-m", "core_server.cli", "run", "--adapter-url", adapter.url]
+            + ["--pacing", "wall_clock", "--task", "proactive", "--limit", "2", "--json"]
+            + ["--store", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            live_id = _wait_for_new_run(url, {demo["run_id"]})
+            baseline = streameval(
+                "run", "--adapter-url", adapter.url, "--json", "--store", url, env=env
+            )
+            yield Runs(url, demo, baseline["run_id"], live_id)
+        finally:
+            live.terminate()
+            live.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(runs: Runs) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "core_server.cli", "results-api", "--store", runs.url]
+        + ["--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "the results API did not come up"
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, server: str) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert errors == [], errors
+
+
+def open_page(page, server: str, fragment: str) -> None:
+    page.goto(f"{server}/ui/{fragment}")
+    wait_ready(page)
+
+
+def wait_ready(page) -> None:
+    page.wait_for_selector(".page[data-ready]", timeout=30_000)
+    assert page.get_attribute(".page", "data-ready") == "true", page.inner_text("#app")
+
+
+def table_cells(page, name: str) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        f'[data-table="{name}"] tbody tr',
+        "rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))",
+    )
+
+
+def downloaded(page, selector: str) -> tuple[str, bytes]:
+    with page.expect_download() as info:
+        page.click(selector)
+    download = info.value
+    return download.suggested_filename, Path(download.path()).read_bytes()
+
+
+def screenshot(target, name: str, **options) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    target.screenshot(path=str(ARTIFACTS / name), **options)
+
+
+def axis_of(figure):
+    """Video time -> x on a drawn timeline, from the axis the SVG declares."""
+    a = {k: float(figure.get_attribute(f"data-{k}")) for k in ("t0", "t1", "x0", "x1")}
+    return lambda t: a["x0"] + (t - a["t0"]) / (a["t1"] - a["t0"]) * (a["x1"] - a["x0"])
+
+
+def rid(record_id: str) -> str:
+    return record_id.replace(":", "%3A")
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -> None:
+    open_page(page, server, f"#/runs/{runs.live_id}/live")
+    # Polled once a second: the rate appears from the second poll on.
+    page.wait_for_function(
+        """() => {
+            const card = document.querySelector('[data-metric="events-per-s"] .value');
+            return card && Number(card.textContent) > 0;
+        }""",
+        timeout=15_000,
+    )
+    progress = api.get(f"/runs/{runs.live_id}/progress").json()
+    assert progress["status"] == "running" and progress["sessions_total"] == 2
+    done = page.inner_text('[data-metric="done"] .value')
+    assert re.fullmatch(r"[0-2] / 2", done), done
+    assert page.inner_text('[data-metric="running"] .value') in ("1", "2")
+    running_rows = table_cells(page, f"running-{runs.live_id}")
+    assert {row[0] for row in running_rows} <= {
+        "synthetic:proactive:000",
+        "synthetic:proactive:001",
+    }
+    events = int(page.inner_text('[data-metric="events"] .value'))
+    time.sleep(1.5)  # the page polls again: the count grows while the run streams
+    assert int(page.inner_text('[data-metric="events"] .value')) > events
+    screenshot(page, "live-view.png", full_page=True)
+
+
+def test_run_list_shows_runs_with_their_declared_conditions(page, server, runs, api) -> None:
+    open_page(page, server, "#/")
+    rows = {row[1].split("\n")[0]: row for row in table_cells(page, "runs")}
+    assert set(rows) == {runs.demo_id, runs.baseline_id, runs.live_id}
+    listed = {run["run_id"]: run for run in api.get("/runs").json()["items"]}
+    for run_id, cells in rows.items():
+        adapter = listed[run_id]["conditions"]["adapters"][0]
+        conditions = adapter["conditions"]
+        assert cells[1].split("\n")[1] == listed[run_id]["benchmark"]
+        assert cells[3] == f"{adapter['adapter']} ({conditions['model_name']})"
+        assert cells[4] == (
+            f"{conditions['state']} · {conditions['initiation']}\n"
+            f"{conditions['boundary']} · {conditions['deployment']}"
+        )
+    assert rows[runs.demo_id][3] == "reference (reference-pixel-policy)"
+    assert rows[runs.demo_id][4].startswith("native · polled")
+    assert rows[runs.baseline_id][4].startswith("non-native · polled")
+    assert rows[runs.live_id][5] == "trace · wall clock ×1 · 1 fps"
+    accuracy = runs.demo["metrics"]["overall"]["qa"]["accuracy"]["value"]
+    headers = page.eval_on_selector_all(
+        '[data-table="runs"] th', "ths => ths.map(t => t.innerText)"
+    )
+    assert rows[runs.demo_id][headers.index("QA accuracy")] == shown(accuracy)
+    screenshot(page, "runs.png", full_page=True)
+
+
+def test_run_page_shows_the_scored_numbers(page, server, runs) -> None:
+    metrics = runs.demo["metrics"]  # what `streameval demo --json` printed
+    open_page(page, server, f"#/runs/{runs.demo_id}")
+    overall = table_cells(page, f"metrics-{runs.demo_id}-{PROFILE}")
+    expected = [
+        [
+            family,
+            name,
+            shown(m["value"]),
+            shown_ci(m["ci95"]),
+            f"{m['population']} {m['unit']}",
+            str(m["observed"]),
+            shown(m["coverage"]),
+        ]
+        for family, values in metrics["overall"].items()
+        for name, m in values.items()
+    ]
+    assert overall == expected
+    card = page.inner_text('[data-metric="in_window_accuracy"]')
+    in_window = metrics["overall"]["proactive"]["in_window_accuracy"]
+    assert shown(in_window["value"]) in card and shown_ci(in_window["ci95"]) in card
+    # Per task type: one row per type, each cell the value, its interval and n with coverage.
+    by_type = table_cells(page, f"by-task-type-qa-{runs.demo_id}")
+    qa_types = {k: v["qa"] for k, v in metrics["by_task_type"].items() if "qa" in v}
+    assert [row[0] for row in by_type] == list(qa_types)
+    for row in by_type:
+        accuracy = qa_types[row[0]]["accuracy"]
+        assert row[1].split("\n") == [
+            shown(accuracy["value"]),
+            shown_ci(accuracy["ci95"]),
+            f"n={accuracy['population']} · cov {shown(accuracy['coverage'])}",
+        ]
+    records = table_cells(page, f"records-{runs.demo_id}")
+    assert len(records) == metrics["records_scored"] == 20
+    screenshot(page, "run.png", full_page=True)
+
+
+def test_exports_download_the_tables_raw_values(page, server, runs, api) -> None:
+    open_page(page, server, f"#/runs/{runs.demo_id}")
+    table = f'[data-table="metrics-{runs.demo_id}-{PROFILE}"]'
+    name, data = downloaded(page, f"{table} [data-export=csv]")
+    assert name == f"metrics-{runs.demo_id}-{PROFILE}.csv"
+    lines = list(csv.DictReader(io.StringIO(data.decode())))
+    metrics = api.get(f"/runs/{runs.demo_id}/metrics").json()["overall"]
+    assert len(lines) == sum(len(values) for values in metrics.values())
+    for line in lines:
+        m = metrics[line["family"]][line["metric"]]
+        assert (float(line["value"]) if line["value"] else None) == m["value"]
+        assert int(line["population"]) == m["population"]
+        if m["ci95"] is not None:
+            assert [float(line["ci_low"]), float(line["ci_high"])] == m["ci95"]
+    name, data = downloaded(page, f'[data-table="records-{runs.demo_id}"] [data-export=json]')
+    exported = json.loads(data)
+    records = api.get(f"/runs/{runs.demo_id}/records").json()["items"]
+    assert [r["record_id"] for r in exported] == [r["record_id"] for r in records]
+    assert [r["ttft_s"] for r in exported] == [r["qa"] and r["qa"]["ttft_s"] for r in records]
+
+
+def test_record_timeline_draws_windows_and_responses_where_they_happened(
+    page, server, runs, api
+) -> None:
+    record_id = "synthetic:proactive:000"
+    timeline = api.get(f"/runs/{runs.demo_id}/records/{record_id}/timeline").json()
+    assert len(timeline["windows"]) >= 2 and len(timeline["episodes"]) >= 2
+    thumbnails: list[tuple[int, str]] = []
+    page.on(
+        "response",
+        lambda r: "/frames/" in r.url and thumbnails.append((r.status, r.headers["content-type"])),
+    )
+    open_page(page, server, f"#/runs/{runs.demo_id}/records/{rid(record_id)}")
+    page.wait_for_load_state("networkidle")
+    figure = page.locator("svg.timeline")
+    x_of = axis_of(figure)
+    axis = {k: float(figure.get_attribute(f"data-{k}")) for k in ("t0", "t1")}
+
+    times = [f["t"] for f in timeline["frames"]] + [w["end"] for w in timeline["windows"]]
+    assert axis["t0"] <= min(times) and max(times) <= axis["t1"]
+    windows = figure.locator("rect.window")
+    assert windows.count() == len(timeline["windows"])
+    for i, window in enumerate(timeline["windows"]):
+        rect = windows.nth(i)
+        assert float(rect.get_attribute("x")) == pytest.approx(x_of(window["start"]), abs=0.01)
+        width = x_of(window["end"]) - x_of(window["start"])
+        assert float(rect.get_attribute("width")) == pytest.approx(width, abs=0.01)
+        assert rect.get_attribute("data-assignment") == window["assignment"]
+    responses = figure.locator("circle.response")
+    answered = [e for e in timeline["episodes"] if e["onset_t"] is not None]
+    assert responses.count() == len(answered)
+    for i, episode in enumerate(answered):
+        circle = responses.nth(i)
+        assert float(circle.get_attribute("cx")) == pytest.approx(
+            x_of(episode["onset_t"]), abs=0.01
+        )
+        assert circle.get_attribute("data-response-id") == episode["response_id"]
+        expected = "in-window" if episode["assignment"] == "in_window" else None
+        assert circle.get_attribute("data-kind") == expected
+    ticks = figure.locator("line.frame-tick")
+    assert ticks.count() == len(timeline["frames"])
+    last = timeline["frames"][-1]
+    assert float(ticks.nth(len(timeline["frames"]) - 1).get_attribute("x1")) == pytest.approx(
+        x_of(last["t"]), abs=0.01
+    )
+    # Thumbnails from the run's frame cache, each at its frame's time.
+    images = figure.locator("image.frame-thumb")
+    assert images.count() >= 5
+    first = images.nth(1)
+    assert float(first.get_attribute("x")) == pytest.approx(
+        x_of(float(first.get_attribute("data-t"))), abs=0.01
+    )
+    assert thumbnails and all(t == (200, "image/jpeg") for t in thumbnails)
+    screenshot(page.locator(".timeline-box"), "record-timeline.png")
+    screenshot(page, "record.png", full_page=True)
+
+    name, svg_text = downloaded(page, "[data-figure=timeline] [data-export=svg]")
+    assert name == "timeline-" + runs.demo_id + "-synthetic_proactive_000.svg"
+    assert svg_text.count(b'class="window ') == len(timeline["windows"])
+    assert b'href="data:image/jpeg;base64,' in svg_text  # the saved SVG carries its images
+    name, png = downloaded(page, "[data-figure=timeline] [data-export=png]")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(png[16:20], "big")
+    assert width == 2 * 1200  # twice the SVG's width
+
+    # Zoomed on the second window: the same marks, on the narrower axis.
+    window = timeline["windows"][1]
+    page.fill("[data-range=from]", str(window["start"] - 1))
+    page.fill("[data-range=to]", str(window["end"] + 1))
+    page.click("[data-action=zoom]")
+    figure = page.locator("svg.timeline")
+    assert float(figure.get_attribute("data-t0")) == window["start"] - 1
+    x_of = axis_of(figure)
+    rect = figure.locator("rect.window").nth(1)
+    assert float(rect.get_attribute("x")) == pytest.approx(x_of(window["start"]), abs=0.01)
+    assert float(rect.get_attribute("width")) == pytest.approx(
+        x_of(window["end"]) - x_of(window["start"]), abs=0.01
+    )
+    # A click on the response that answered it picks out its line in the responses table.
+    figure.locator(f'circle[data-response-id="{window["response_id"]}"]').click()
+    highlighted = page.locator("tr.highlight")
+    assert highlighted.get_attribute("data-row") == f"response-{window['response_id']}"
+
+
+def test_navigation_between_runs_and_records(page, server, runs) -> None:
+    open_page(page, server, "#/")
+    page.click(f'a[href="#/runs/{runs.demo_id}"]')
+    wait_ready(page)
+    assert page.inner_text("h1").startswith(f"Run {runs.demo_id}")
+    page.click(f'a[href="#/runs/{runs.demo_id}/records/{rid("synthetic:qa:004")}"]')
+    wait_ready(page)
+    assert page.inner_text("h1").startswith("synthetic:qa:004")
+    assert page.inner_text('[data-metric="qa-correct"] .value') == "correct"
+    page.click("[data-link=next]")
+    wait_ready(page)
+    assert page.inner_text("h1").startswith("synthetic:qa:005")
+    page.go_back()
+    wait_ready(page)
+    assert page.inner_text("h1").startswith("synthetic:qa:004")
+    page.click(".crumbs a >> nth=1")
+    wait_ready(page)
+    assert page.inner_text("h1").startswith(f"Run {runs.demo_id}")
+
+
+def test_two_runs_are_compared_record_by_record(page, server, runs, api) -> None:
+    open_page(page, server, "#/")
+    page.check(f'input[data-run="{runs.demo_id}"]')
+    page.check(f'input[data-run="{runs.baseline_id}"]')
+    page.click("[data-action=compare]")
+    wait_ready(page)
+    comparison = api.get(
+        "/compare", params={"run_a": runs.demo_id, "run_b": runs.baseline_id}
+    ).json()
+    differences = table_cells(page, f"compare-{runs.demo_id}-{runs.baseline_id}-{PROFILE}")
+    by_metric = {(row[0], row[1]): row for row in differences}
+    for family, metric in [("qa", "accuracy"), ("proactive", "false_alarm_rate")]:
+        d = comparison["overall"][family][metric]
+        assert by_metric[family, metric][2:6] == [
+            shown(d["a"]),
+            shown(d["b"]),
+            shown(d["diff"]),
+            shown_ci(d["ci95"]),
+        ]
+    # Paired records, from each run's per-record results.
+    outcome = {}
+    for run_id in (runs.demo_id, runs.baseline_id):
+        for r in api.get(f"/runs/{run_id}/records").json()["items"]:
+            if r["qa"]:
+                value = 1.0 if r["qa"]["correct"] else 0.0
+            else:
+                value = r["proactive"]["score_sum"] / len(r["proactive"]["windows"])
+            outcome[run_id, r["record_id"]] = value
+    ids = sorted({record for _, record in outcome})
+    pairs = [(outcome[runs.demo_id, i], outcome[runs.baseline_id, i]) for i in ids]
+    expected = {
+        "both_right": sum(a == b == 1 for a, b in pairs),
+        "a_better": sum(a > b for a, b in pairs),
+        "b_better": sum(b > a for a, b in pairs),
+        "both_wrong": sum(a == b == 0 for a, b in pairs),
+    }
+    assert expected["a_better"] > 0  # the always baseline loses records the reference wins
+    cards = f'[data-pair="{runs.baseline_id}"]'
+    for key, count in expected.items():
+        assert page.inner_text(f'{cards} [data-count="{key}"] .value') == str(count)
+    page.check("[data-filter=differs]")
+    differing = table_cells(page, f"paired-records-{runs.demo_id}-{runs.baseline_id}")
+    assert len(differing) == sum(a != b for a, b in pairs)
+    assert page.locator('[data-chart="compare-false_alarm_rate"] rect.bar').count() == 2
+    screenshot(page, "compare.png", full_page=True)
+
+
+def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from scorer.cli import report
+
+    app = typer.Typer()
+    app.command()(report)
+    out = tmp_path / "report.html"
+    written = CliRunner().invoke(
+        app, [runs.demo_id, "--html", str(out), "--thumbnails", "--store", runs.url]
+    )
+    assert written.exit_code == 0, written.output
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    reached: list[str] = []
+
+    def refuse(route) -> None:
+        reached.append(route.request.url)
+        route.abort()
+
+    page.route(re.compile(r"^https?://"), refuse)
+    page.goto(out.as_uri())
+    wait_ready(page)
+    metrics = runs.demo["metrics"]["overall"]
+    overall = {(r[0], r[1]): r for r in table_cells(page, f"metrics-{runs.demo_id}-{PROFILE}")}
+    assert overall["qa", "accuracy"][2] == shown(metrics["qa"]["accuracy"]["value"])
+    assert overall["proactive", "median_response_delay_s"][3] == shown_ci(
+        metrics["proactive"]["median_response_delay_s"]["ci95"]
+    )
+    page.click(f'a[href="#/runs/{runs.demo_id}/records/{rid("synthetic:proactive:001")}"]')
+    wait_ready(page)
+    assert page.locator("svg.timeline rect.window").count() == 5
+    assert page.locator("svg.timeline image.frame-thumb").count() >= 5
+    name, data = downloaded(page, '[data-table^="responses-"] [data-export=csv]')
+    assert data.decode().startswith("response_id,onset_t,onset_s,final_s,generation_s,text")
+    assert reached == []
+    screenshot(page, "static-report-record.png", full_page=True)
+    context.close()

@@ -1,0 +1,465 @@
+"""The transformers adapter on a tiny random Qwen2-VL: cache arithmetic, silence, a real run.
+
+The model is built in the test from a config and an offline byte-level tokenizer (one token
+per byte of text, one per special marker), so every token count below is exact. Its text is
+random: the tests assert structure and counts, never content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytest.importorskip("torch", reason="torch is not installed (optional: pip install torch)")
+pytest.importorskip("transformers", reason="transformers is not installed (optional)")
+
+import torch  # noqa: E402
+
+from adapters.config import AdapterConfigError  # noqa: E402
+from adapters.hf.chat import AFTER_ANSWER, ASSISTANT_TURN  # noqa: E402
+from adapters.hf.text import IncrementalText  # noqa: E402
+from adapters.protocol import Question, RunConditions, Step  # noqa: E402
+from adapters.registry import load_adapter  # noqa: E402
+from adapters.sdk import Frame, Responder, Session  # noqa: E402
+from adapters.transformers_adapter import (  # noqa: E402
+    TransformersAdapter,
+    TransformersAdapterConfig,
+)
+from core_server.adapter_process import AdapterProcess  # noqa: E402
+from core_server.config import EndpointConfig, RunConfig  # noqa: E402
+from core_server.runner import RunExecutor  # noqa: E402
+from core_server.store.events import EventKind  # noqa: E402
+from core_server.store.store import Store  # noqa: E402
+from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
+from tests.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+
+# The test video's 64x48 frames are resized to 56x56: 2x2 merged patches = 4 visual tokens,
+# plus vision start and end. Each frame also carries its text label ("Frame at 5s:").
+IMAGE_TOKENS = 4 + 2
+FRAME_PIXELS = 56 * 56
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        return build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny-qwen2vl"))
+
+
+def configured(model: Path, **options) -> TransformersAdapter:
+    return TransformersAdapter(TransformersAdapterConfig(model=str(model), **options))
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_model: Path) -> TransformersAdapter:
+    return configured(tiny_model)
+
+
+def byte_tokens(text: str) -> int:
+    """Tokens of `text` under the tiny tokenizer: one per byte, one per special marker."""
+    special = ("<|im_start|>", "<|im_end|>")
+    count = sum(text.count(marker) for marker in special)
+    for marker in special:
+        text = text.replace(marker, "")
+    return count + len(text.encode())
+
+
+def frame_tokens(adapter: TransformersAdapter, t: float, index: int) -> int:
+    return byte_tokens(adapter.chat.label(t, index)) + IMAGE_TOKENS
+
+
+def test_a_character_split_across_tokens_goes_out_with_the_token_that_completes_it(adapter):
+    tokens = adapter.vlm.tokenize("aé!")
+    assert len(tokens) == 4  # "é" is two bytes, two tokens
+    text = IncrementalText(adapter.vlm.detokenize)
+    assert [text.push(t) for t in tokens] == ["a", "", "é", "!"]
+    dangling = IncrementalText(adapter.vlm.detokenize)
+    assert [dangling.push(t) for t in tokens[:2]] == ["a", ""]
+    assert dangling.text == "a"
+
+
+# ------------------------------------------------------------------ options
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"visual_tokens": 2}, "visual_tokens: Input should be greater than or equal to 4"),
+        ({"instruction_prompt": "{query}"}, "instruction_prompt: bad template"),
+        ({"qa_prompt": "{query}"}, "qa_prompt: unknown placeholder {query}"),
+        ({"model": "/nonexistent/model"}, "model: directory '/nonexistent/model' does not exist"),
+    ],
+)
+def test_bad_options_are_one_clear_error(tiny_model, options, message):
+    with pytest.raises(AdapterConfigError, match=message):
+        load_adapter("transformers", {"model": str(tiny_model), **options})
+
+
+# ------------------------------------------------------------------ model state
+
+
+@pytest.mark.parametrize(("visual_tokens", "expected"), [(128, 117), (768, 391)])
+def test_visual_tokens_per_frame_follow_the_preset(tiny_model, visual_tokens, expected):
+    vlm = configured(tiny_model, visual_tokens=visual_tokens).vlm
+    # 640x480: capped at 128 tokens it is resized to 364x252 (13x9 tokens); 768 tokens
+    # allow its native size, rounded to 644x476 (23x17).
+    encoded = vlm.encode_frame(np.zeros((480, 640, 3), dtype=np.uint8))
+    assert len(encoded.token_ids) - 2 == expected
+    assert encoded.pixels == expected * 28 * 28
+
+
+def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(adapter):
+    """The cache after frames committed one at a time holds exactly what one forward pass
+    over the whole conversation computes: same next-token logits, one cache slot per token.
+    """
+    vlm = adapter.vlm
+    rng = np.random.default_rng(0)
+    # Square, tall and wide layouts: an image advances the positions by its longer side.
+    frames = [
+        vlm.encode_frame(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        for height, width in ((48, 64), (84, 56), (56, 112))
+    ]
+    assert [f.grid_thw.tolist() for f in frames] == [[[1, 4, 4]], [[1, 6, 4]], [[1, 4, 8]]]
+    chunks = [(vlm.tokenize(adapter.chat.preamble()), None)]
+    for index, frame in enumerate(frames):
+        chunks.append((vlm.tokenize(adapter.chat.label(float(index), index)), None))
+        chunks.append((frame.token_ids, frame))
+    chunks.append((vlm.tokenize(adapter.chat.question(3.0, "Which?", ["A. one"])), None))
+
+    cache, position = vlm.new_cache(), 0
+    for ids, frame in chunks:
+        before = cache.get_seq_length()
+        logits, position = vlm.forward(cache, position, ids, frame)
+        assert cache.get_seq_length() - before == len(ids)
+
+    whole = torch.tensor([[t for ids, _ in chunks for t in ids]])
+    with torch.inference_mode():
+        reference = vlm.model(
+            input_ids=whole,
+            pixel_values=torch.cat([f.pixel_values for f in frames]),
+            image_grid_thw=torch.cat([f.grid_thw for f in frames]),
+            mm_token_type_ids=(whole == vlm.image_token_id).int(),
+        ).logits[0, -1]
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ decisions, in process
+
+
+class Wire:
+    """Collects what the adapter sends, as the Core would receive it."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    async def send(self, text: str) -> None:
+        self.messages.append(json.loads(text))
+
+    def of(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if m["type"] == kind]
+
+    def workloads(self, kind: str) -> list[dict]:
+        return [m for m in self.of("workload") if m["kind"] == kind]
+
+
+def new_session(wire: Wire) -> Session:
+    conditions = RunConditions(
+        profile="realstream",
+        pacing="logical",
+        fps=0.5,
+        max_width=960,
+        jpeg_quality=90,
+        qa_history_s=0,
+        proactive_lead_s=0,
+    )
+    return Session("run", "s", ["r"], conditions, wire.send)
+
+
+def jpeg_frame(index: int) -> Frame:
+    """Frame `index` of a 0.5 fps stream: 64x48, at 2 * index seconds."""
+    data = io.BytesIO()
+    Image.fromarray(np.full((48, 64, 3), 40 * index, dtype=np.uint8)).save(data, "JPEG")
+    return Frame(index, f"f{index}", 2.0 * index, 64, 48, data.getvalue())
+
+
+@pytest.fixture
+def parrot(tiny_model: Path):
+    """The tiny model with its output layer zeroed: every logit is 0, so greedy decoding
+    always picks token 0, the byte "!". A model whose every answer is known."""
+
+    def build(**options) -> TransformersAdapter:
+        built = configured(tiny_model, **options)
+        with torch.no_grad():
+            built.vlm.model.lm_head.weight.zero_()
+        return built
+
+    return build
+
+
+def run_steps(adapter: TransformersAdapter, steps: int) -> tuple[Wire, Session]:
+    """A realstream-style session: a frame, then a decision, `steps` times."""
+    wire = Wire()
+    session = new_session(wire)
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        respond = Responder(wire.send, "task")
+        for step in range(steps):
+            await adapter.on_frame(session, jpeg_frame(step))
+            await adapter.on_step(session, Step(task_id="task", step=step, t=2.0 * step), respond)
+
+    asyncio.run(go())
+    return wire, session
+
+
+def test_the_wait_word_is_a_silent_decision_and_stays_in_context(parrot):
+    adapter = parrot(wait_word="!", max_tokens_proactive=6)
+    wire, session = run_steps(adapter, 3)
+    assert [m["step"] for m in wire.of("silent")] == [0, 1, 2]
+    assert wire.of("response_start") == []
+    # Each step: the assistant turn, six "!" (the wait word, as the model said it), the
+    # turn back to the user. No task was given, so the first step says how to pass.
+    turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER)
+    standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER)
+    calls = wire.workloads("model_call")
+    assert [(c["input_tokens"], c["output_tokens"]) for c in calls] == [
+        (standby, 6),
+        (turn, 6),
+        (turn, 6),
+    ]
+    commits = [c["input_tokens"] for c in wire.workloads("state_commit")]
+    frames = [frame_tokens(adapter, 2.0 * i, i) for i in range(3)]
+    assert commits == [byte_tokens(adapter.chat.preamble())] + frames
+    assert session.state["stream"].length == sum(commits) + standby + 2 * turn + 3 * 6
+
+
+def test_text_that_leaves_the_wait_word_is_streamed_one_delta_per_token(parrot):
+    adapter = parrot(wait_word="!?", max_tokens_proactive=5)
+    wire, _ = run_steps(adapter, 2)
+    assert wire.of("silent") == []
+    finals = wire.of("response_final")
+    assert [(f["text"], f["output_tokens"]) for f in finals] == [("!!!!!", 5)] * 2
+    # The first "!" was held (it could have begun "!?"); it goes out with the second.
+    deltas = wire.of("response_delta")
+    assert [d["text"] for d in deltas] == ["!"] * 10
+    assert [d["seq"] for d in deltas] == [0, 1, 2, 3, 4] * 2
+
+
+def test_a_question_is_answered_from_the_cache_and_the_answer_kept(parrot):
+    adapter = parrot(max_tokens_qa=4)
+    wire = Wire()
+    session = new_session(wire)
+    question = Question(task_id="q", t=4.0, text="Which?", options=["A. one", "B. two"])
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        for index in range(3):
+            await adapter.on_frame(session, jpeg_frame(index))
+        await adapter.on_question(session, question, Responder(wire.send, "q"))
+
+    asyncio.run(go())
+    kinds = [m["type"] for m in wire.messages if m["type"] != "workload"]
+    assert kinds == ["response_start"] + ["response_delta"] * 4 + ["response_final"]
+    assert wire.of("response_final")[0]["output_tokens"] == 4
+    (call,) = wire.workloads("model_call")
+    prompt = byte_tokens(adapter.chat.question(question.t, question.text, question.options))
+    assert (call["input_tokens"], call["output_tokens"]) == (prompt + byte_tokens(AFTER_ANSWER), 4)
+    commits = sum(c["input_tokens"] for c in wire.workloads("state_commit"))
+    expected = commits + prompt + 4 + byte_tokens(AFTER_ANSWER)
+    assert session.state["stream"].length == expected
+
+
+def test_frames_past_the_context_budget_are_dropped_and_recorded(parrot, adapter):
+    preamble = byte_tokens(adapter.chat.preamble())
+    two_frames = frame_tokens(adapter, 0.0, 0) + frame_tokens(adapter, 2.0, 1)
+    # Room for the preamble, two frames and the reserve: the third frame is dropped.
+    dropping = parrot(context_tokens=preamble + two_frames + 20, reserve_tokens=20)
+    wire = Wire()
+    session = new_session(wire)
+
+    async def go() -> None:
+        await dropping.on_session_start(session)
+        for index in range(3):
+            await dropping.on_frame(session, jpeg_frame(index))
+
+    asyncio.run(go())
+    records = [(m["kind"], m["frame_ids"]) for m in wire.of("workload")]
+    assert records == [
+        ("state_commit", []),
+        ("state_commit", ["f0"]),
+        ("state_commit", ["f1"]),
+        ("drop", ["f2"]),
+    ]
+    assert session.state["stream"].length == preamble + two_frames
+
+
+# ------------------------------------------------------------------ real runs
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model: Path):
+    """The adapter served by its registered name, as its own process."""
+    options = {
+        "model": str(tiny_model),
+        "visual_tokens": 128,
+        "max_tokens_qa": 8,
+        "max_tokens_proactive": 8,
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        with AdapterProcess("transformers", options=options) as process:
+            yield process
+
+
+def run_core(url: str, profile: str, tmp_path: Path) -> dict[str, list]:
+    """A logical-pacing run of a QA record and a proactive record of a real video."""
+    benchmark = write_benchmark(tmp_path / "bench", records=(QA, PROACTIVE))
+    config = RunConfig(
+        benchmark=str(benchmark),
+        endpoints=[EndpointConfig(url=url, concurrency=2)],
+        cache_dir=str(tmp_path / "cache"),
+        pacing="logical",
+        profile=profile,
+    )
+
+    async def execute(store: Store):
+        executor = RunExecutor(config, store)
+        return await executor.execute(await executor.prepare())
+
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        summary = asyncio.run(execute(store))
+        assert (summary.finished, summary.failed) == (2, 0)
+        events: dict[str, list] = {}
+        for event in store.iter_events(summary.run_id):
+            events.setdefault(event.session_id, []).append(event)
+    return events
+
+
+def test_a_trace_run_through_the_core(served, tiny_model, adapter, tmp_path):
+    events = run_core(served.url, "trace", tmp_path)
+    chat = adapter.chat  # the same default prompts as the served adapter's
+    hello = next(e for e in events["t:qa:1"] if e.kind == EventKind.ADAPTER_HELLO)
+    assert hello.payload["conditions"]["state"] == "native"
+    assert hello.payload["conditions"]["model_name"] == tiny_model.name
+
+    # QA: the preamble, then each of the 13 frames committed in order, each adding exactly
+    # its label and image tokens to the cache, each before its acknowledgement.
+    qa = events["t:qa:1"]
+    sent = [e.payload for e in qa if e.kind == EventKind.FRAME_SENT]
+    assert len(sent) == 13
+    commits = workloads(qa, "state_commit")
+    assert commits[0]["frame_ids"] == []
+    assert commits[0]["input_tokens"] == byte_tokens(chat.preamble())
+    assert [c["frame_ids"] for c in commits[1:]] == [[frame["frame_id"]] for frame in sent]
+    assert [c["input_tokens"] for c in commits[1:]] == [
+        frame_tokens(adapter, frame["t"], i) for i, frame in enumerate(sent)
+    ]
+    assert {(c["images"], c["pixels"]) for c in commits[1:]} == {(1, FRAME_PIXELS)}
+    assert all(c["started_ns"] <= c["ended_ns"] for c in commits)
+    for frame in sent:
+        assert seq_of(qa, EventKind.WORKLOAD, frame_ids=[frame["frame_id"]]) < seq_of(
+            qa, EventKind.FRAME_ACK, index=frame["index"]
+        )
+
+    # The answer: start, one delta per generated token, the final; then its model call.
+    kinds = [e.kind for e in qa]
+    first = kinds.index(EventKind.RESPONSE_START)
+    last = kinds.index(EventKind.RESPONSE_FINAL)
+    assert set(kinds[first + 1 : last]) == {EventKind.RESPONSE_DELTA}
+    deltas = [e.payload for e in qa[first + 1 : last]]
+    final = qa[last].payload
+    assert [d["seq"] for d in deltas] == list(range(len(deltas)))
+    assert 1 <= final["output_tokens"] == len(deltas) <= 8
+    assert final["text"] == "".join(d["text"] for d in deltas)
+    (call,) = workloads(qa, "model_call")
+    prompt = byte_tokens(chat.question(QA.question_time_s, QA.question, list(QA.options)))
+    assert call["input_tokens"] == prompt + byte_tokens(AFTER_ANSWER)
+    assert call["output_tokens"] == final["output_tokens"]
+    assert (call["frame_ids"], call["images"]) == ([], 0)
+
+    # Proactive: the instruction joins the context, then a decision at every step (silent
+    # or a streamed answer), each a model call on top of the cache.
+    pro = events["t:pro:1"]
+    steps = [e.payload["step"] for e in pro if e.kind == EventKind.STEP_SENT]
+    assert steps == list(range(14))
+    assert_one_decision_per_step(pro, steps)
+    calls = workloads(pro, "model_call")
+    turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER)
+    assert [c["input_tokens"] for c in calls] == [turn] * 14
+    text_commits = [c for c in workloads(pro, "state_commit") if c["images"] == 0]
+    instruction = chat.instruction(PROACTIVE.instruction_time_s, PROACTIVE.instruction)
+    assert text_commits[1]["input_tokens"] == byte_tokens(instruction)
+
+
+def test_a_realstream_run_decides_at_every_frame(served, adapter, tmp_path):
+    """The frame-level protocol: a decision after every frame, before any task too; the
+    first of those carries the standby prompt, the others only the turn change."""
+    events = run_core(served.url, "realstream", tmp_path)
+    turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER)
+    standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER)
+    calls: dict[str, list[int]] = {}
+    for session_id, session in events.items():
+        frames = [e.payload["frame_id"] for e in session if e.kind == EventKind.FRAME_SENT]
+        commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
+        assert commits == [[frame_id] for frame_id in frames]
+        steps = [e.payload["step"] for e in session if e.kind == EventKind.STEP_SENT]
+        assert steps == list(range(len(steps)))
+        assert_one_decision_per_step(session, steps)
+        calls[session_id] = [c["input_tokens"] for c in workloads(session, "model_call")]
+
+    # QA at 0.5 fps from the start to the question at 17 s: 9 frames, a step after each but
+    # the last, then the question, answered from the cache.
+    qa = events["t:qa:1"]
+    assert sum(e.kind == EventKind.FRAME_SENT for e in qa) == 9
+    question = adapter.chat.question(QA.question_time_s, QA.question, list(QA.options))
+    answer = byte_tokens(question) + byte_tokens(AFTER_ANSWER)
+    assert calls["t:qa:1"] == [standby] + [turn] * 7 + [answer]
+    assert any(e.kind == EventKind.RESPONSE_FINAL for e in qa[seq_of(qa, "question_sent") :])
+    # Proactive from the start (0, 2, 4 s before the instruction at 4 s) to 16 s: 9 steps.
+    assert calls["t:pro:1"] == [standby] + [turn] * 8
+
+
+def seq_of(events, kind: str, **payload) -> int:
+    """The sequence number of the one event of `kind` whose payload has these values."""
+    (seq,) = [
+        e.seq
+        for e in events
+        if e.kind == kind and all(e.payload.get(k) == v for k, v in payload.items())
+    ]
+    return seq
+
+
+def workloads(events, kind: str) -> list[dict]:
+    return [e.payload for e in events if e.kind == EventKind.WORKLOAD and e.payload["kind"] == kind]
+
+
+def assert_one_decision_per_step(events, steps: list[int]) -> None:
+    """Every step gets exactly one decision before the next: silent, or an answer whose
+    output tokens are its deltas. (The answer to a question is not a step's decision.)"""
+    decided: list[int] = []
+    step = None
+    for event in events:
+        if event.kind == EventKind.STEP_SENT:
+            step = event.payload["step"]
+        elif event.kind == EventKind.QUESTION_SENT:
+            step = None
+        elif event.kind == EventKind.SILENT:
+            assert event.payload["step"] == step
+            decided.append(step)
+        elif event.kind == EventKind.RESPONSE_FINAL and step is not None:
+            assert step not in decided
+            deltas = [
+                e
+                for e in events
+                if e.kind == EventKind.RESPONSE_DELTA
+                and e.payload["response_id"] == event.payload["response_id"]
+            ]
+            assert event.payload["output_tokens"] == len(deltas)
+            decided.append(step)
+    assert decided == steps

@@ -1,0 +1,145 @@
+"""Tiny randomly initialised Qwen-VL models, written to a folder like a downloaded checkpoint.
+
+Qwen2-VL by default; Qwen2.5-VL and Qwen3-VL too (`FAMILIES`).
+
+No hub access: the tokenizer is byte-level BPE over the 256 byte symbols (no merges) plus
+the Qwen chat and vision special tokens, so every byte of text is one token and every
+special marker is one token. Loading it takes well under a second on a CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+# As a released Qwen2-VL checkpoint declares it (written by hand: the class that saves it
+# needs torchvision in transformers 5, and loading picks a backend that is installed).
+IMAGE_PROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "min_pixels": 56 * 56,
+    "max_pixels": 28 * 28 * 1280,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Qwen2TokenizerFast
+
+    vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    # The Qwen2-VL processors accept only the Qwen2 tokenizer class, not a bare fast one.
+    return Qwen2TokenizerFast(
+        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+    )
+
+
+# Per family: the configuration classes, the text model's multimodal RoPE, the vision
+# tower (its output width must equal the text hidden size, 32) and the patch size.
+FAMILIES = {
+    "qwen2_vl": {
+        "classes": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+        # The sections must sum to head_dim / 2 = 32 / 4 / 2.
+        "rope": {"type": "mrope", "mrope_section": [2, 1, 1]},
+        "vision": {"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 4, "mlp_ratio": 2},
+        "patch": 14,
+    },
+    "qwen2_5_vl": {
+        "classes": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
+        "rope": {"type": "mrope", "mrope_section": [2, 1, 1]},
+        "vision": {
+            "depth": 2,
+            "hidden_size": 32,
+            "out_hidden_size": 32,
+            "intermediate_size": 37,
+            "num_heads": 4,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
+        "patch": 14,
+    },
+    "qwen3_vl": {
+        "classes": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+        "rope": {"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        "vision": {
+            "depth": 2,
+            "hidden_size": 32,
+            "out_hidden_size": 32,
+            "intermediate_size": 37,
+            "num_heads": 4,
+            "deepstack_visual_indexes": [1],
+            "num_position_embeddings": 64,
+        },
+        "patch": 16,
+    },
+}
+
+
+def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -> Path:
+    """Write config, random weights, tokenizer and image processor to `directory`."""
+    import torch
+    import transformers
+
+    spec = FAMILIES[family]
+    config_class, model_class = (getattr(transformers, name) for name in spec["classes"])
+    tokenizer = build_tokenizer()
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    endoftext, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
+    patch = spec["patch"]
+    config = config_class(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 37,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "max_position_embeddings": 4096,
+            "rope_scaling": spec["rope"],
+            "bos_token_id": endoftext,
+            "eos_token_id": im_end,
+            "pad_token_id": endoftext,
+        },
+        vision_config={
+            **spec["vision"],
+            "patch_size": patch,
+            "temporal_patch_size": 2,
+            "spatial_merge_size": 2,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        bos_token_id=endoftext,
+        eos_token_id=im_end,
+    )
+    torch.manual_seed(seed)
+    model_class(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    side = patch * 2  # one visual token per merged 2x2 patches
+    processor = {
+        **IMAGE_PROCESSOR,
+        "patch_size": patch,
+        "min_pixels": 4 * side * side,
+        "max_pixels": 1280 * side * side,
+    }
+    (directory / "preprocessor_config.json").write_text(json.dumps(processor))
+    return directory
