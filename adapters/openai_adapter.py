@@ -45,8 +45,7 @@ class OpenAIAdapter(VideoChatAdapter):
     Config = OpenAIAdapterConfig
 
     def __init__(self, config: OpenAIAdapterConfig) -> None:
-        self.deployment = config.deployment
-        super().__init__(config)
+        super().__init__(config, config.deployment)
         self.config: OpenAIAdapterConfig = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         # Created on first use, inside the serving event loop that will drive it.

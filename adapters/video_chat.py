@@ -197,15 +197,14 @@ class VideoChatAdapter(Adapter):
     """Base of the chat-VideoLLM adapters; a subclass supplies the backend."""
 
     Config: ClassVar[type[VideoChatConfig]] = VideoChatConfig
-    deployment: ClassVar[str] = "local-service"
 
-    def __init__(self, config: VideoChatConfig) -> None:
+    def __init__(self, config: VideoChatConfig, deployment: str) -> None:
         self.config = config
         self.conditions = AdapterConditions(
             state="non-native",
             initiation="autonomous",
             boundary="model+adapter",
-            deployment=self.deployment,
+            deployment=deployment,
             model_name=config.model,
             model_version=config.model_version,
             history=config.history_summary(),

@@ -39,10 +39,9 @@ class VLLMEngineAdapter(VideoChatAdapter):
     name = "vllm"
     version = "1"
     Config = VLLMEngineConfig
-    deployment = "in-process"
 
     def __init__(self, config: VLLMEngineConfig) -> None:
-        super().__init__(config)
+        super().__init__(config, "in-process")
         self.config: VLLMEngineConfig = config
         import vllm  # the optional extra; a missing one is reported by the registry
         from transformers import AutoProcessor

@@ -388,6 +388,7 @@ def core_api(
 app.command("score")(scorer_cli.score)
 app.command("compare")(scorer_cli.compare)
 app.command("results-api")(scorer_cli.results_api)
+app.command("report")(scorer_cli.report)
 
 
 def main() -> None:

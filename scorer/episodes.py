@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from scorer.errors import ScoreError
+from scorer.parsing import is_answer
 from scorer.source import RawEvent, payload_of
 
 
@@ -69,15 +70,6 @@ class WorkloadTally:
             self.input_tokens = (self.input_tokens or 0) + tokens
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatch:
-    """A question the Core sent: its video time and when it went out."""
-
-    t: float | None  # the question's own time (payload `t`)
-    ns: int  # Core clock at sending
-    position_t: float | None  # the timeline's position then: the last frame sent
-
-
 @dataclass(slots=True)
 class SessionTrace:
     session_id: str
@@ -88,8 +80,8 @@ class SessionTrace:
     task_kind: str | None = None  # "qa" | "proactive"
     task_t: float | None = None
     task_ns: int | None = None
-    task_position_t: float | None = None
-    probes: dict[str, Dispatch] = field(default_factory=dict)  # probe questions by task id
+    task_position_t: float | None = None  # the timeline's position then: the last frame sent
+    probes: dict[str, int] = field(default_factory=dict)  # probe task id -> when it was sent
     frame_t: list[float] = field(default_factory=list)  # delivered frames, in order
     frame_ns: list[int] = field(default_factory=list)
     schedule: tuple[int, float] | None = None  # (scheduled_ns, t) of one scheduled frame
@@ -211,7 +203,7 @@ def _dispatched(
     task_id, record_id = payload.get("task_id"), payload.get("record_id")
     # A question under another task id than its record's is one of the record's probes.
     if task_id is not None and record_id is not None and task_id != record_id:
-        trace.probes[task_id] = Dispatch(payload.get("t"), runtime_ns, video_t)
+        trace.probes[task_id] = runtime_ns
         return
     trace.task_kind = "qa" if kind == "question_sent" else "proactive"
     trace.task_t = payload.get("t")
@@ -228,6 +220,18 @@ def prediction(
         return [], None
     after = [episode for episode in episodes if episode.onset_ns >= dispatch_ns]
     return after, after[-1] if after and after[-1].closed else None
+
+
+def timed_answers(trace: SessionTrace, silence_tokens: Sequence[str]) -> list[Episode]:
+    """Closed episodes of the record's own task that answer (see `is_answer`) and whose
+    onset has a video time, in the order they began: the answers a metric places in time."""
+    return [
+        episode
+        for episode in trace.own_episodes
+        if episode.closed
+        and episode.onset_t is not None
+        and is_answer(episode.text, silence_tokens)
+    ]
 
 
 def _note_schedule(trace: SessionTrace, payload: dict) -> None:

@@ -123,10 +123,8 @@ def evaluate_ovo(
     answers = []
     for index, probe in enumerate(record.probes):
         task_id = probe_task_id(record.record_id, index)
-        dispatch = trace.probes.get(task_id)
-        response = None
-        if dispatch is not None:
-            response = _response(trace.episodes_of(task_id), dispatch.ns, profile)
+        # A probe never asked (its session failed first) has no dispatch and no answer.
+        response = _response(trace.episodes_of(task_id), trace.probes.get(task_id), profile)
         rule = probe_rule(probe)
         gold = gold_label(probe.answer) if rule == "choice" else probe.answer
         answers.append(_answer(task_id, probe.t, rule, gold, response))

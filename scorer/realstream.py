@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from core_server.benchmark.records import ProactiveRecord, QARecord
-from scorer.episodes import Episode, SessionTrace
+from scorer.episodes import Episode, SessionTrace, timed_answers
 from scorer.judges import JudgeRequest
-from scorer.parsing import OPTION_PARSERS, gold_label, is_answer, normalise, option_labels
+from scorer.parsing import OPTION_PARSERS, gold_label, normalise, option_labels
 from scorer.profiles import ScoringProfile
 
 
@@ -92,17 +92,6 @@ class RealstreamResult:
         self.score = max(0.0, score) if profile.rs_floor_score_at_zero else score
 
 
-def _answered(trace: SessionTrace, profile: ScoringProfile) -> list[Episode]:
-    """Closed answered episodes of the record's own task with a mapped onset."""
-    return [
-        episode
-        for episode in trace.own_episodes
-        if episode.closed
-        and episode.onset_t is not None
-        and is_answer(episode.text, profile.silence_tokens)
-    ]
-
-
 def _step_of(grid: list[float], t: float) -> int:
     return max(0, bisect.bisect_right(grid, t) - 1)
 
@@ -111,7 +100,7 @@ def evaluate_realstream(
     trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
 ) -> RealstreamResult:
     grid = step_grid(trace)
-    answered = _answered(trace, profile)
+    answered = timed_answers(trace, profile.silence_tokens)
     steps_of = [_step_of(grid, e.onset_t) for e in answered]
     truth = [bisect.bisect_left(grid, trigger.start_s) for trigger in record.triggers]
     far = record.task_type in profile.rs_far_task_types
@@ -142,7 +131,7 @@ def evaluate_realstream_qa(
     """A QA record under the frame-level protocol: the question's step is the target."""
     asked = trace.task_ns is not None and trace.task_position_t is not None
     grid = trace.step_t + ([trace.task_position_t] if asked else [])
-    answered = _answered(trace, profile)
+    answered = timed_answers(trace, profile.silence_tokens)
     steps_of = [_step_of(grid, e.onset_t) for e in answered]
     truth = [len(grid) - 1] if asked else []
     far = record.task_type in profile.rs_far_task_types

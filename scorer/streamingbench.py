@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 
 from core_server.benchmark.records import ProactiveRecord, QARecord
-from scorer.episodes import SessionTrace
-from scorer.parsing import clean, gold_label, is_answer, normalise, option_labels
+from scorer.episodes import SessionTrace, timed_answers
+from scorer.parsing import clean, gold_label, normalise, option_labels
 from scorer.profiles import ScoringProfile
 from scorer.qa import predicted
 
@@ -71,14 +71,9 @@ def evaluate_streamingbench(
         parsed = None if answer is None else first_label(answer.text, labels)
         correct = parsed is not None and parsed == gold_label(record.answer)
         return SbResult(parsed=parsed, correct=correct)
-    answered = [
-        episode
-        for episode in trace.own_episodes
-        if episode.closed
-        and episode.onset_t is not None
-        and is_answer(episode.text, profile.silence_tokens)
-    ]
-    answered.sort(key=lambda episode: episode.onset_t)
+    answered = sorted(
+        timed_answers(trace, profile.silence_tokens), key=lambda episode: episode.onset_t
+    )
     targets = []
     for position, trigger in enumerate(sorted(record.triggers, key=lambda trig: trig.start_s)):
         t = trigger.start_s

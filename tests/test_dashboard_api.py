@@ -94,6 +94,7 @@ def test_frames_of_a_run_without_image_rules_are_unavailable(client: TestClient)
     assert "run run-a stores no usable image rules" in index["reason"]
     frame = client.get("/runs/run-a/records/qa-1/frames/0")
     assert frame.status_code == 404 and "no usable image rules" in frame.json()["detail"]
+    assert client.get("/runs/run-a/records/nope/frames").status_code == 404
 
 
 def _run_on(store: Store, run_id: str, config: dict) -> None:
@@ -123,6 +124,8 @@ def test_thumbnails_come_from_the_runs_frame_cache(
             benchmark_path.parent / "v.mp4", ImageRules(**RULES)
         )
         assert full.content == frames.read(frames.frames[3])
+        unknown = client.get("/runs/run-v/records/nope/frames/0")
+        assert unknown.json()["detail"] == "run 'run-v' has no record 'nope'"
         beyond = client.get("/runs/run-v/records/t:qa:1/frames/40")
         assert beyond.status_code == 404
         assert beyond.json()["detail"] == "no frame 40: the video has 40 samples"

@@ -6,7 +6,8 @@ view. Numbers on the pages are checked against `streameval demo --json` and the 
 screenshots land in tests/artifacts/.
 
 Needs `apt-get install -y chromium` and `pip install playwright` (no browser download:
-Playwright drives the system chromium); without them these tests skip and say so.
+Playwright drives the system chromium; STREAMEVAL_CHROMIUM names another binary); without
+them these tests skip and say so, or fail where STREAMEVAL_REQUIRE_BROWSER is set (CI).
 """
 
 from __future__ import annotations
@@ -31,15 +32,24 @@ from core_server.adapter_process import AdapterProcess
 from core_server.store.store import Store
 
 CHROMIUM = Path(os.environ.get("STREAMEVAL_CHROMIUM", "/usr/bin/chromium"))
-if not CHROMIUM.is_file():
-    pytest.skip(
-        f"no chromium at {CHROMIUM}: install it with `apt-get install -y chromium`",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed: `pip install playwright`"
-)
 
+
+def _unavailable(reason: str) -> None:
+    # CI sets STREAMEVAL_REQUIRE_BROWSER: there a missing browser is an error, not a skip.
+    if os.environ.get("STREAMEVAL_REQUIRE_BROWSER"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+if not CHROMIUM.is_file():
+    _unavailable(f"no chromium at {CHROMIUM}: install it with `apt-get install -y chromium`")
+try:
+    from playwright import sync_api
+except ImportError:
+    _unavailable("playwright is not installed: `pip install playwright` (no browser download)")
+
+# The module's runs (about 30 s on 2 cores) are set up inside the first test's time.
+pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "tests" / "artifacts"
 BROWSER_ARGS = [

@@ -145,10 +145,8 @@ class FakeOpenAIServer:
 # --------------------------------------------------------------------------- helpers
 
 
-def adapter(server: FakeOpenAIServer, **options) -> AdapterProcess:
-    return AdapterProcess(
-        "openai", options={"base_url": server.base_url, "model": "fake-vl", **options}
-    )
+def adapter(base_url: str, **options) -> AdapterProcess:
+    return AdapterProcess("openai", options={"base_url": base_url, "model": "fake-vl", **options})
 
 
 def grey_of(data_url: str) -> tuple[tuple[int, int], float]:
@@ -178,8 +176,9 @@ def errors(events: list) -> list[tuple[str, bool]]:
     ]
 
 
-def run_against(server, tmp_path: Path, benchmark: Path, options: dict, **run) -> tuple:
-    with adapter(server, **options) as process, Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+def run_against(base_url: str, tmp_path: Path, benchmark: Path, options: dict, **run) -> tuple:
+    """Serve the adapter against `base_url`, run the benchmark, return what was recorded."""
+    with adapter(base_url, **options) as process, Store(f"sqlite:///{tmp_path / 's.db'}") as store:
         summary = execute(run_config(benchmark, tmp_path, process.url, **run), store)
         sessions = {s.session_id: s for s in store.sessions(summary.run_id)}
         return summary, sessions, events_by_session(store, summary.run_id)
@@ -196,7 +195,7 @@ def qa_benchmark(tmp_path: Path) -> Path:
 def test_questions_and_proactive_decisions_over_a_real_stream(benchmark_path, tmp_path):
     options = {"qa_max_frames": 8, "proactive_interval_s": 2, "proactive_window_frames": 3}
     with FakeOpenAIServer(oracle) as server:
-        summary, _, events = run_against(server, tmp_path, benchmark_path, options)
+        summary, _, events = run_against(server.base_url, tmp_path, benchmark_path, options)
     assert (summary.finished, summary.failed) == (3, 0)
     by_kind = {"qa": [], "proactive": []}
     for body in server.requests:
@@ -238,6 +237,9 @@ def test_questions_and_proactive_decisions_over_a_real_stream(benchmark_path, tm
     pro = events["t:pro:1"]
     finals = of_kind(pro, EventKind.RESPONSE_FINAL)
     assert [f.payload["text"] for f in finals] == ["The count is 2.", "Wow, 3."]
+    deltas = [e.payload["text"] for e in of_kind(pro, EventKind.RESPONSE_DELTA)]
+    # "W" could have been WAIT: it went out with the next piece, as the response's first token.
+    assert deltas == ["The", " count", " is", " 2.", "Wow, 3."]
     assert [e.video_t for e in of_kind(pro, EventKind.RESPONSE_START)] == [8.0, 12.0]
     # WAIT is silence: 14 steps (4..17 s), two answered, the other twelve silent.
     silent_steps = [e.payload["step"] for e in of_kind(pro, EventKind.SILENT)]
@@ -265,8 +267,7 @@ def test_frames_arriving_during_a_call_follow_the_declared_policy(policy, benchm
     """Wall clock at 4x: a frame every 0.25 s while each decision takes over 0.6 s."""
     options = {"frames_during_call": policy, "proactive_window_frames": 3}
     with FakeOpenAIServer(slow_waiting_model) as server:
-        summary, _, events = run_against(
-            server, tmp_path, benchmark_path, options,
+        summary, _, events = run_against(server.base_url, tmp_path, benchmark_path, options,
             tasks=["proactive"], pacing="wall_clock", speed=4.0,
         )  # fmt: skip
     assert (summary.finished, summary.failed) == (1, 0)
@@ -303,7 +304,7 @@ def test_frames_arriving_during_a_call_follow_the_declared_policy(policy, benchm
 def test_a_stalling_server_times_out_retries_once_then_fails_the_session(qa_benchmark, tmp_path):
     options = {"read_timeout_s": 0.3, "max_retries": 1, "retry_backoff_s": 0.05, "qa_max_frames": 8}
     with FakeOpenAIServer(lambda body, i: Reply(["B"], stall_s=5.0)) as server:
-        summary, sessions, events = run_against(server, tmp_path, qa_benchmark, options)
+        summary, sessions, events = run_against(server.base_url, tmp_path, qa_benchmark, options)
     assert (summary.finished, summary.failed) == (0, 1)
     assert len(server.requests) == 2
     qa = events["t:qa:1"]
@@ -344,7 +345,7 @@ def test_http_errors_are_retried_as_declared(
 
     options = {"max_retries": 2, "retry_backoff_s": 0.05, "qa_max_frames": 4}
     with FakeOpenAIServer(script) as server:
-        summary, sessions, events = run_against(server, tmp_path, qa_benchmark, options)
+        summary, sessions, events = run_against(server.base_url, tmp_path, qa_benchmark, options)
     assert len(server.requests) == len(statuses)
     qa = events["t:qa:1"]
     assert errors(qa) == expected_errors
@@ -368,7 +369,9 @@ def test_a_connection_dropped_before_the_answer_is_retried(qa_benchmark, tmp_pat
         return Reply(["B"], drop_after=0 if index == 0 else None)
 
     with FakeOpenAIServer(script) as server:
-        summary, _, events = run_against(server, tmp_path, qa_benchmark, {"retry_backoff_s": 0.05})
+        summary, _, events = run_against(
+            server.base_url, tmp_path, qa_benchmark, {"retry_backoff_s": 0.05}
+        )
     assert (summary.finished, summary.failed) == (1, 0)
     qa = events["t:qa:1"]
     assert errors(qa) == [("model_call_retry", False)]
@@ -379,7 +382,7 @@ def test_a_connection_dropped_before_the_answer_is_retried(qa_benchmark, tmp_pat
 def test_a_connection_dropped_mid_answer_fails_the_session(qa_benchmark, tmp_path):
     """Text already delivered cannot be taken back, so the broken answer is not retried."""
     with FakeOpenAIServer(lambda body, i: Reply(["B", ".", " two"], drop_after=2)) as server:
-        summary, sessions, events = run_against(server, tmp_path, qa_benchmark, {})
+        summary, sessions, events = run_against(server.base_url, tmp_path, qa_benchmark, {})
     assert (summary.finished, summary.failed) == (0, 1)
     assert len(server.requests) == 1
     qa = events["t:qa:1"]
@@ -388,4 +391,18 @@ def test_a_connection_dropped_mid_answer_fails_the_session(qa_benchmark, tmp_pat
     assert of_kind(qa, EventKind.RESPONSE_FINAL) == []
     assert sessions["t:qa:1"].failure_reason.startswith(
         "adapter error model_stream_broken: the model's stream broke after the answer began"
+    )
+
+
+def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_benchmark, tmp_path):
+    server = FakeOpenAIServer(oracle)
+    server.base_url = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    options = {"max_retries": 1, "retry_backoff_s": 0.05}
+    summary, sessions, events = run_against(server.base_url, tmp_path, qa_benchmark, options)
+    assert (summary.finished, summary.failed) == (0, 1)
+    qa = events["t:qa:1"]
+    assert errors(qa) == [("model_call_retry", False), ("model_call_failed", True)]
+    assert workloads(qa) == []  # the images never reached a model
+    assert "ConnectError talking to http://127.0.0.1:9/v1/chat/completions" in (
+        sessions["t:qa:1"].failure_reason
     )

@@ -1,8 +1,9 @@
-"""The transformers adapter on a tiny random Qwen2-VL: cache arithmetic, silence, a real run.
+"""The transformers adapter on a tiny random Qwen2-VL: cache arithmetic, silence, real runs.
 
 The model is built in the test from a config and an offline byte-level tokenizer (one token
 per byte of text, one per special marker), so every token count below is exact. Its text is
-random: the tests assert structure and counts, never content.
+random: the tests assert structure and counts, never content. (Qwen2.5-VL and Qwen3-VL are
+built too, for the cache-equivalence check.)
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+# No hub access, here and in the adapter processes (set before huggingface_hub reads it).
+os.environ["HF_HUB_OFFLINE"] = "1"
 pytest.importorskip("torch", reason="torch is not installed (optional: pip install torch)")
 pytest.importorskip("transformers", reason="transformers is not installed (optional)")
 
@@ -37,7 +42,7 @@ from core_server.runner import RunExecutor  # noqa: E402
 from core_server.store.events import EventKind  # noqa: E402
 from core_server.store.store import Store  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
-from tests.tiny_qwen2vl import build_tiny_qwen2vl  # noqa: E402
+from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 
 # The test video's 64x48 frames are resized to 56x56: 2x2 merged patches = 4 visual tokens,
 # plus vision start and end. Each frame also carries its text label ("Frame at 5s:").
@@ -47,9 +52,7 @@ FRAME_PIXELS = 56 * 56
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        return build_tiny_qwen2vl(tmp_path_factory.mktemp("tiny-qwen2vl"))
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2vl"))
 
 
 def configured(model: Path, **options) -> TransformersAdapter:
@@ -101,6 +104,27 @@ def test_bad_options_are_one_clear_error(tiny_model, options, message):
         load_adapter("transformers", {"model": str(tiny_model), **options})
 
 
+def test_a_model_outside_the_qwen_vl_families_is_refused(tiny_model, tmp_path):
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    tiny = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 1}
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(**tiny, num_attention_heads=4, image_size=28),
+        text_config=LlamaConfig(**tiny, vocab_size=263, num_attention_heads=4),
+        image_token_index=261,
+    )
+    LlavaForConditionalGeneration(config).save_pretrained(tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"):
+        shutil.copy(tiny_model / name, tmp_path / name)
+    with pytest.raises(AdapterConfigError, match="model type 'llava' is not supported"):
+        load_adapter("transformers", {"model": str(tmp_path)})
+
+
 # ------------------------------------------------------------------ model state
 
 
@@ -114,10 +138,15 @@ def test_visual_tokens_per_frame_follow_the_preset(tiny_model, visual_tokens, ex
     assert encoded.pixels == expected * 28 * 28
 
 
-def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(adapter):
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(
+    family, tiny_model, tmp_path
+):
     """The cache after frames committed one at a time holds exactly what one forward pass
     over the whole conversation computes: same next-token logits, one cache slot per token.
     """
+    model = tiny_model if family == "qwen2_vl" else build_tiny_model(tmp_path, family)
+    adapter = configured(model)
     vlm = adapter.vlm
     rng = np.random.default_rng(0)
     # Square, tall and wide layouts: an image advances the positions by its longer side.
@@ -125,6 +154,7 @@ def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(adapte
         vlm.encode_frame(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
         for height, width in ((48, 64), (84, 56), (56, 112))
     ]
+    # (Qwen3-VL's 16-pixel patches round these sizes to the same grids.)
     assert [f.grid_thw.tolist() for f in frames] == [[[1, 4, 4]], [[1, 6, 4]], [[1, 4, 8]]]
     chunks = [(vlm.tokenize(adapter.chat.preamble()), None)]
     for index, frame in enumerate(frames):
@@ -138,12 +168,12 @@ def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(adapte
         logits, position = vlm.forward(cache, position, ids, frame)
         assert cache.get_seq_length() - before == len(ids)
 
-    whole = torch.tensor([[t for ids, _ in chunks for t in ids]])
+    whole = torch.tensor([[t for ids, _ in chunks for t in ids]], device=vlm.device)
     with torch.inference_mode():
         reference = vlm.model(
             input_ids=whole,
-            pixel_values=torch.cat([f.pixel_values for f in frames]),
-            image_grid_thw=torch.cat([f.grid_thw for f in frames]),
+            pixel_values=torch.cat([f.pixel_values for f in frames]).to(vlm.device),
+            image_grid_thw=torch.cat([f.grid_thw for f in frames]).to(vlm.device),
             mm_token_type_ids=(whole == vlm.image_token_id).int(),
         ).logits[0, -1]
     torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
@@ -299,6 +329,25 @@ def test_frames_past_the_context_budget_are_dropped_and_recorded(parrot, adapter
     assert session.state["stream"].length == preamble + two_frames
 
 
+def test_a_decision_with_no_room_left_is_a_fatal_error(parrot, adapter):
+    preamble = byte_tokens(adapter.chat.preamble())
+    standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER)
+    # The frame fits (no reserve), then not a single answer token does.
+    full = parrot(
+        context_tokens=preamble + frame_tokens(adapter, 0.0, 0) + standby, reserve_tokens=0
+    )
+    wire, _ = run_steps(full, 1)
+    assert wire.of("error") == [
+        {
+            "type": "error",
+            "code": "context_full",
+            "message": f"the context of {full.context_tokens} tokens is full",
+            "fatal": True,
+        }
+    ]
+    assert wire.workloads("model_call") == []
+
+
 # ------------------------------------------------------------------ real runs
 
 
@@ -311,10 +360,8 @@ def served(tiny_model: Path):
         "max_tokens_qa": 8,
         "max_tokens_proactive": 8,
     }
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        with AdapterProcess("transformers", options=options) as process:
-            yield process
+    with AdapterProcess("transformers", options=options) as process:
+        yield process
 
 
 def run_core(url: str, profile: str, tmp_path: Path) -> dict[str, list]:

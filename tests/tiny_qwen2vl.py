@@ -26,9 +26,6 @@ SPECIAL_TOKENS = (
 # needs torchvision in transformers 5, and loading picks a backend that is installed).
 IMAGE_PROCESSOR = {
     "image_processor_type": "Qwen2VLImageProcessor",
-    "min_pixels": 56 * 56,
-    "max_pixels": 28 * 28 * 1280,
-    "patch_size": 14,
     "temporal_patch_size": 2,
     "merge_size": 2,
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
@@ -134,11 +131,11 @@ def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -
     torch.manual_seed(seed)
     model_class(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    side = patch * 2  # one visual token per merged 2x2 patches
+    side = patch * 2  # one visual token per 2x2 merged patches
     processor = {
         **IMAGE_PROCESSOR,
         "patch_size": patch,
-        "min_pixels": 4 * side * side,
+        "min_pixels": 4 * side * side,  # the released Qwen defaults: 4 to 1280 tokens
         "max_pixels": 1280 * side * side,
     }
     (directory / "preprocessor_config.json").write_text(json.dumps(processor))

@@ -63,6 +63,7 @@ class VisionLanguageModel:
         self.image_processor = image_processor
         self.device = device
         self.lock = threading.Lock()
+        self._rope_index = _rope_index_function(model)  # refuses unsupported models first
         config = model.config
         self.image_token_id: int = config.image_token_id
         self._vision_start: int = config.vision_start_token_id
@@ -74,7 +75,6 @@ class VisionLanguageModel:
         placeholders += [config.video_token_id] if hasattr(config, "video_token_id") else []
         self.unspeakable = torch.tensor(placeholders, device=device)
         self.stop_ids = _stop_ids(model, tokenizer)
-        self._rope_index = _rope_index_function(model)
         forward = inspect.signature(model.forward).parameters
         # transformers 5 renamed `past_key_values` to `cache`.
         self._cache_keyword = "cache" if "cache" in forward else "past_key_values"
@@ -191,11 +191,15 @@ def _image_processor(path: str, visual_tokens: int):
     return AutoImageProcessor.from_pretrained(path, min_pixels=min_pixels, max_pixels=max_pixels)
 
 
+_VISION_TOKENS = ("image", "vision_start", "vision_end")
+
+
 def _rope_index_function(model):
     """`(input_ids, image_grid_thw) -> positions (3, 1, n)` from the model's own rule."""
     inner = getattr(model, "model", model)
     rope_index = getattr(inner, "get_rope_index", None)
-    if rope_index is None or not hasattr(model.config, "vision_start_token_id"):
+    named = all(hasattr(model.config, f"{name}_token_id") for name in _VISION_TOKENS)
+    if rope_index is None or not named:
         raise ModelLoadError(
             f"model type {model.config.model_type!r} is not supported by the transformers "
             "adapter: it needs a Qwen-VL family model (multimodal RoPE, vision start/end tokens)"
