@@ -38,9 +38,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--config", help="YAML file of adapter options, or a preset name")
     parser.add_argument(
-        "-A", dest="options", action="append", default=[], metavar="KEY=VALUE",
+        "-A",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="one adapter option, overriding --config (repeatable)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

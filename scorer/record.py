@@ -177,15 +177,15 @@ def fields(
             f"{OVO_FIELD_PREFIX}{ovo.category}/{evaluation.record.task_type}": ovo.score,
         }
     if evaluation.streamingbench is not None:
-        scalars |= _streamingbench_fields(evaluation, finished)
+        qa = isinstance(evaluation.record, QARecord)
+        scalars |= _streamingbench_fields(evaluation.streamingbench, qa, finished)
     return scalars, lists
 
 
-def _streamingbench_fields(evaluation: RecordEvaluation, finished: bool) -> dict[str, float]:
-    result = evaluation.streamingbench
-    assert result is not None
+def _streamingbench_fields(result: SbResult, qa: bool, finished: bool) -> dict[str, float]:
+    """A QA record is one question; a proactive record, one item per target."""
     common = {"sb_n": 1.0, "sb_finished": float(finished)}
-    if evaluation.qa is not None:
+    if qa:
         correct = float(result.correct)
         return common | {
             "sb_qa_n": 1.0,

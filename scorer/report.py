@@ -26,7 +26,7 @@ from scorer.episodes import SessionTrace, assemble
 from scorer.errors import ScoreError
 from scorer.judge_cache import JudgeCache
 from scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
-from scorer.profiles import ScoringProfile, get_profile, is_frame_level
+from scorer.profiles import ScoringProfile, get_profile, is_frame_level, scoring_profile_for
 from scorer.readiness import median_duration, readiness
 from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
 from scorer.source import RunSource, file_source, store_source
@@ -328,8 +328,9 @@ def _protocol_notes(run: EvaluatedRun) -> list[str]:
     if protocol is not None and protocol not in profile.protocols:
         notes.append(
             f"scoring profile {profile.name} is meant for runs under protocol "
-            f"{' or '.join(profile.protocols)}; this run was made under {protocol}, so its "
-            "numbers are not comparable with that protocol's published ones"
+            f"{' or '.join(profile.protocols)}; this run was made under {protocol} (scored "
+            f"as published by profile {scoring_profile_for(protocol)}), so these numbers are "
+            "not comparable with published ones"
         )
     probed = sum(1 for e in evaluations if e.proactive is not None and e.trace.probes)
     if probed and "ovo" not in profile.families:

@@ -267,9 +267,15 @@ def test_frames_arriving_during_a_call_follow_the_declared_policy(policy, benchm
     """Wall clock at 4x: a frame every 0.25 s while each decision takes over 0.6 s."""
     options = {"frames_during_call": policy, "proactive_window_frames": 3}
     with FakeOpenAIServer(slow_waiting_model) as server:
-        summary, _, events = run_against(server.base_url, tmp_path, benchmark_path, options,
-            tasks=["proactive"], pacing="wall_clock", speed=4.0,
-        )  # fmt: skip
+        summary, _, events = run_against(
+            server.base_url,
+            tmp_path,
+            benchmark_path,
+            options,
+            tasks=["proactive"],
+            pacing="wall_clock",
+            speed=4.0,
+        )
     assert (summary.finished, summary.failed) == (1, 0)
     pro = events["t:pro:1"]
     hello = of_kind(pro, EventKind.ADAPTER_HELLO)[0].payload["conditions"]
@@ -395,10 +401,9 @@ def test_a_connection_dropped_mid_answer_fails_the_session(qa_benchmark, tmp_pat
 
 
 def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_benchmark, tmp_path):
-    server = FakeOpenAIServer(oracle)
-    server.base_url = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    nowhere = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
     options = {"max_retries": 1, "retry_backoff_s": 0.05}
-    summary, sessions, events = run_against(server.base_url, tmp_path, qa_benchmark, options)
+    summary, sessions, events = run_against(nowhere, tmp_path, qa_benchmark, options)
     assert (summary.finished, summary.failed) == (0, 1)
     qa = events["t:qa:1"]
     assert errors(qa) == [("model_call_retry", False), ("model_call_failed", True)]
@@ -406,3 +411,36 @@ def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_be
     assert "ConnectError talking to http://127.0.0.1:9/v1/chat/completions" in (
         sessions["t:qa:1"].failure_reason
     )
+
+
+# --------------------------------------------------------------------------- reply parsing
+
+
+@pytest.mark.parametrize(
+    ("reply", "silent", "undecided_prefix"),
+    [
+        ("WAIT", True, True),
+        (" wait.\n", True, True),
+        ("**WAIT**", True, True),
+        ("", True, True),
+        ("WA", False, True),  # could still become WAIT
+        ("Waiting for the ball", False, False),
+        ("W: the ball is red", False, False),
+        ("The ball is red", False, False),
+    ],
+)
+def test_the_wait_word_and_the_hold_back(reply, silent, undecided_prefix):
+    from adapters.chat_prompts import is_silence, may_still_be_wait
+
+    assert is_silence(reply, "WAIT") is silent
+    assert may_still_be_wait(reply, "WAIT") is undecided_prefix
+
+
+def test_uniform_selection_spreads_from_the_first_frame_to_the_newest():
+    from adapters.chat_prompts import PromptImage
+    from adapters.video_chat import _select
+
+    frames = [PromptImage(str(t), float(t), 1, 1, b"") for t in range(5, 18)]
+    assert [f.t for f in _select(frames, 5, "uniform")] == [5, 8, 11, 14, 17]
+    assert [f.t for f in _select(frames, 3, "recent")] == [15, 16, 17]
+    assert _select(frames[:2], 5, "uniform") == frames[:2]

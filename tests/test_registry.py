@@ -187,7 +187,7 @@ def test_file_then_overrides_typed_by_the_adapters_options(tmp_path):
             None,
             ["extra_body=1", "extra_body.top_k=2"],
             "-A extra_body.top_k: extra_body was already given a plain value",
-        ),  # fmt: skip
+        ),
         ("model: m\nqa_frames: 8\n", [], "openai config: unknown option 'qa_frames' (options: "),
         ("model: m\n  bad: [\n", [], "config {path} line 2: not valid YAML"),
         ("- model\n", [], "config {path}: must be a mapping of option: value"),

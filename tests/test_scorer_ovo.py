@@ -262,8 +262,9 @@ def test_a_probe_session_under_trace_paper_v1_sees_no_proactive_response() -> No
     assert scores.protocol == "ovo-offline"
     assert scores.notes[1:] == [  # after the judge's note (no judge endpoint)
         "scoring profile trace-paper-v1 is meant for runs under protocol trace or "
-        "trace-full-prefix or trace-autonomous; this run was made under ovo-offline, so its "
-        "numbers are not comparable with that protocol's published ones",
+        "trace-full-prefix or trace-autonomous; this run was made under ovo-offline (scored "
+        "as published by profile ovo-offline), so these numbers are not comparable with "
+        "published ones",
         "4 proactive records were asked as probes (no instruction was sent): the proactive "
         "metrics see no response from them; the ovo-offline profile scores the probe answers",
     ]
