@@ -49,7 +49,7 @@ from adapters.protocol import (
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from core_server.config import Profile
 from core_server.frames import VideoFrames
-from core_server.store.events import Event, EventKind
+from core_server.store.events import Event, EventKind, probe_task_id
 from core_server.timeline import Timeline, TimelineItem
 
 CLOSE_GRACE_S = 5.0
@@ -366,7 +366,7 @@ class SessionDriver:
         if item.probe is not None:
             assert isinstance(record, ProactiveRecord)
             probe = record.probes[item.probe]
-            task_id = f"{record.record_id}#probe{item.probe}"
+            task_id = probe_task_id(record.record_id, item.probe)
             await self._send_question(task_id, item.t, probe.question, list(probe.options))
         elif isinstance(record, QARecord):
             await self._send_question(self.task_id, item.t, record.question, list(record.options))

@@ -22,11 +22,6 @@ from scorer.parsing import is_answer
 from scorer.source import RawEvent, payload_of
 
 
-def probe_task_id(record_id: str, index: int) -> str:
-    """The task id under which the Core asks probe `index` of a record (`record.probes`)."""
-    return f"{record_id}#probe{index}"
-
-
 @dataclass(slots=True)
 class Episode:
     response_id: str

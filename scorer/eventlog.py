@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.store.events import Event
+from core_server.store.events import Event, probe_task_id
 from core_server.store.store import Store
-from scorer.episodes import probe_task_id
 from scorer.source import RawEvent, RunSource
 
 _TICK_NS = 1_000_000

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from core_server.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
 from core_server.benchmark.records import ProactiveRecord, Probe, QARecord
-from scorer.episodes import Episode, SessionTrace, prediction, probe_task_id
+from core_server.store.events import probe_task_id
+from scorer.episodes import Episode, SessionTrace, prediction
 from scorer.parsing import gold_label, is_answer
 from scorer.profiles import ScoringProfile
 

@@ -46,7 +46,9 @@ class ScoringProfile:
     semantic_task_types: tuple[str, ...] = ("SSR", "CRR")
 
     # Workload: which adapter workload kinds are images submitted to the model.
-    submission_kinds: tuple[str, ...] = ("model_call", "replay")
+    # A native adapter submits each frame once into its state (state_commit); a
+    # non-native one submits images with each model call, replays included.
+    submission_kinds: tuple[str, ...] = ("model_call", "replay", "state_commit")
 
     # RealStreamEval (section 4, EvoStreaming Eq. 3-4).
     rs_far_task_types: tuple[str, ...] = ("REC", "SSR", "CRR")

@@ -94,6 +94,8 @@ def test_compare_and_profiles(client: TestClient) -> None:
         "trace-strict",
         "realstream",
         "readiness",
+        "ovo-offline",
+        "streamingbench",
     ]
     assert profiles[0]["constants"]["tolerance_s"] == 5.0
 

@@ -154,16 +154,17 @@ def test_workload_counts_replays_and_drops() -> None:
     log.workload([log.frame_id(1)], input_tokens=100)
     log.workload([log.frame_id(2)], input_tokens=100)
     log.workload([log.frame_id(0), log.frame_id(1), log.frame_id(2)], kind="replay")
-    log.workload([log.frame_id(4)], kind="state_commit")  # not a submission to the model
+    log.workload([log.frame_id(4)], kind="state_commit")  # folded into a native state
+    log.workload([log.frame_id(3)], kind="drop")  # dropped: not a submission
     log.question(rec)
     log.respond("B", output_tokens=7)
     log.finish()
     result = evaluate_workload(assemble_one("q1", log.rows()), PAPER.submission_kinds)
     assert result.delivered_frames == 5
-    assert result.submitted_images == 6
-    assert result.unique_submitted_frames == 3
+    assert result.submitted_images == 7
+    assert result.unique_submitted_frames == 4
     assert result.replayed_occurrences == 3
-    assert result.dropped_frames == 2
+    assert result.dropped_frames == 1
     assert (result.output_tokens, result.input_tokens, result.model_calls) == (7, 300, 3)
 
 

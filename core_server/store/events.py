@@ -46,3 +46,8 @@ class Event:
     runtime_ns: int
     video_t: float | None
     payload: dict[str, Any] = field(default_factory=dict)
+
+
+def probe_task_id(record_id: str, index: int) -> str:
+    """The task id under which the Core asks probe `index` of a record (`record.probes`)."""
+    return f"{record_id}#probe{index}"
