@@ -1,4 +1,7 @@
-"""Baselines that need no model: they bound what a score means from below."""
+"""Baselines that need no model: they bound what a score means from below.
+
+Their answers are one word, reported as one output token.
+"""
 
 from __future__ import annotations
 
@@ -34,10 +37,10 @@ class AlwaysAdapter(Adapter):
     conditions = _conditions("baseline-always")
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
-        await respond.say(question.options[0].split(".", 1)[0] if question.options else "A")
+        await respond.say(question.options[0].split(".", 1)[0] if question.options else "A", 1)
 
     async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
-        await respond.say("yes")
+        await respond.say("yes", 1)
 
 
 class RandomChoiceAdapter(Adapter):
@@ -50,4 +53,4 @@ class RandomChoiceAdapter(Adapter):
     async def on_question(self, session: Session, question: Question, respond: Responder):
         rng = random.Random(zlib.crc32(question.task_id.encode()))
         labels = [option.split(".", 1)[0].strip() for option in question.options] or ["A"]
-        await respond.say(rng.choice(labels))
+        await respond.say(rng.choice(labels), 1)

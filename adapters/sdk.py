@@ -92,12 +92,12 @@ class ResponseStream:
     async def finish(self, output_tokens: int | None = None, input_tokens: int | None = None):
         if not self._started:
             await self.token("")
-        tokens = self._seq if output_tokens is None else output_tokens
+        # Unknown token counts stay unknown (null): deltas are not necessarily tokens.
         await self._responder._send_model(
             ResponseFinal(
                 response_id=self.response_id,
                 text="".join(self._parts),
-                output_tokens=tokens,
+                output_tokens=output_tokens,
                 input_tokens=input_tokens,
             )
         )

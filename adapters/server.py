@@ -43,6 +43,7 @@ class _Connection:
         self.adapter = adapter
         self.ws = ws
         self.session: Session | None = None
+        self.ended = False
 
     async def send(self, text: str) -> None:
         await self.ws.send(text)
@@ -64,8 +65,13 @@ class _Connection:
         except ConnectionClosed:
             pass
         finally:
-            if self.session is not None:
-                await self.adapter.on_session_end(self.session)
+            await self.end_session()
+
+    async def end_session(self) -> None:
+        """Call the adapter's on_session_end exactly once, however the session ends."""
+        if self.session is not None and not self.ended:
+            self.ended = True
+            await self.adapter.on_session_end(self.session)
 
     async def handle(self, raw: str | bytes) -> bool:
         """Dispatch one message; False once the session is over."""
@@ -81,6 +87,8 @@ class _Connection:
             return True
         session = self.require_session(message.type)
         if isinstance(message, SessionEnd):
+            # Finish the adapter's own work first, so nothing it sends follows session_closed.
+            await self.end_session()
             await self.send(SessionClosed().model_dump_json())
             return False
         try:

@@ -15,7 +15,10 @@ COPY pyproject.toml README.md ./
 COPY core_server ./core_server
 COPY adapters ./adapters
 COPY scorer ./scorer
-RUN python3 -m pip install . && rm -rf /build
+# vLLM images install their Python packages with uv; fall back to pip on other bases.
+RUN if command -v uv >/dev/null; then uv pip install --system .; \
+    else python3 -m pip install .; fi \
+    && rm -rf /build
 WORKDIR /work
 # The base image starts the vLLM API server; this one starts what CMD says.
 ENTRYPOINT []

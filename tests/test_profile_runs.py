@@ -33,8 +33,8 @@ from core_server.benchmark.ovo_bench import CATEGORY_OF
 from core_server.benchmark.records import ProactiveRecord, QARecord, Record
 from core_server.benchmark.validate import trigger_bounds
 from core_server.config import EndpointConfig, RunConfig
+from core_server.store.events import probe_task_id
 from core_server.store.store import Store
-from scorer.episodes import probe_task_id
 from scorer.profiles import scoring_profile_for
 from scorer.report import RunScores, score_run
 from tests.test_data_cli import execute, write_video
