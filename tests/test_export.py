@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
 from core_server.store.events import Event, EventKind
 from core_server.store.export import ExportFormatError, export_jsonl, read_jsonl
 from core_server.store.store import Store, StoreError
+from tests.test_store import sample_records
 
 RUN = "export-run"
 
@@ -102,31 +102,9 @@ def session_events(session_id: str) -> list[Event]:
 
 
 def filled_store(store: Store) -> list[Event]:
-    qa = QARecord(
-        record_id="q1",
-        source_id="v1",
-        source_benchmark="synthetic",
-        task_type="counting",
-        video_path="v1.mp4",
-        question="How many?",
-        options=("A. 1", "B. 2"),
-        answer="A",
-        question_time_s=3.0,
-        evidence_anchor_s=2.0,
-    )
-    proactive = ProactiveRecord(
-        record_id="p1",
-        source_id="v2",
-        source_benchmark="synthetic",
-        task_type="alert",
-        video_path="v2.mp4",
-        instruction="Say when it turns green.",
-        instruction_time_s=0.0,
-        triggers=(Trigger(trigger_type="state_interval", answer="green", interval_start_s=1.0),),
-    )
     store.create_run(RUN, "synthetic", {"fps": 2.0, "pacing": "logical"}, {"state": "native"})
-    store.add_records(RUN, [proactive.model_dump(mode="json"), qa.model_dump(mode="json")])
-    store.add_sessions(RUN, [("s2", ["p1"]), ("s1", ["q1"])])
+    store.add_records(RUN, sample_records())
+    store.add_sessions(RUN, [("s2", ["pro-1"]), ("s1", ["qa-1"])])
     store.set_run_status(RUN, "running")
     events = session_events("s2") + session_events("s1")
     store.append_events(events)
@@ -165,13 +143,13 @@ def test_export_round_trips_exactly_and_follows_the_schema(store: Store, tmp_pat
     }
     assert datetime.fromisoformat(exported.run["created_at"]) == run.created_at
     assert exported.records == store.records(RUN)
-    assert [r["record_id"] for r in exported.records] == ["p1", "q1"]
+    assert [r["record_id"] for r in exported.records] == ["pro-1", "qa-1"]
     assert [s["session_id"] for s in exported.sessions] == ["s1", "s2"]
     s1 = store.sessions(RUN)[0]
     assert exported.sessions[0] == {
         "run_id": RUN,
         "session_id": "s1",
-        "record_ids": ["q1"],
+        "record_ids": ["qa-1"],
         "status": "finished",
         "attempt": 0,
         "endpoint": "ws://127.0.0.1:9000",
