@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from adapters.protocol import (
     AdapterConditions,
     Instruction,
@@ -154,7 +156,11 @@ class Adapter:
 
     name: ClassVar[str] = "adapter"
     version: ClassVar[str] = "0"
-    conditions: ClassVar[AdapterConditions]
+    # Class-level for fixed adapters; an adapter built from options may set it per instance.
+    conditions: AdapterConditions
+    # The adapter's options (a pydantic model): `streameval adapter serve NAME --config FILE
+    # -A key=value` validates them and passes an instance to `__init__`. None: no options.
+    Config: ClassVar[type[BaseModel] | None] = None
 
     async def on_session_start(self, session: Session) -> None:
         """A new session: reset per-session state on `session.state`."""
