@@ -545,7 +545,9 @@ class SessionDriver:
 
     def _check_task(self, task_id: str, what: str) -> None:
         if not self.known_tasks:
-            raise ProtocolViolation("out_of_order", f"{what} before any question or instruction")
+            raise ProtocolViolation(
+                "out_of_order", f"{what} before any question, instruction or step"
+            )
         if task_id not in self.known_tasks:
             raise ProtocolViolation("out_of_order", f"{what} for unknown task {task_id!r}")
 

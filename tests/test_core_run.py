@@ -171,6 +171,7 @@ def test_hung_adapter_times_out_and_the_run_finishes(adapter_env, benchmark_path
         ("GarbageAdapter", "protocol", "malformed"),
         ("OutOfOrderAdapter", "protocol", "out_of_order: response_delta for unopened response"),
         ("OversizedAdapter", "streaming", "adapter sent an oversized message"),
+        ("EarlyAdapter", "protocol", "out_of_order: silent before any question, instruction"),
     ],
 )
 def test_protocol_violations_fail_the_session_cleanly(
@@ -189,8 +190,11 @@ def test_protocol_violations_fail_the_session_cleanly(
             assert (session.status, session.failure_stage) == ("failed", stage)
             assert session.failure_reason.startswith(reason_start), session.failure_reason
             kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
-            # Everything before the violation is kept: all frames were acknowledged.
-            assert kinds.count(EventKind.FRAME_ACK) == kinds.count(EventKind.FRAME_SENT) > 0
+            # Everything before the violation is kept: the frames sent and their acks (the
+            # early adapter broke the protocol before acknowledging its first frame).
+            sent, acked = kinds.count(EventKind.FRAME_SENT), kinds.count(EventKind.FRAME_ACK)
+            assert sent > 0
+            assert acked == (0 if adapter_name == "EarlyAdapter" else sent)
             assert kinds[-1] == EventKind.SESSION_FAILED
 
 

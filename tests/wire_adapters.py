@@ -128,3 +128,13 @@ class AutonomousAdapter(Adapter):
 
     name = "autonomous-stateless"
     conditions = AdapterConditions(state="non-native", initiation="autonomous", model_name="t")
+
+
+class EarlyAdapter(Adapter):
+    """Decides before it was asked anything: a silent decision on the first frame."""
+
+    name = "early"
+    conditions = _POLLED
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        await session.send(json.dumps({"type": "silent", "task_id": "t:qa:1", "step": None}))
