@@ -234,7 +234,8 @@ def demo(
     scores.render(out)
     out.print(
         f"{summary.finished} sessions finished, {summary.failed} failed; store {opened.url}\n"
-        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}",
+        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}\n"
+        "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
         highlight=False,
     )
 

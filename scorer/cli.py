@@ -23,7 +23,7 @@ from core_server.paths import resolve_store_url
 from core_server.store.store import Store, StoreError
 from scorer.errors import ScoreError
 from scorer.judges import LLMJudge, LLMJudgeConfig
-from scorer.profiles import PROFILES, ScoringProfile, get_profile
+from scorer.profiles import PROFILES, ScoringProfile, get_profile, scoring_profile_for
 
 StoreOption = Annotated[
     str | None,
@@ -59,6 +59,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _exported_protocol(path: Path) -> str:
+    """The protocol profile named in an export's run line ("" when it cannot be read; then
+    scoring the file reports the problem)."""
+    try:
+        with path.open() as handle:
+            return json.loads(handle.readline()).get("config", {}).get("profile", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def _profile(name: str, tolerance: float | None) -> ScoringProfile:
     profile = get_profile(name)
     return profile if tolerance is None else profile.with_overrides(tolerance_s=tolerance)
@@ -78,7 +88,14 @@ def score(
         Path | None,
         typer.Option("--events", help="Score an exported JSONL event log instead (no store)."),
     ] = None,
-    profile: ProfileOption = "trace-paper-v1",
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help=f"Scoring profile: {', '.join(PROFILES)} (default: the one matching the "
+            "run's protocol profile, trace-paper-v1 for trace runs).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
     records: Annotated[
         bool, typer.Option("--records", help="With --json: include per-record results.")
@@ -94,13 +111,15 @@ def score(
     if (run_id is None) == (events is None):
         raise _fail("give either a RUN_ID or --events FILE.jsonl")
     try:
-        chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
         if events is not None:
-            scores = score_exported(events, chosen, judge)
+            name = profile or scoring_profile_for(_exported_protocol(events))
+            scores = score_exported(events, _profile(name, tolerance), judge)
         else:
             with Store(resolve_store_url(store)) as opened:
-                scores = score_run(opened, run_id, chosen, judge)
+                protocol = opened.get_run(run_id).config.get("profile", "")
+                name = profile or scoring_profile_for(protocol)
+                scores = score_run(opened, run_id, _profile(name, tolerance), judge)
     except (ScoreError, StoreError) as exc:
         raise _fail(str(exc)) from None
     if as_json:

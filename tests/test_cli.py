@@ -142,3 +142,17 @@ def test_adapter_serve_lists_and_refuses_unknown_names():
     unknown = streameval("adapter", "serve", "nobody", "--port", "0")
     assert unknown.returncode != 0
     assert "unknown adapter 'nobody'" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_score_defaults_to_the_scoring_profile_of_the_run_protocol(benchmark_path, tmp_path):
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with AdapterProcess("always") as adapter:
+        ran = streameval(
+            "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
+            "--profile", "ovo-offline", "--task", "qa", "--json", "--store", store,
+        )  # fmt: skip
+    run_id = json.loads(ran.stdout)["run_id"]
+    scored = json.loads(streameval("score", run_id, "--json", "--store", store).stdout)
+    assert (scored["protocol"], scored["profile"]["name"]) == ("ovo-offline", "ovo-offline")
+    forced = streameval("score", run_id, "--json", "--profile", "trace-paper-v1", "--store", store)
+    assert json.loads(forced.stdout)["profile"]["name"] == "trace-paper-v1"
