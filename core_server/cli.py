@@ -68,9 +68,12 @@ def execute(
 ) -> RunSummary:
     """Run (or resume) with a progress bar on stderr once the sessions start."""
 
+    started: list[str] = []
+
     async def go() -> RunSummary:
         executor = RunExecutor(config, store)
         run_id = resume_id or await executor.prepare()
+        started.append(run_id)
         progress = Progress(
             TextColumn("[bold]sessions"),
             BarColumn(),
@@ -84,7 +87,13 @@ def execute(
             executor.progress = _progress_reporter(progress, task_id)
             return await executor.execute(run_id)
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        # Finished sessions are already stored; the run is marked interrupted.
+        resume = f": resume it with `streameval run --resume {started[0]}`" if started else ""
+        console.print(f"interrupted{resume}", highlight=False)
+        raise typer.Exit(130) from None
 
 
 # --------------------------------------------------------------------------- run
