@@ -259,6 +259,22 @@ class SessionLog:
         return self.events
 
 
+def asked_session(
+    record: QARecord, answer: str | None, frames_s: Sequence[float], protocol: str = "trace"
+) -> SessionLog:
+    """A finished QA session: the frames, the question, then `answer` (None: declined)."""
+    log = SessionLog("run", record.record_id).start(protocol=protocol)
+    for t in frames_s:
+        log.frame(float(t))
+    log.question(record)
+    if answer is None:
+        log.silent(task_id=record.record_id)
+    else:
+        log.respond(answer)
+    log.finish()
+    return log
+
+
 def store_run(
     store: Store,
     run_id: str,

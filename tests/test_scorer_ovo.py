@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core_server.benchmark.records import ProactiveRecord, Probe, QARecord, Trigger
-from scorer.eventlog import SessionLog, memory_source
+from scorer.eventlog import SessionLog, asked_session, memory_source
 from scorer.ovo import category_of, choice_correct, count_correct, probe_rule, yes_no_correct
 from scorer.profiles import PROFILES
 from scorer.report import RunScores, evaluate_source, scores_of
@@ -112,17 +112,7 @@ def forward(record_id: str, task_type: str, probes: list[tuple[float, str]]) -> 
 
 
 def asked(record: QARecord, answer: str | None) -> SessionLog:
-    """The prefix 0..4 s, the question, then `answer` (None: a silent decision)."""
-    log = SessionLog("run", record.record_id).start(protocol="ovo-offline")
-    for t in range(5):
-        log.frame(float(t))
-    log.question(record)
-    if answer is None:
-        log.silent(task_id=record.record_id)
-    else:
-        log.respond(answer)
-    log.finish()
-    return log
+    return asked_session(record, answer, range(5), protocol="ovo-offline")
 
 
 def probed(record: ProactiveRecord, answers: dict[int, str], fail_after: int | None = None):

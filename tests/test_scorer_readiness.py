@@ -7,7 +7,7 @@ import math
 import pytest
 
 from core_server.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
-from scorer.eventlog import SessionLog, memory_source
+from scorer.eventlog import SessionLog, asked_session, memory_source
 from scorer.profiles import PROFILES
 from scorer.readiness import early_penalty, late_penalty
 from scorer.report import evaluate_source, scores_of
@@ -61,15 +61,7 @@ def qa(record_id: str, spans: list[tuple[float, float]], t_q: float, answer: str
 
 
 def answered(rec: QARecord, text: str | None) -> SessionLog:
-    log = SessionLog("run", rec.record_id).start()
-    log.frame(rec.question_time_s)
-    log.question(rec)
-    if text is None:
-        log.silent()
-    else:
-        log.respond(text)
-    log.finish()
-    return log
+    return asked_session(rec, text, [rec.question_time_s])
 
 
 def test_qa_ars_and_effective_accuracy() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
 from scorer.episodes import assemble_one
-from scorer.eventlog import SessionLog, memory_source
+from scorer.eventlog import SessionLog, asked_session, memory_source
 from scorer.profiles import PROFILES
 from scorer.report import evaluate_source, scores_of
 from scorer.streamingbench import contains_output, evaluate_streamingbench, first_label
@@ -155,16 +155,7 @@ def qa(record_id: str, answer: str) -> QARecord:
 
 
 def asked(record: QARecord, answer: str | None) -> SessionLog:
-    log = SessionLog("run", record.record_id).start(protocol="streamingbench-polling")
-    for t in range(4):
-        log.frame(float(t))
-    log.question(record)
-    if answer is None:
-        log.silent(task_id=record.record_id)
-    else:
-        log.respond(answer)
-    log.finish()
-    return log
+    return asked_session(record, answer, range(4), protocol="streamingbench-polling")
 
 
 def test_run_accuracy_pools_questions_and_targets() -> None:
