@@ -26,7 +26,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.make_video import make_video  # noqa: E402
+from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_section  # noqa: E402
 from core_server.adapter_process import AdapterProcess  # noqa: E402
 from core_server.benchmark.records import Benchmark, QARecord  # noqa: E402
@@ -36,14 +36,15 @@ from core_server.store.store import Store  # noqa: E402
 OUT = REPO / "bench" / "out"
 
 
-def qa_benchmark(folder: Path, video: str, question_times: list[float], name: str) -> Path:
+def qa_benchmark(video: Path, question_times: list[float], name: str) -> Path:
+    """A QA benchmark over one video: a question at each time, written next to the video."""
     records = [
         QARecord(
             record_id=f"{name}:{i:05d}",
             source_id=f"{name}:{i:05d}",
             source_benchmark="bench",
             task_type="bench",
-            video_path=video,
+            video_path=video.name,
             question="Which option?",
             options=("A. yes", "B. no"),
             answer="A",
@@ -52,16 +53,10 @@ def qa_benchmark(folder: Path, video: str, question_times: list[float], name: st
         )
         for i, t in enumerate(question_times)
     ]
-    path = folder / f"{name}.json"
-    benchmark = Benchmark(name=name, version="1", video_root=str(folder), records=records)
+    path = video.parent / f"{name}.json"
+    benchmark = Benchmark(name=name, version="1", video_root=str(video.parent), records=records)
     path.write_text(benchmark.model_dump_json())
     return path
-
-
-def ensure_video(path: Path, seconds: int, width: int, height: int, fps: int) -> None:
-    if not path.exists():
-        print(f"encoding {path.name} ({seconds} s, {width}x{height} @ {fps} fps)...", flush=True)
-        make_video(path, seconds=seconds, width=width, height=height, fps=fps)
 
 
 def run_core(benchmark: Path, adapter_url: str, store_url: str, *extra: str) -> tuple[dict, float]:
@@ -107,17 +102,28 @@ def fresh_store(name: str) -> str:
     return f"sqlite:///{path}"
 
 
+def measured_run(
+    adapter_name: str, benchmark: Path, name: str, *options: str, warm: bool = True
+) -> tuple[dict, float, float, str]:
+    """Serve the adapter, warm the frame cache with one record (so that decoding is not
+    measured), then time one Core process. Returns its summary, seconds, peak RSS (MiB) and
+    the store URL holding its events."""
+    store_url = fresh_store(name)
+    with AdapterProcess(adapter_name) as adapter:
+        if warm:
+            run_core(benchmark, adapter.url, fresh_store(f"{name}-warm"), "--limit", "1")
+        started = time.perf_counter()
+        summary, peak_mib = run_core(benchmark, adapter.url, store_url, *options)
+        elapsed = time.perf_counter() - started
+    return summary, elapsed, peak_mib, store_url
+
+
 def bench_ttft() -> str:
-    video = OUT / "short.mp4"
-    ensure_video(video, seconds=30, width=320, height=180, fps=10)
-    benchmark = qa_benchmark(OUT, video.name, [5.0 + (i % 20) for i in range(1000)], "ttft")
-    store_url = fresh_store("ttft")
-    with AdapterProcess("always") as adapter:
-        # Warm the frame cache so the measured run is the harness alone.
-        run_core(benchmark, adapter.url, fresh_store("ttft-warm"), "--limit", "1")
-        summary, _ = run_core(
-            benchmark, adapter.url, store_url, "--concurrency", "1", "--qa-history", "1"
-        )
+    video = cached_video(OUT, seconds=30, width=320, height=180, fps=10)
+    benchmark = qa_benchmark(video, [5.0 + (i % 20) for i in range(1000)], "ttft")
+    summary, _, _, store_url = measured_run(
+        "always", benchmark, "ttft", "--concurrency", "1", "--qa-history", "1"
+    )
     ttft_ms, latency_ms = [], []
     with Store(store_url) as store:
         asked: dict[str, int] = {}
@@ -142,17 +148,11 @@ def bench_ttft() -> str:
 
 
 def bench_throughput() -> str:
-    video = OUT / "ten-minutes-small.mp4"
-    ensure_video(video, seconds=600, width=320, height=180, fps=10)
-    benchmark = qa_benchmark(OUT, video.name, [599.0] * 16, "throughput")
-    store_url = fresh_store("throughput")
-    with AdapterProcess("silent") as adapter:
-        run_core(benchmark, adapter.url, fresh_store("throughput-warm"), "--limit", "1")
-        started = time.perf_counter()
-        summary, _ = run_core(
-            benchmark, adapter.url, store_url, "--concurrency", "8", "--qa-history", "0"
-        )
-        elapsed = time.perf_counter() - started
+    video = cached_video(OUT, seconds=600, width=320, height=180, fps=10)
+    benchmark = qa_benchmark(video, [599.0] * 16, "throughput")
+    summary, elapsed, _, store_url = measured_run(
+        "silent", benchmark, "throughput", "--concurrency", "8", "--qa-history", "0"
+    )
     with Store(store_url) as store:
         sent = [
             e.runtime_ns
@@ -176,16 +176,12 @@ def bench_throughput() -> str:
 
 
 def bench_memory() -> str:
-    video = OUT / "one-hour-small.mp4"
-    ensure_video(video, seconds=3600, width=320, height=180, fps=5)
-    benchmark = qa_benchmark(OUT, video.name, [3599.0] * 50, "memory")
-    store_url = fresh_store("memory")
-    with AdapterProcess("silent") as adapter:
-        started = time.perf_counter()
-        summary, peak_mib = run_core(
-            benchmark, adapter.url, store_url, "--concurrency", "50", "--qa-history", "0"
-        )
-        elapsed = time.perf_counter() - started
+    video = cached_video(OUT, seconds=3600, width=320, height=180, fps=5)
+    benchmark = qa_benchmark(video, [3599.0] * 50, "memory")
+    # Not warmed: decoding the hour-long video once is part of what the Core holds in memory.
+    summary, elapsed, peak_mib, _ = measured_run(
+        "silent", benchmark, "memory", "--concurrency", "50", "--qa-history", "0", warm=False
+    )
     return (
         f"50 sessions stream the full prefix of a 1-hour video (3,600 frames each at 1 fps, "
         f"180,000 frames in all) concurrently to a no-op adapter; the Core decodes the video "
