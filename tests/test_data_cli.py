@@ -21,9 +21,9 @@ from typer.testing import CliRunner, Result
 
 from core_server.adapter_process import AdapterProcess
 from core_server.benchmark.data_cli import data_app
-from core_server.benchmark.loader import load_benchmark
+from core_server.benchmark.loader import import_path, load_benchmark
 from core_server.benchmark.records import Benchmark, QARecord
-from core_server.benchmark.validate import trigger_bounds, video_duration_s
+from core_server.benchmark.validate import trigger_bounds, validate, video_duration_s
 from core_server.config import EndpointConfig, RunConfig
 from core_server.runner import RunExecutor, RunSummary
 from core_server.store.store import Store
@@ -224,15 +224,19 @@ def test_validate_reports_each_injected_defect_on_its_line(defective_release) ->
             "videos/sample_376_real.mp4: undecodable video: "
             f"{videos}/videos/sample_376_real.mp4: Invalid data found when processing input "
             "(needed by 1 record)",
-            "streambench_qa:417: question at 19s is past the end of its video "
-            "(10.00s, videos/sample_467_real.mp4)",
         ]
     )
-    assert summary == f"{release}: 7 problems in 6 trace records; 6 videos checked"
+    assert summary == f"{release}: 6 problems in 6 trace records; 6 videos checked"
     assert "no manifest.json" in done.stderr
+    # Past the video's end is a warning: the file is usable, a run fails that record only.
+    assert (
+        "warning: streambench_qa:417: question at 19s is past the end of its video "
+        "(10.00s, videos/sample_467_real.mp4); a run fails this record"
+    ) in done.stderr.splitlines()
 
     as_json = json.loads(invoke("validate", release, "--video-root", videos, "--json").stdout)
-    assert as_json["ok"] is False and len(as_json["problems"]) == 7
+    assert as_json["ok"] is False and len(as_json["problems"]) == 6
+    assert [w.split(":", 2)[1] for w in as_json["warnings"]] == ["417"]
     assert {"where": "streambench_qa:16", "message": "unknown answer letter 'E' (options A-D)"} in (
         as_json["problems"]
     )
@@ -332,3 +336,37 @@ def test_imported_records_run_end_to_end_and_are_scored(parts, source, windows, 
     assert scores.records_scored == len(benchmark.records)
     assert list(scores.by_source_benchmark) == [source]
     assert scores.overall["proactive"]["in_window_accuracy"].population == windows
+
+
+def test_unusual_times_are_imported_with_a_note_and_warned_past_the_video_end(
+    tmp_path: Path,
+) -> None:
+    question = {
+        "task_type": "Counting",
+        "question": "How many?",
+        "answer": "A",
+        "options": ["A. 1", "B. 2"],
+    }
+    data = [
+        {"video_path": "./videos/v.mp4", "questions": [{**question, "time_stamp": "00:24"}]},
+        {"video_path": "./videos/v.mp4", "questions": [{**question, "time_stamp": "00:12450"}]},
+        {"video_path": "./videos/v.mp4", "questions": [{**question, "time_stamp": "00:00:05"}]},
+    ]
+    path = tmp_path / "questions_real.json"
+    path.write_text(json.dumps(data))
+    imported = import_path(path)
+    assert imported.problems == []
+    assert [r.question_time_s for r in imported.benchmark.records] == [24.0, 12450.0, 5.0]
+    assert imported.notes == [
+        "streamingbench:real/0/0: time_stamp '00:24' read as 24 s (base-60 digits from the "
+        "right, as StreamingBench reads it)",
+        "streamingbench:real/1/0: time_stamp '00:12450' read as 12450 s (base-60 digits from "
+        "the right, as StreamingBench reads it)",
+    ]
+    write_video(tmp_path / "videos" / "v.mp4", duration_s=30)
+    report = validate(imported, tmp_path)
+    assert report.problems == []
+    assert report.warnings == [
+        "streamingbench:real/1/0: question at 12450s is past the end of its video "
+        "(30.00s, videos/v.mp4); a run fails this record"
+    ]

@@ -92,12 +92,17 @@ def test_proactive_ground_truth_is_a_point_trigger() -> None:
     assert first.metadata["ground_truth_time_stamp"] == "00:07:40"
 
 
-def test_times() -> None:
+def test_times_are_base_60_digits_from_the_right_as_streamingbench_reads_them() -> None:
     assert seconds("00:06:59") == 419.0
     assert seconds("0:06:30") == 390.0
     assert seconds("01:02:03.5") == 3723.5
-    for bad in ("6:30", "00:61:00", "", 12):
-        with pytest.raises(EntryError, match="is not HH:MM:SS"):
+    # The two forms of the full questions_real.json that a strict H:MM:SS parse refuses.
+    assert seconds("00:24") == 24.0
+    assert seconds("00:12450") == 12450.0
+    assert seconds("6:30") == 390.0
+    assert seconds("00:61:00") == 3660.0
+    for bad in ("26s", "", "1::2", "a:b", ":30", "12", 12):
+        with pytest.raises(EntryError, match="is not a colon-separated time like HH:MM:SS"):
             seconds(bad)
 
 
@@ -121,10 +126,11 @@ def test_labels_added_when_missing_and_bad_entries_named(tmp_path: Path) -> None
     assert record.options == ("A. DEN.", "B. MIA.", "C. BOS.", "D. GS.")
     assert record.answer == "B"
     assert [str(p) for p in imported.problems] == [
-        "questions_real.json[1].questions[0]: time '26s' is not HH:MM:SS",
+        "questions_real.json[1].questions[0]: time '26s' is not a colon-separated time like "
+        "HH:MM:SS",
         "questions_real.json[2]: missing field 'questions'",
     ]
     with pytest.raises(
-        BenchmarkError, match=r"is not HH:MM:SS \(and 1 more problem\); `streameval data validate"
+        BenchmarkError, match=r"like HH:MM:SS \(and 1 more problem\); `streameval data validate"
     ):
         load_benchmark(str(path), tmp_path)

@@ -78,6 +78,8 @@ def validate_command(
     else:
         for note in report.notes:
             typer.echo(f"note: {note}", err=True)
+        for warning in report.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         for problem in report.problems:
             typer.echo(str(problem))
         typer.echo(_summary(path, imported, report, video_root))
@@ -104,6 +106,7 @@ def _report_json(path: Path, imported: Imported, report: Report, video_root: Pat
         "records": report.records,
         "problems": [{"where": p.where, "message": p.message} for p in report.problems],
         "notes": report.notes,
+        "warnings": report.warnings,
         "videos_checked": report.videos_checked if video_root is not None else None,
     }
 

@@ -11,6 +11,7 @@ file is its identity. docs/benchmarks.md lists the mapping.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord, 
 
 SOURCE = "streamingbench"
 PARTS = ("real", "omni", "sqa", "proactive")
-_TIME = re.compile(r"^(\d+):([0-5]?\d):([0-5]?\d(?:\.\d+)?)$")
+# StreamingBench's loader reads any colon-separated time as base-60 digits from the right.
+_TIME = re.compile(r"^\d+(?::\d+)*:\d+(?:\.\d+)?$")
+_CLOCK = re.compile(r"^\d+:[0-5]\d:[0-5]\d(?:\.\d+)?$")  # the usual H:MM:SS form
 _LETTER = re.compile(r"^([A-Z])[.)]?$")
 
 
@@ -53,12 +56,28 @@ def part_of(path: Path, data: list) -> str:
 
 
 def seconds(stamp: Any) -> float:
-    """ "HH:MM:SS" (hours may have one digit) in seconds."""
-    match = _TIME.match(stamp.strip()) if isinstance(stamp, str) else None
-    if match is None:
-        raise EntryError(f"time {stamp!r} is not HH:MM:SS")
-    hours, minutes, secs = match.groups()
-    return int(hours) * 3600 + int(minutes) * 60 + float(secs)
+    """A colon-separated time in seconds, read as StreamingBench reads it: base-60 digits
+    from the right, whatever their width ("00:06:59" is 419 s, "00:24" is 24 s and
+    "00:12450" is 12,450 s)."""
+    text = stamp.strip() if isinstance(stamp, str) else None
+    if text is None or _TIME.match(text) is None:
+        raise EntryError(f"time {stamp!r} is not a colon-separated time like HH:MM:SS")
+    *whole, last = text.split(":")
+    total = float(last)
+    for position, part in enumerate(reversed(whole), start=1):
+        total += int(part) * 60**position
+    return total
+
+
+def _unusual_times(record: Record) -> Iterator[str]:
+    """Notes on times not written H:MM:SS, with what they were read as."""
+    for key in ("time_stamp", "ground_truth_time_stamp"):
+        stamp = record.metadata.get(key)
+        if isinstance(stamp, str) and _CLOCK.match(stamp.strip()) is None:
+            yield (
+                f"{record.record_id}: {key} {stamp!r} read as {seconds(stamp):g} s "
+                "(base-60 digits from the right, as StreamingBench reads it)"
+            )
 
 
 def import_streamingbench(path: Path, data: list, video_root: Path | None = None) -> Imported:
@@ -82,7 +101,8 @@ def import_streamingbench(path: Path, data: list, video_root: Path | None = None
         video_root=str(video_root or path.parent),
         records=records,
     )
-    return Imported(SOURCE, benchmark, problems)
+    notes = [note for record in records for note in _unusual_times(record)]
+    return Imported(SOURCE, benchmark, problems, notes)
 
 
 def _entries(data: list) -> list[tuple[tuple[int, ...], Any]]:
