@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from core_server.adapter_process import AdapterProcess, AdapterProcessError
 from core_server.benchmark.data_cli import data_app
@@ -19,7 +20,15 @@ from core_server.benchmark.loader import BenchmarkError
 from core_server.config import PROFILES, EndpointConfig, RunConfig
 from core_server.frames import VideoDecodeError
 from core_server.paths import default_cache_dir, resolve_store_url
-from core_server.runner import RunError, RunExecutor, RunSummary
+from core_server.runner import (
+    EXIT_CANNOT_START,
+    EXIT_INTERRUPTED,
+    RunError,
+    RunExecutor,
+    RunSummary,
+    adapter_identity,
+    identity_label,
+)
 from core_server.session import SessionOutcome
 from core_server.store.store import Store, StoreError
 from scorer import cli as scorer_cli
@@ -47,7 +56,7 @@ USER_ERRORS = (RunError, StoreError, BenchmarkError, VideoDecodeError, AdapterPr
 
 def fail(message: str) -> typer.Exit:
     console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(2)
+    return typer.Exit(EXIT_CANNOT_START)
 
 
 def _progress_reporter(progress: Progress, task_id):
@@ -56,7 +65,7 @@ def _progress_reporter(progress: Progress, task_id):
         if outcome.status == "failed":
             progress.console.print(
                 f"[yellow]session {outcome.session_id} failed[/yellow] "
-                f"({outcome.stage}): {outcome.reason}",
+                f"({outcome.stage}, {outcome.cause}): {outcome.reason}",
                 highlight=False,
             )
 
@@ -64,7 +73,13 @@ def _progress_reporter(progress: Progress, task_id):
 
 
 def execute(
-    config: RunConfig, store: Store, resume_id: str | None = None, show_progress: bool = True
+    config: RunConfig,
+    store: Store,
+    resume_id: str | None = None,
+    show_progress: bool = True,
+    *,
+    retry_failed: bool = False,
+    allow_adapter_change: bool = False,
 ) -> RunSummary:
     """Run (or resume) with a progress bar on stderr once the sessions start."""
 
@@ -82,10 +97,21 @@ def execute(
             console=console,
             disable=not show_progress,
         )
-        with progress:
-            task_id = progress.add_task("run", total=None)
-            executor.progress = _progress_reporter(progress, task_id)
-            return await executor.execute(run_id)
+        task_id = progress.add_task("run", total=None)
+
+        def begin(total: int) -> None:
+            # Only once the checks passed: a refused resume prints its one error line alone.
+            progress.update(task_id, total=total)
+            progress.start()
+
+        executor.on_start = begin
+        executor.progress = _progress_reporter(progress, task_id)
+        try:
+            return await executor.execute(
+                run_id, retry_failed=retry_failed, allow_adapter_change=allow_adapter_change
+            )
+        finally:
+            progress.stop()
 
     try:
         return asyncio.run(go())
@@ -93,7 +119,7 @@ def execute(
         # Finished sessions are already stored; the run is marked interrupted.
         resume = f": resume it with `streameval run --resume {started[0]}`" if started else ""
         console.print(f"interrupted{resume}", highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 # --------------------------------------------------------------------------- run
@@ -137,9 +163,34 @@ def run(
     resume: Annotated[
         str | None, typer.Option("--resume", help="Continue an interrupted run by its id.")
     ] = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="With --resume: also redo the sessions that failed for infrastructure "
+            "reasons (unreachable, crashed or timed-out adapter), as new attempts.",
+        ),
+    ] = False,
+    allow_adapter_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-adapter-change",
+            help="With --resume: accept endpoints serving another adapter, version or model "
+            "than the run used; the run then lists every adapter it used.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Run a benchmark against adapter endpoints (or --resume an interrupted run)."""
+    """Run a benchmark against adapter endpoints (or --resume an interrupted run).
+
+    Exit status: 0 every session finished; 1 some sessions failed; 3 every session failed
+    (the run's status is then `failed`); 2 the run could not start (bad options,
+    unreachable adapter, a resume against a different adapter); 130 interrupted (resume it
+    with --resume). A resume's status counts the sessions kept from before too.
+    """
+    if not resume and (retry_failed or allow_adapter_change):
+        flag = "--retry-failed" if retry_failed else "--allow-adapter-change"
+        raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
     try:
         with Store(resolve_store_url(store, cache_dir)) as opened:
             if resume:
@@ -171,12 +222,21 @@ def run(
                     response_timeout_s=response_timeout,
                     **({"cache_dir": str(cache_dir)} if cache_dir else {}),
                 )
-            summary = execute(config, opened, resume_id=resume, show_progress=not as_json)
+            summary = execute(
+                config,
+                opened,
+                resume_id=resume,
+                show_progress=not as_json,
+                retry_failed=retry_failed,
+                allow_adapter_change=allow_adapter_change,
+            )
             _print_summary(summary, opened, as_json)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
         raise fail(_first_validation_error(exc)) from None
+    if summary.exit_code:
+        raise typer.Exit(summary.exit_code)
 
 
 def _first_validation_error(exc: ValueError) -> str:
@@ -196,15 +256,27 @@ def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
         "finished": summary.finished,
         "failed": summary.failed,
         "kept": summary.kept,
+        "retried": summary.retried,
+        "status": summary.status,
+        "failed_total": summary.failed_total,
     }
     if as_json:
-        print(json.dumps(body))
+        print(json.dumps(body), flush=True)
         return
+    retried = f", {summary.retried} failed ones retried" if summary.retried else ""
     console.print(
         f"run [bold]{summary.run_id}[/bold]: {summary.finished} finished, {summary.failed} "
-        f"failed, {summary.kept} kept from before (store {store.url})",
+        f"failed, {summary.kept} kept from before{retried} (store {store.url})",
         highlight=False,
     )
+    if summary.status == "failed":
+        console.print(f"[red]run {summary.run_id} failed: every session failed[/red]")
+    elif summary.failed_total:
+        console.print(
+            f"[yellow]{summary.failed_total} of {summary.total} sessions of run "
+            f"{summary.run_id} failed[/yellow]",
+            highlight=False,
+        )
 
 
 # --------------------------------------------------------------------------- demo
@@ -263,18 +335,21 @@ def runs(
             infos = opened.list_runs()
     except StoreError as exc:
         raise fail(str(exc)) from None
-    rows = [
-        {
-            "run_id": info.run_id,
-            "created_at": info.created_at.isoformat(timespec="seconds"),
-            "status": info.status,
-            "benchmark": info.benchmark,
-            "profile": info.config.get("profile", ""),
-            "pacing": info.config.get("pacing", ""),
-            "adapters": [a.get("adapter", "?") for a in info.conditions.get("adapters", [])],
-        }
-        for info in infos
-    ]
+    rows = []
+    for info in infos:
+        identities = _identities(info.conditions.get("adapters") or [])
+        rows.append(
+            {
+                "run_id": info.run_id,
+                "created_at": info.created_at.isoformat(timespec="seconds"),
+                "status": info.status,
+                "benchmark": info.benchmark,
+                "profile": info.config.get("profile", ""),
+                "pacing": info.config.get("pacing", ""),
+                "adapters": [identity_label(identity) for identity in identities],
+                "adapter_identities": identities,
+            }
+        )
     if as_json:
         print(json.dumps(rows))
         return
@@ -282,8 +357,35 @@ def runs(
     for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapters"):
         table.add_column(column, no_wrap=True)
     for row in rows:
-        table.add_row(*[", ".join(v) if isinstance(v, list) else v for v in row.values()])
+        style = STATUS_STYLES.get(row["status"], "")
+        table.add_row(
+            Text(row["run_id"]),
+            row["created_at"],
+            Text(row["status"], style=style),
+            Text(row["benchmark"]),
+            Text(row["profile"]),
+            Text(row["pacing"]),
+            Text("; ".join(row["adapters"])),
+        )
     Console().print(table)
+
+
+STATUS_STYLES = {"failed": "red", "interrupted": "yellow", "finished": "green"}
+
+
+def _identities(adapters: list[dict]) -> list[dict]:
+    """Each adapter identity a run used, once, with the endpoints that served it."""
+    identities: list[dict] = []
+    for info in adapters:
+        identity = adapter_identity(info)
+        same = next((i for i in identities if adapter_identity(i) == identity), None)
+        if same is None:
+            same = {**identity, "endpoints": []}
+            identities.append(same)
+        endpoint = info.get("endpoint")
+        if endpoint is not None and endpoint not in same["endpoints"]:
+            same["endpoints"].append(endpoint)
+    return identities
 
 
 @app.command()

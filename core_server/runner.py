@@ -3,7 +3,13 @@
 Each endpoint gets as many worker tasks as its concurrency limit; workers pull sessions from
 one shared queue, so sessions spread over replicas and a slow replica simply takes fewer.
 All events go through one `EventWriter`. A session's failure never stops the run; an
-interrupted run can be resumed: finished sessions are kept, the rest are reset and redone.
+interrupted run can be resumed: finished and failed sessions are kept, the rest are reset and
+redone (with `retry_failed`, sessions that failed for infrastructure reasons are redone too).
+A resume refuses endpoints that serve another adapter identity than the run used, unless
+`allow_adapter_change`; every identity a run used is listed in `runs.conditions["adapters"]`.
+
+The run ends `finished`, or `failed` when every one of its sessions failed; `RunSummary.
+exit_code` is what `streameval run` exits with (0 all finished, 1 some failed, 3 all failed).
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from core_server.config import PROFILES, EndpointConfig, RunConfig
 from core_server.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
 from core_server.session import SessionDriver, SessionOutcome, SessionPlan
-from core_server.store.events import Event, EventKind
-from core_server.store.store import Store
+from core_server.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
+from core_server.store.store import SessionInfo, Store
 from core_server.store.writer import EventWriter
 from core_server.timeline import (
     Timeline,
@@ -35,6 +41,14 @@ from core_server.timeline import (
 )
 
 ProgressCallback = Callable[[SessionOutcome, int, int], None]
+StartCallback = Callable[[int], None]
+
+# What `streameval run` exits with (docker/benchmark-job.sh passes them on).
+EXIT_FINISHED = 0  # every session of the run finished
+EXIT_SOME_FAILED = 1  # some sessions failed
+EXIT_CANNOT_START = 2  # the run could not start: bad options, unreachable or changed adapter
+EXIT_ALL_FAILED = 3  # every session failed: the run's status is `failed`
+EXIT_INTERRUPTED = 130  # Ctrl-C; the run is `interrupted` and can be resumed
 
 
 class RunError(Exception):
@@ -43,12 +57,25 @@ class RunError(Exception):
 
 @dataclass
 class RunSummary:
+    """One execution of a run. `finished`/`failed` count the sessions run this time, `kept`
+    those left as they were, `retried` the failed ones redone; `status` and `failed_total`
+    describe the whole run afterwards (kept sessions included)."""
+
     run_id: str
     total: int
     finished: int = 0
     failed: int = 0
     kept: int = 0
+    retried: int = 0
+    status: str = "finished"
+    failed_total: int = 0
     failures: list[SessionOutcome] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.failed_total == 0:
+            return EXIT_FINISHED
+        return EXIT_ALL_FAILED if self.status == "failed" else EXIT_SOME_FAILED
 
 
 def new_run_id() -> str:
@@ -78,6 +105,52 @@ async def check_endpoint(endpoint: EndpointConfig, config: RunConfig, has_proact
     return info
 
 
+def adapter_identity(info: dict) -> dict:
+    """What makes two adapters the same for a run: name, version and declared conditions
+    (model name and version included), not where they are served."""
+    return {
+        "adapter": info.get("adapter"),
+        "adapter_version": info.get("adapter_version"),
+        "conditions": info.get("conditions") or {},
+    }
+
+
+def identity_label(info: dict) -> str:
+    """`name version (model_name model_version)`, for one line of text."""
+    conditions = info.get("conditions") or {}
+    label = f"{info.get('adapter', '?')} {info.get('adapter_version', '?')}"
+    model = " ".join(
+        str(conditions[k]) for k in ("model_name", "model_version") if conditions.get(k)
+    )
+    return f"{label} ({model})" if model else label
+
+
+def identity_differences(used: dict, new: dict) -> list[str]:
+    """`field old -> new` for each field of the identity that differs."""
+    old, now = adapter_identity(used), adapter_identity(new)
+    changes = [
+        f"{key} {old[key]} -> {now[key]}"
+        for key in ("adapter", "adapter_version")
+        if old[key] != now[key]
+    ]
+    keys = list(old["conditions"]) + [k for k in now["conditions"] if k not in old["conditions"]]
+    for key in keys:
+        before, after = old["conditions"].get(key), now["conditions"].get(key)
+        if before != after:
+            changes.append(f"conditions.{key} {before} -> {after}")
+    return changes
+
+
+def session_failure_cause(session: SessionInfo) -> str | None:
+    """A failed session's cause; derived from its stage for sessions stored before the Core
+    recorded causes."""
+    if session.status != "failed":
+        return None
+    if session.failure_cause is not None:
+        return session.failure_cause
+    return failure_cause({"stage": session.failure_stage, "reason": session.failure_reason})
+
+
 class RunExecutor:
     def __init__(
         self,
@@ -88,6 +161,8 @@ class RunExecutor:
         self.config = config.resolved()
         self.store = store
         self.progress = progress
+        # Called with the number of sessions to run, once the checks passed and they start.
+        self.on_start: StartCallback | None = None
         self.profile = PROFILES[self.config.profile]
         self.rules = ImageRules(
             fps=self.config.fps,
@@ -109,22 +184,31 @@ class RunExecutor:
         if not records:
             raise RunError("the benchmark selection is empty: check --tasks/--task-type/--limit")
         infos = await self._check_endpoints(records)
+        adapters = [
+            {**info, "endpoint": endpoint.url}
+            for endpoint, info in zip(self.config.endpoints, infos, strict=True)
+        ]
         run_id = new_run_id()
         self.store.create_run(
             run_id,
             benchmark=f"{benchmark.name}@{benchmark.version}",
             config=self.config.model_dump(mode="json"),
-            conditions={"run": self.config.run_conditions().model_dump(), "adapters": infos},
+            conditions={"run": self.config.run_conditions().model_dump(), "adapters": adapters},
         )
         self.store.add_records(run_id, [r.model_dump(mode="json") for r in records])
         self.store.add_sessions(run_id, [(r.record_id, [r.record_id]) for r in records])
         return run_id
 
-    async def execute(self, run_id: str) -> RunSummary:
+    async def execute(
+        self, run_id: str, *, retry_failed: bool = False, allow_adapter_change: bool = False
+    ) -> RunSummary:
         """Run every session of `run_id` that has not ended; ended ones are kept as they are.
 
         This is both the first execution and a resume: an interrupted session's partial
-        events are deleted and the session is redone from its start.
+        events are deleted and the session is redone from its start (a new attempt). With
+        `retry_failed`, sessions that failed for infrastructure reasons are redone the same
+        way; other failures are final. An endpoint serving another adapter identity than the
+        run used is refused (RunError) unless `allow_adapter_change`, which records it.
         """
         benchmark = self._load_benchmark()
         by_id = {r.record_id: r for r in benchmark.records}
@@ -132,16 +216,25 @@ class RunExecutor:
         missing = [rid for s in stored for rid in s.record_ids if rid not in by_id]
         if missing:
             raise RunError(f"run {run_id}: the benchmark has no records {missing[:3]}")
-        todo = [s for s in stored if s.status not in ("finished", "failed")]
+        retry = {
+            s.session_id
+            for s in stored
+            if retry_failed and session_failure_cause(s) == INFRASTRUCTURE
+        }
+        todo = [
+            s for s in stored if s.status not in ("finished", "failed") or s.session_id in retry
+        ]
         records = [by_id[s.record_ids[0]] for s in todo]
         if records:
-            await self._check_endpoints(records)
+            infos = await self._check_endpoints(records)
+            self._check_identities(run_id, infos, allow_adapter_change)
         for session in todo:
-            if session.status == "running":
+            if session.status != "pending":  # running when the Core died, or retried
                 self.store.reset_session(run_id, session.session_id)
         summary = await self._execute(run_id, benchmark, records)
         summary.total = len(stored)
         summary.kept = len(stored) - len(todo)
+        summary.retried = len(retry)
         return summary
 
     def _load_benchmark(self) -> Benchmark:
@@ -161,9 +254,36 @@ class RunExecutor:
         checks = [check_endpoint(e, self.config, has_proactive) for e in self.config.endpoints]
         return list(await asyncio.gather(*checks))
 
+    def _check_identities(self, run_id: str, infos: list[dict], allow_change: bool) -> None:
+        """Refuse endpoints whose adapter identity the run has not used (unless allowed);
+        record every (identity, endpoint) pair the run now uses in its conditions."""
+        run = self.store.get_run(run_id)
+        conditions = dict(run.conditions)
+        used: list[dict] = list(conditions.get("adapters") or [])
+        known = [adapter_identity(info) for info in used]
+        added: list[dict] = []
+        for endpoint, info in zip(self.config.endpoints, infos, strict=True):
+            identity = adapter_identity(info)
+            if used and identity not in known and not allow_change:
+                changes = identity_differences(used[-1], info)
+                raise RunError(
+                    f"run {run_id} used adapter {identity_label(used[-1])} but {endpoint.url} "
+                    f"serves {identity_label(info)} ({', '.join(changes)}); pass "
+                    "--allow-adapter-change to resume with a different adapter on purpose"
+                )
+            entry = {**info, "endpoint": endpoint.url}
+            pairs = [(adapter_identity(u), u.get("endpoint")) for u in used + added]
+            if (identity, endpoint.url) not in pairs:
+                added.append(entry)
+        if added:
+            conditions["adapters"] = used + added
+            self.store.update_run_conditions(run_id, conditions)
+
     async def _execute(self, run_id: str, benchmark: Benchmark, records: list) -> RunSummary:
         summary = RunSummary(run_id=run_id, total=len(records))
         self.store.set_run_status(run_id, "running")
+        if self.on_start is not None:
+            self.on_start(len(records))
         writer = EventWriter(self.store)
         await writer.start()
         queue: asyncio.Queue = asyncio.Queue()
@@ -201,7 +321,12 @@ class RunExecutor:
             self.store.set_run_status(run_id, "interrupted")
             raise
         await writer.close()
-        self.store.set_run_status(run_id, "finished")
+        # The run's status comes from all of its sessions, those kept from before included.
+        sessions = self.store.sessions(run_id)
+        summary.failed_total = sum(s.status == "failed" for s in sessions)
+        all_failed = bool(sessions) and summary.failed_total == len(sessions)
+        summary.status = "failed" if all_failed else "finished"
+        self.store.set_run_status(run_id, summary.status)
         return summary
 
     async def _run_session(
@@ -218,8 +343,8 @@ class RunExecutor:
             frames = await self.cache.aget(video_root / record.video_path, self.rules)
             timeline = self._timeline(record, frames)
         except (VideoDecodeError, TimelineError) as exc:
-            outcome = SessionOutcome(session_id, "failed", "frames", str(exc))
-            failed = {"stage": "frames", "reason": str(exc)}
+            outcome = SessionOutcome(session_id, "failed", "frames", str(exc), INPUT)
+            failed = {"stage": "frames", "reason": str(exc), "cause": INPUT}
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:
@@ -235,7 +360,13 @@ class RunExecutor:
             )
             outcome = await driver.run()
         writer.put_session_status(
-            run_id, session_id, outcome.status, stage=outcome.stage, reason=outcome.reason
+            run_id,
+            session_id,
+            outcome.status,
+            stage=outcome.stage,
+            reason=outcome.reason,
+            cause=outcome.cause,
+            adapter=outcome.adapter,
         )
         return outcome
 

@@ -49,7 +49,13 @@ from adapters.protocol import (
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from core_server.config import Profile
 from core_server.frames import VideoFrames
-from core_server.store.events import Event, EventKind, probe_task_id
+from core_server.store.events import (
+    ADAPTER,
+    INFRASTRUCTURE,
+    Event,
+    EventKind,
+    probe_task_id,
+)
 from core_server.timeline import Timeline, TimelineItem
 
 CLOSE_GRACE_S = 5.0
@@ -58,10 +64,20 @@ log = logging.getLogger("streameval.core")
 
 
 class SessionFailure(Exception):
-    def __init__(self, stage: str, reason: str) -> None:
+    """Why a session failed: the stage it reached, one line of reason, and the cause.
+
+    `cause` tells failures a rerun may cure from those it will not: `infrastructure` (the
+    adapter could not be reached, disconnected or crashed, sent no hello, or did not answer
+    within the response timeout), `adapter` (it broke the protocol, reported a fatal error,
+    speaks another protocol version or declared conditions the profile refuses) or `input`
+    (the record's video or timeline is unusable).
+    """
+
+    def __init__(self, stage: str, reason: str, cause: str) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,8 @@ class SessionOutcome:
     status: str  # finished | failed
     stage: str | None = None
     reason: str | None = None
+    cause: str | None = None  # infrastructure | adapter | input, for a failed session
+    adapter: dict[str, Any] | None = None  # the adapter's hello, once it arrived
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,7 @@ class SessionDriver:
         self.waiting_for: tuple[str, int | None] | None = None
         self.failure: SessionFailure | None = None
         self.initiation = "polled"
+        self.hello: dict[str, Any] | None = None  # the adapter_hello payload
 
     # ------------------------------------------------------------------ public
 
@@ -142,13 +161,13 @@ class SessionDriver:
         except SessionFailure as failure:
             return self._fail(failure)
         except (ConnectionClosed, OSError) as exc:
-            return self._fail(self.failure or SessionFailure("streaming", _closed_reason(exc)))
+            return self._fail(self.failure or _closed_failure(exc))
         finally:
             if self.ws is not None:
                 with contextlib.suppress(Exception):
                     await self.ws.close()
         self.recorder.record(EventKind.SESSION_FINISHED, time.monotonic_ns(), self.current_t)
-        return SessionOutcome(self.plan.session_id, "finished")
+        return SessionOutcome(self.plan.session_id, "finished", adapter=self.hello)
 
     # ------------------------------------------------------------------ phases
 
@@ -182,16 +201,16 @@ class SessionDriver:
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             reason = f"cannot connect to {self.endpoint_url}: {exc or type(exc).__name__}"
-            raise SessionFailure("connect", reason) from None
+            raise SessionFailure("connect", reason, INFRASTRUCTURE) from None
 
     async def _handshake(self) -> None:
         assert self.ws is not None
         try:
             raw = await asyncio.wait_for(self.ws.recv(), self.connect_timeout_s)
         except TimeoutError:
-            raise SessionFailure("handshake", "adapter sent no hello") from None
+            raise SessionFailure("handshake", "adapter sent no hello", INFRASTRUCTURE) from None
         except ConnectionClosed as exc:
-            raise SessionFailure("handshake", _closed_reason(exc)) from None
+            raise SessionFailure("handshake", _closed_reason(exc), INFRASTRUCTURE) from None
         arrived = time.monotonic_ns()
         try:
             hello = parse_adapter_message(raw)
@@ -199,15 +218,13 @@ class SessionDriver:
             await self._violate(violation)
         if not isinstance(hello, Hello):
             await self._violate(ProtocolViolation("out_of_order", f"{hello.type} before hello"))
-        self.recorder.record(
-            EventKind.ADAPTER_HELLO,
-            arrived,
-            None,
-            adapter=hello.adapter,
-            adapter_version=hello.adapter_version,
-            protocol=hello.protocol,
-            conditions=hello.conditions.model_dump(),
-        )
+        self.hello = {
+            "adapter": hello.adapter,
+            "adapter_version": hello.adapter_version,
+            "protocol": hello.protocol,
+            "conditions": hello.conditions.model_dump(),
+        }
+        self.recorder.record(EventKind.ADAPTER_HELLO, arrived, None, **self.hello)
         if hello.protocol != PROTOCOL_VERSION:
             version = f"adapter speaks {hello.protocol}, core speaks {PROTOCOL_VERSION}"
             await self._violate(ProtocolViolation("version", version))
@@ -216,7 +233,7 @@ class SessionDriver:
             hello.conditions, isinstance(self.plan.record, ProactiveRecord)
         )
         if conflict:
-            raise SessionFailure("handshake", f"declared conditions: {conflict}")
+            raise SessionFailure("handshake", f"declared conditions: {conflict}", ADAPTER)
         start = SessionStart(
             run_id=self.plan.run_id,
             session_id=self.plan.session_id,
@@ -420,7 +437,7 @@ class SessionDriver:
             await asyncio.wait_for(waiter, self.response_timeout_s)
         except TimeoutError:
             reason = f"no {what} within {self.response_timeout_s:g}s"
-            raise SessionFailure("response", reason) from None
+            raise SessionFailure("response", reason, INFRASTRUCTURE) from None
         self._raise_failure()
 
     def _raise_failure(self) -> None:
@@ -447,13 +464,17 @@ class SessionDriver:
             await self._report_violation(violation)
         except ConnectionClosed as exc:
             if not self.ending:
-                self._set_failure(SessionFailure("streaming", _closed_reason(exc)))
+                self._set_failure(_closed_failure(exc))
         except Exception as exc:  # a bug here must fail the session, never hang it
             log.exception("session %s: error handling an adapter message", self.plan.session_id)
-            self._set_failure(SessionFailure("streaming", f"core error: {exc!r}"))
+            failure = SessionFailure("streaming", f"core error: {exc!r}", INFRASTRUCTURE)
+            self._set_failure(failure)
         else:
             if not self.ending:
-                self._set_failure(SessionFailure("streaming", "adapter closed the connection"))
+                closed = SessionFailure(
+                    "streaming", "adapter closed the connection", INFRASTRUCTURE
+                )
+                self._set_failure(closed)
         if self.ending and self.failure is None:
             self._resolve("closed")
 
@@ -531,14 +552,18 @@ class SessionDriver:
                 fatal=message.fatal,
             )
             if message.fatal:
-                raise SessionFailure("adapter", f"adapter error {message.code}: {message.message}")
+                reason = f"adapter error {message.code}: {message.message}"
+                raise SessionFailure("adapter", reason, ADAPTER)
         elif isinstance(message, SessionClosed):
             if not self.ending:
                 raise ProtocolViolation("out_of_order", "session_closed before session_end")
             self._resolve("closed")
         elif isinstance(message, ProtocolError):
+            # The adapter says the Core broke the protocol: a rerun would do the same again.
             raise SessionFailure(
-                "streaming", f"adapter reported protocol error {message.code}: {message.message}"
+                "streaming",
+                f"adapter reported protocol error {message.code}: {message.message}",
+                ADAPTER,
             )
         else:  # a second hello
             raise ProtocolViolation("out_of_order", f"unexpected {message.type} after hello")
@@ -562,7 +587,8 @@ class SessionDriver:
         self._raise_failure()
 
     async def _report_violation(self, violation: ProtocolViolation) -> None:
-        self._set_failure(SessionFailure("protocol", f"{violation.code}: {violation.message}"))
+        reason = f"{violation.code}: {violation.message}"
+        self._set_failure(SessionFailure("protocol", reason, ADAPTER))
         if self.ws is not None:
             with contextlib.suppress(Exception):
                 error = ProtocolError(code=violation.code, message=violation.message)
@@ -582,12 +608,29 @@ class SessionDriver:
             self.current_t,
             stage=failure.stage,
             reason=failure.reason,
+            cause=failure.cause,
         )
-        return SessionOutcome(self.plan.session_id, "failed", failure.stage, failure.reason)
+        return SessionOutcome(
+            self.plan.session_id,
+            "failed",
+            failure.stage,
+            failure.reason,
+            failure.cause,
+            self.hello,
+        )
 
 
 def _next_frame_t(items: tuple[TimelineItem, ...], position: int) -> float | None:
     return next((item.t for item in items[position + 1 :] if item.kind == "frame"), None)
+
+
+def _closed_failure(exc: BaseException) -> SessionFailure:
+    """A lost connection: infrastructure, unless the adapter's message was oversized (a
+    protocol violation, which a rerun would repeat)."""
+    oversized = isinstance(exc, ConnectionClosed) and exc.sent is not None and exc.sent.code == 1009
+    return SessionFailure(
+        "streaming", _closed_reason(exc), ADAPTER if oversized else INFRASTRUCTURE
+    )
 
 
 def _closed_reason(exc: BaseException) -> str:

@@ -67,8 +67,9 @@ def test_run_runs_and_export_follow_the_documented_schema(benchmark_path, tmp_pa
 
     listed = json.loads(streameval("runs", "--json", *common).stdout)
     assert [(r["run_id"], r["status"], r["adapters"]) for r in listed] == [
-        (summary["run_id"], "finished", ["always"])
+        (summary["run_id"], "finished", ["always 1 (baseline-always)"])
     ]
+    assert summary["status"] == "finished"
 
     out = tmp_path / "run.jsonl"
     exported = streameval("export", summary["run_id"], "-o", str(out), *common)

@@ -131,7 +131,9 @@ def test_killed_adapter_fails_sessions_and_the_run_finishes(adapter_env, benchma
         config = run_config(benchmark_path, tmp_path, adapter.url, concurrency=1)
         summary = execute(config, store)
         assert (summary.finished, summary.failed) == (0, 3)
-        assert store.get_run(summary.run_id).status == "finished"
+        # Every session failed: so did the run.
+        assert store.get_run(summary.run_id).status == "failed"
+        assert (summary.status, summary.exit_code) == ("failed", 3)
         stages = statuses(store, summary.run_id)
         # The first session kills the process mid-stream; the others cannot connect.
         assert sorted(stage for _, stage in stages.values()) == ["connect", "connect", "streaming"]
@@ -139,6 +141,7 @@ def test_killed_adapter_fails_sessions_and_the_run_finishes(adapter_env, benchma
             e for e in store.iter_events(summary.run_id) if e.kind == EventKind.SESSION_FAILED
         ]
         assert len(failed) == 3
+        assert {e.payload["cause"] for e in failed} == {"infrastructure"}
         streaming = next(e for e in failed if e.payload["stage"] == "streaming")
         # What was recorded before the crash is kept.
         acks = [
@@ -162,7 +165,9 @@ def test_hung_adapter_times_out_and_the_run_finishes(adapter_env, benchmark_path
         assert set(statuses(store, summary.run_id).values()) == {("failed", "response")}
         reasons = {s.failure_reason for s in store.sessions(summary.run_id)}
         assert reasons == {"no answer within 1s", "no decision at step 0 within 1s"}
-        assert store.get_run(summary.run_id).status == "finished"
+        assert store.get_run(summary.run_id).status == "failed"
+        causes = {s.failure_cause for s in store.sessions(summary.run_id)}
+        assert causes == {"infrastructure"}
 
 
 @pytest.mark.parametrize(
@@ -189,6 +194,8 @@ def test_protocol_violations_fail_the_session_cleanly(
         for session in store.sessions(summary.run_id):
             assert (session.status, session.failure_stage) == ("failed", stage)
             assert session.failure_reason.startswith(reason_start), session.failure_reason
+            # A protocol violation (an oversized message included) is the adapter's doing.
+            assert session.failure_cause == "adapter"
             kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
             # Everything before the violation is kept: the frames sent and their acks (the
             # early adapter broke the protocol before acknowledging its first frame).

@@ -117,6 +117,8 @@ def test_migration_creates_the_documented_schema(store: Store, store_url: str) -
             "failure_reason",
             "started_at",
             "finished_at",
+            "adapter",
+            "failure_cause",
         ]
         assert schema.get_pk_constraint("events")["constrained_columns"] == [
             "run_id",

@@ -33,7 +33,7 @@ class EventKind(StrEnum):
     WORKLOAD = "workload"  # kind, frame_ids, images, pixels, tokens, call interval
     ADAPTER_ERROR = "adapter_error"  # code, message, fatal
     # Outcome.
-    SESSION_FAILED = "session_failed"  # stage, reason
+    SESSION_FAILED = "session_failed"  # stage, reason, cause
     SESSION_FINISHED = "session_finished"
 
 
@@ -46,6 +46,39 @@ class Event:
     runtime_ns: int
     video_t: float | None
     payload: dict[str, Any] = field(default_factory=dict)
+
+
+# Why a session failed, as told by `cause` in a `session_failed` payload.
+INFRASTRUCTURE = "infrastructure"  # the adapter could not be reached, vanished or timed out
+ADAPTER = "adapter"  # the adapter broke the protocol, reported a fatal error, was refused
+INPUT = "input"  # the Core could not use the record's video or timeline
+FAILURE_CAUSES = (INFRASTRUCTURE, ADAPTER, INPUT)
+
+_CAUSE_OF_STAGE = {
+    "connect": INFRASTRUCTURE,
+    "streaming": INFRASTRUCTURE,
+    "response": INFRASTRUCTURE,
+    "frames": INPUT,
+}
+
+
+def failure_cause(payload: dict[str, Any]) -> str:
+    """The cause of a `session_failed` payload: `infrastructure`, `adapter` or `input`.
+
+    Payloads written before the Core recorded `cause` have only `stage` and `reason`; the
+    cause is then derived from them: a lost or unreachable adapter and a response timeout
+    (`connect`, `streaming`, `response`) are infrastructure, an unusable video or timeline
+    (`frames`) is input, a handshake failure is infrastructure unless the adapter's declared
+    conditions were refused, and everything else (`protocol`, `adapter`) is the adapter's.
+    """
+    cause = payload.get("cause")
+    if cause is not None:
+        return str(cause)
+    stage = payload.get("stage")
+    if stage == "handshake":
+        reason = payload.get("reason") or ""
+        return ADAPTER if reason.startswith("declared conditions") else INFRASTRUCTURE
+    return _CAUSE_OF_STAGE.get(str(stage), ADAPTER)
 
 
 def probe_task_id(record_id: str, index: int) -> str:

@@ -94,8 +94,16 @@ def run_line(run: RunInfo) -> dict[str, Any]:
     return line
 
 
+# Session columns the export leaves out: the event log already carries them (the
+# `adapter_hello` event and the `cause` of `session_failed`), and the line format is fixed.
+_SESSION_COLUMNS_NOT_EXPORTED = ("adapter", "failure_cause")
+
+
 def session_line(session: SessionInfo) -> dict[str, Any]:
-    line = {"type": "session", **asdict(session)}
+    fields = asdict(session)
+    for name in _SESSION_COLUMNS_NOT_EXPORTED:
+        fields.pop(name)
+    line = {"type": "session", **fields}
     line["started_at"] = _iso(session.started_at)
     line["finished_at"] = _iso(session.finished_at)
     return line

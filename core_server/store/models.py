@@ -98,6 +98,8 @@ sessions = Table(
     Column("failure_reason", Text, nullable=True),
     Column("started_at", UTCDateTime(), nullable=True),
     Column("finished_at", UTCDateTime(), nullable=True),
+    Column("adapter", JSON, nullable=True),
+    Column("failure_cause", String(20), nullable=True),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_sessions_run_id"),
 )
 

@@ -21,7 +21,18 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, Row, create_engine, delete, event, func, insert, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    null,
+    select,
+)
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -74,6 +85,10 @@ class SessionInfo:
     failure_reason: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    # The adapter's hello (adapter, adapter_version, protocol, conditions) once it arrived.
+    adapter: dict[str, Any] | None = None
+    # For a failed session: infrastructure, adapter or input (events.failure_cause).
+    failure_cause: str | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -382,15 +397,24 @@ class Store:
         endpoint: str | None = None,
         stage: str | None = None,
         reason: str | None = None,
+        cause: str | None = None,
+        adapter: dict[str, Any] | None = None,
     ) -> None:
-        """Record a session's progress; None leaves endpoint/stage/reason as they were."""
+        """Record a session's progress; None leaves endpoint, stage, reason, cause and
+        adapter (the hello's identity) as they were."""
         _check_status(status, models.SESSION_STATUSES, "session")
         values: dict[str, Any] = {"status": status}
         if status == "running":
             values["started_at"] = _now()
         elif status in ("finished", "failed"):
             values["finished_at"] = _now()
-        optional = {"endpoint": endpoint, "failure_stage": stage, "failure_reason": reason}
+        optional = {
+            "endpoint": endpoint,
+            "failure_stage": stage,
+            "failure_reason": reason,
+            "failure_cause": cause,
+            "adapter": adapter,
+        }
         values.update({key: value for key, value in optional.items() if value is not None})
         with self._transaction(f"cannot update session {session_id!r} of run {run_id!r}") as conn:
             self._update_session(conn, run_id, session_id, values)
@@ -404,6 +428,8 @@ class Store:
             "endpoint": None,
             "failure_stage": None,
             "failure_reason": None,
+            "failure_cause": None,
+            "adapter": null(),  # SQL NULL; a bare None would store JSON null
             "started_at": None,
             "finished_at": None,
         }
