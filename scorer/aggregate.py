@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -338,6 +338,14 @@ class Combined:
 Statistic = Ratio | Mean | Sum | Quantile | MacroMean | Combined
 
 
+DELAY_CLOCKS = ("runtime", "video")
+
+
+def delay_metric(clock: str) -> str:
+    """A response delay's name says its clock: two clocks never share one name."""
+    return f"median_response_delay_{clock}_s"
+
+
 def _catalog() -> dict[str, dict[str, Statistic]]:
     qa: dict[str, Statistic] = {
         "accuracy": Ratio("qa_correct", "qa_n", "records"),
@@ -345,15 +353,20 @@ def _catalog() -> dict[str, dict[str, Statistic]]:
         "invalid_output_rate": Ratio("qa_invalid", "qa_n", "records"),
     }
     for name, field in (("ttft_s", "qa_ttft"), ("latency_s", "qa_latency")):
-        qa[f"{name}_p50"] = Quantile(field, 0.5, "qa_n", "records")
-        qa[f"{name}_p95"] = Quantile(field, 0.95, "qa_n", "records")
-        qa[f"{name}_max"] = Quantile(field, 1.0, "qa_n", "records", interval=False)
+        qa[f"{name}_p50"] = Quantile(field, 0.5, "qa_timed_n", "records")
+        qa[f"{name}_p95"] = Quantile(field, 0.95, "qa_timed_n", "records")
+        qa[f"{name}_max"] = Quantile(field, 1.0, "qa_timed_n", "records", interval=False)
     proactive: dict[str, Statistic] = {
         "in_window_accuracy": Ratio("pr_score", "pr_windows", "windows"),
         "miss_rate": Ratio("pr_missed", "pr_windows", "windows"),
         "before_window_rate": Ratio("pr_before", "pr_windows", "windows"),
         "false_alarm_rate": Ratio("pr_false_alarms", "pr_answered", "answered episodes"),
-        "median_response_delay_s": Quantile("pr_delays", 0.5, "pr_in_window", "in-window windows"),
+        **{
+            delay_metric(clock): Quantile(
+                f"pr_delays_{clock}", 0.5, "pr_in_window", "in-window windows"
+            )
+            for clock in DELAY_CLOCKS
+        },
         "redundant_responses": Sum("pr_redundant", "pr_windows", "windows"),
         "completion_rate": Ratio("pr_finished", "pr_n", "records"),
     }
@@ -384,6 +397,7 @@ def _catalog() -> dict[str, dict[str, Statistic]]:
     ars = Mean("rd_ars", "rd_n", "records")
     accuracy = Ratio("rd_acc", "rd_acc_n", "targets")
     readiness: dict[str, Statistic] = {
+        "evidence_coverage": Ratio("rd_n", "rd_all", "records"),
         "ars": ars,
         "early_penalty": Mean("rd_ep", "rd_n", "records"),
         "late_penalty": Mean("rd_lp", "rd_n", "records"),
@@ -419,10 +433,17 @@ FAMILY_MEMBER = {
     "proactive": "pr_n",
     "workload": "wl_n",
     "realstream": "rs_n",
-    "readiness": "rd_n",
+    "readiness": "rd_all",
     "ovo": "ovo_n",
     "streamingbench": "sb_n",
 }
+
+
+def metrics_of(family: str, profile: ScoringProfile) -> dict[str, Statistic]:
+    """The family's metrics this profile reports: a response delay only on the profile's
+    clocks."""
+    left_out = {delay_metric(c) for c in DELAY_CLOCKS if c not in profile.response_delay_clocks}
+    return {name: stat for name, stat in CATALOG[family].items() if name not in left_out}
 
 
 def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.ndarray | None:
@@ -458,7 +479,7 @@ def summarise(
         if not np.any(~np.isnan(table.column(FAMILY_MEMBER[family]))):
             continue
         metrics = {}
-        for name, statistic in CATALOG[family].items():
+        for name, statistic in metrics_of(family, profile).items():
             population = statistic.population(table)
             observed = statistic.observed(table)
             value = statistic.estimate(table)
@@ -488,20 +509,30 @@ class Difference:
     unit: str
 
 
+# Metrics measured on the Core's clock: their meaning depends on the run's pacing.
+TIMING_PREFIXES = ("ttft_s_", "latency_s_", "median_response_delay_")
+
+
+def is_timing(name: str) -> bool:
+    return name.startswith(TIMING_PREFIXES)
+
+
 def compare_tables(
     table_a: FieldTable,
     table_b: FieldTable,
     families: Sequence[str],
     profile: ScoringProfile,
     key: str,
+    subtract: Callable[[str], bool] = lambda _name: True,
 ) -> dict[str, dict[str, Difference]]:
     """Paired differences B - A; the two tables hold the same records in the same order, so
-    one set of video resamples serves both runs."""
+    one set of video resamples serves both runs. A metric `subtract` refuses keeps both
+    values and gets no difference (measured on different clocks or protocols)."""
     counts = bootstrap_counts(table_a.clusters, profile, key)
     result: dict[str, dict[str, Difference]] = {}
     for family in families:
         diffs = {}
-        for name, statistic in CATALOG[family].items():
+        for name, statistic in metrics_of(family, profile).items():
             population_a, population_b = (
                 statistic.population(table_a),
                 statistic.population(table_b),
@@ -509,7 +540,7 @@ def compare_tables(
             if population_a == 0 and population_b == 0:
                 continue
             a, b = statistic.estimate(table_a), statistic.estimate(table_b)
-            diff = None if a is None or b is None else b - a
+            diff = None if a is None or b is None or not subtract(name) else b - a
             ci = None
             if counts is not None and diff is not None:
                 replicated = statistic.replicates(table_b, counts) - statistic.replicates(

@@ -7,12 +7,14 @@ interval of a difference reflects the pairing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from core_server.store.store import Store
-from scorer.aggregate import Difference, FieldTable, compare_tables
+from scorer.aggregate import Difference, FieldTable, compare_tables, is_timing
 from scorer.judges import Judge
 from scorer.profiles import ScoringProfile, get_profile
 from scorer.record import fields
@@ -83,7 +85,7 @@ def compare_sources(
     by_type: dict[str, list[int]] = {}
     for position, task_type in enumerate(types):
         by_type.setdefault(task_type, []).append(position)
-    notes = []
+    notes, subtract = _comparability(source_a, source_b)
     if run_a.judge.kind != run_b.judge.kind:
         notes.append("the two runs were judged differently")
     if run_a.judge.incomplete or run_b.judge.incomplete:
@@ -98,7 +100,7 @@ def compare_sources(
         judge_a=run_a.judge.kind,
         judge_b=run_b.judge.kind,
         notes=notes,
-        overall=compare_tables(table_a, table_b, families, profile, "overall"),
+        overall=compare_tables(table_a, table_b, families, profile, "overall", subtract),
         by_task_type={
             name: compare_tables(
                 table_a.subset(rows),
@@ -106,10 +108,36 @@ def compare_sources(
                 families,
                 profile,
                 f"task_type={name}",
+                subtract,
             )
             for name, rows in sorted(by_type.items())
         },
     )
+
+
+def _comparability(a: RunSource, b: RunSource) -> tuple[list[str], Callable[[str], bool]]:
+    """Notes, and which metrics may be subtracted: none across protocol profiles, and no
+    timing metric across pacings (a runtime delay under logical pacing is processing time,
+    under wall clock it is real-time lag)."""
+    if a.protocol != b.protocol:
+        note = (
+            f"the runs were made under different protocol profiles ({a.protocol} and "
+            f"{b.protocol}): no metric is subtracted; both values are shown"
+        )
+        return [note], lambda _name: False
+    if a.clock != b.clock:
+        note = (
+            f"the runs were paced differently ({_clock_text(a)} and {_clock_text(b)}): TTFT, "
+            "latency and response delays measure different things, so they are not "
+            "subtracted; both values are shown"
+        )
+        return [note], lambda name: not is_timing(name)
+    return [], lambda _name: True
+
+
+def _clock_text(source: RunSource) -> str:
+    pacing, speed = source.clock
+    return f"{pacing} at speed {speed:g}" if speed is not None else str(pacing)
 
 
 def _paired_table(run: EvaluatedRun, record_ids: list[str]) -> tuple[FieldTable, list[str]]:

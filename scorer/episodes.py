@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from core_server.store.events import failure_cause
 from scorer.errors import ScoreError
-from scorer.parsing import is_answer
+from scorer.profiles import ScoringProfile
 from scorer.source import RawEvent, payload_of
 
 
@@ -82,13 +83,14 @@ class SessionTrace:
     schedule: tuple[int, float] | None = None  # (scheduled_ns, t) of one scheduled frame
     core_dropped: int = 0
     step_t: list[float] = field(default_factory=list)
-    silents: int = 0
+    silent_ns: list[int] = field(default_factory=list)  # when each silent decision arrived
     episodes: list[Episode] = field(default_factory=list)
     workload: WorkloadTally = field(default_factory=WorkloadTally)
     adapter_errors: int = 0
     status: str = "incomplete"  # finished | failed | incomplete (no outcome recorded)
     failure_stage: str | None = None
     failure_reason: str | None = None
+    failure_cause: str | None = None  # infrastructure | adapter | input
     event_count: int = 0
     last_seq: int = -1
 
@@ -158,7 +160,7 @@ def _add(trace: SessionTrace, row: RawEvent) -> None:
     elif kind == "step_sent":
         trace.step_t.append(video_t)
     elif kind == "silent":
-        trace.silents += 1
+        trace.silent_ns.append(runtime_ns)
     elif kind == "response_delta":
         _delta(trace, payload_of(row))
     elif kind == "response_start":
@@ -189,6 +191,7 @@ def _add(trace: SessionTrace, row: RawEvent) -> None:
         trace.status = "failed"
         trace.failure_stage = payload.get("stage")
         trace.failure_reason = payload.get("reason")
+        trace.failure_cause = failure_cause(payload)
     # session_end and kinds added to the log later carry nothing the metrics read.
 
 
@@ -217,15 +220,13 @@ def prediction(
     return after, after[-1] if after and after[-1].closed else None
 
 
-def timed_answers(trace: SessionTrace, silence_tokens: Sequence[str]) -> list[Episode]:
-    """Closed episodes of the record's own task that answer (see `is_answer`) and whose
+def timed_answers(trace: SessionTrace, profile: ScoringProfile) -> list[Episode]:
+    """Closed episodes of the record's own task that answer (`profile.is_answer`) and whose
     onset has a video time, in the order they began: the answers a metric places in time."""
     return [
         episode
         for episode in trace.own_episodes
-        if episode.closed
-        and episode.onset_t is not None
-        and is_answer(episode.text, silence_tokens)
+        if episode.closed and episode.onset_t is not None and profile.is_answer(episode.text)
     ]
 
 

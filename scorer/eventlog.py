@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.store.events import Event, probe_task_id
+from core_server.store.events import Event, failure_cause, probe_task_id
 from core_server.store.store import Store
 from scorer.source import RawEvent, RunSource
 
@@ -254,8 +254,12 @@ class SessionLog:
         self._add("session_finished", None, self.video_t)
         return self.events
 
-    def fail(self, stage: str = "response", reason: str = "no answer within 60s") -> list[Event]:
-        self._add("session_failed", None, self.video_t, stage=stage, reason=reason)
+    def fail(
+        self, stage: str = "response", reason: str = "no answer within 60s", cause: str = ""
+    ) -> list[Event]:
+        """The session fails; `cause` defaults to what the Core gives that stage."""
+        cause = cause or failure_cause({"stage": stage, "reason": reason})
+        self._add("session_failed", None, self.video_t, stage=stage, reason=reason, cause=cause)
         return self.events
 
 

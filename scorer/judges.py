@@ -24,7 +24,7 @@ import httpx
 
 from scorer.errors import ScoreError
 from scorer.judge_cache import CachedVerdict, JudgeCache
-from scorer.parsing import normalise
+from scorer.parsing import normalise, normalise_extended
 
 TEMPLATE_VERSION = "streameval-judge-v1"
 SYSTEM_PROMPT = (
@@ -56,8 +56,12 @@ class JudgeRequest:
     question: str
     reference: str
     prediction: str
-    accepted: tuple[str, ...] = ()
+    accepted: tuple[str, ...] = ()  # shown to the semantic judge with the reference
     semantic: bool = False  # the profile sends this task type to the semantic judge
+    # How exact matching reads the texts (the profile's): TRACE's normalisation and the
+    # reference only, or this project's normalisation accepting the accepted facts too.
+    normalisation: str = "trace"
+    exact_accepts_facts: bool = False
 
     def reference_text(self) -> str:
         if not self.accepted:
@@ -66,9 +70,10 @@ class JudgeRequest:
 
 
 def exact_score(request: JudgeRequest) -> float:
-    prediction = normalise(request.prediction)
-    references = (request.reference, *request.accepted)
-    return 1.0 if any(prediction == normalise(ref) for ref in references) else 0.0
+    norm = normalise_extended if request.normalisation == "extended" else normalise
+    prediction = norm(request.prediction)
+    references = (request.reference, *(request.accepted if request.exact_accepts_facts else ()))
+    return 1.0 if any(prediction == norm(ref) for ref in references) else 0.0
 
 
 def parse_verdict(reply: str) -> float:

@@ -24,7 +24,7 @@ from core_server.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
 from core_server.benchmark.records import ProactiveRecord, Probe, QARecord
 from core_server.store.events import probe_task_id
 from scorer.episodes import Episode, SessionTrace, prediction
-from scorer.parsing import gold_label, is_answer
+from scorer.parsing import gold_label
 from scorer.profiles import ScoringProfile
 
 OTHER = "other"  # the category of task types OVO-Bench does not have
@@ -100,7 +100,7 @@ def _response(
     episodes: list[Episode], dispatch_ns: int | None, profile: ScoringProfile
 ) -> str | None:
     _, predicted = prediction(episodes, dispatch_ns)
-    if predicted is None or not is_answer(predicted.text, profile.silence_tokens):
+    if predicted is None or not profile.is_answer(predicted.text):
         return None
     return predicted.text
 

@@ -7,6 +7,10 @@ last one is [t_n, t_n + Δ). State intervals keep their annotated [start, end).
 Assignment, windows in time order, each answered episode used at most once: the first
 unused episode with its onset in the window is `in_window`; else the latest unused one with
 its onset before the window start is `before_window` (consumed, scores 0); else `no_output`.
+
+An in-window assignment has two delays, each on its own clock: on the runtime clock
+(TRACE's) and in video seconds (onset video time minus the window start); the profile says
+which are reported.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from dataclasses import dataclass
 from core_server.benchmark.records import ProactiveRecord, Trigger
 from scorer.episodes import Episode, SessionTrace
 from scorer.judges import JudgeRequest
-from scorer.parsing import is_answer
 from scorer.profiles import ScoringProfile
 
 IN_WINDOW, BEFORE_WINDOW, NO_OUTPUT = "in_window", "before_window", "no_output"
@@ -100,7 +103,8 @@ class WindowOutcome:
     episode: int | None  # index into ProactiveResult.answered
     request: JudgeRequest | None = None  # content judgement of an in-window answer
     score: float = 0.0
-    delay_s: float | None = None
+    delay_runtime_s: float | None = None
+    delay_video_s: float | None = None
     onsets_inside: int = 0  # answered episodes with their onset in the window
 
 
@@ -110,7 +114,6 @@ class ProactiveResult:
     answered: list[Episode]  # answered episodes, in the order they began
     false_alarm: list[bool]  # per answered episode
     tail: list[bool]  # per answered episode: outside every window, after the last one began
-    delay_clock: str  # "video" (logical pacing) | "runtime" (wall clock)
     unanswered_episodes: int = 0  # closed episodes that were empty or a silence token
 
     @property
@@ -140,7 +143,7 @@ def evaluate_proactive(
     # An episode cut off by a failure (never closed) is not an answer; answers to probe
     # questions are not responses to the proactive task.
     episodes = [episode for episode in trace.own_episodes if episode.closed]
-    answered = [e for e in episodes if is_answer(e.text, profile.silence_tokens)]
+    answered = [e for e in episodes if profile.is_answer(e.text)]
     onsets = [episode.onset_t for episode in answered]
     semantic = profile.is_semantic(record.task_type)
     outcomes = []
@@ -156,15 +159,17 @@ def evaluate_proactive(
                 prediction=episode.text,
                 accepted=window.accepted,
                 semantic=semantic,
+                **profile.exact_rules(),
             )
-            outcome.delay_s = _delay(trace, window, episode)
+            outcome.delay_runtime_s = runtime_delay(trace, window, episode)
+            if episode.onset_t is not None:
+                outcome.delay_video_s = episode.onset_t - window.start
         outcomes.append(outcome)
     return ProactiveResult(
         windows=outcomes,
         answered=answered,
         false_alarm=[_outside(t, windows) and _later_start(t, windows) for t in onsets],
         tail=[_outside(t, windows) and not _later_start(t, windows) for t in onsets],
-        delay_clock="runtime" if trace.wall_clock else "video",
         unanswered_episodes=len(episodes) - len(answered),
     )
 
@@ -179,12 +184,12 @@ def _later_start(onset: float | None, windows: Sequence[Window]) -> bool:
     return onset is not None and any(window.start > onset for window in windows)
 
 
-def _delay(trace: SessionTrace, window: Window, episode: Episode) -> float | None:
-    """Onset minus the window start: in video seconds under logical pacing; under wall clock
-    on the runtime clock from the arrival of the first frame at or after the window start."""
-    if not trace.wall_clock:
-        return None if episode.onset_t is None else episode.onset_t - window.start
+def runtime_delay(trace: SessionTrace, window: Window, episode: Episode) -> float | None:
+    """TRACE's response delay, under both pacings, on the Core's runtime clock: the first
+    token's arrival minus the send time of the first delivered frame at or after the window
+    start. No frame there, or a first token before it: no observation. Under logical pacing
+    this measures processing time, not video time."""
     position = bisect.bisect_left(trace.frame_t, window.start)
-    if position == len(trace.frame_t):
+    if position == len(trace.frame_t) or episode.onset_ns < trace.frame_ns[position]:
         return None
     return (episode.onset_ns - trace.frame_ns[position]) / 1e9

@@ -16,12 +16,22 @@ from typing import Any
 
 from core_server.config import PROFILES as PROTOCOL_PROFILES
 from scorer.errors import ScoreError
+from scorer.parsing import is_answer, normalise, normalise_extended
 
 FAMILIES = ("qa", "proactive", "workload", "realstream", "readiness", "ovo", "streamingbench")
 JUDGED_FAMILIES = ("proactive", "realstream", "readiness")
 # Fields of a profile that are not scoring constants.
 _BOOKKEEPING = ("name", "version", "description", "protocols", "overrides")
 ALL_TASK_TYPES = "*"
+
+
+# Constants that take one (or, for a tuple, some) of a fixed set of values.
+_CHOICES = {
+    "option_parser": ("strict", "recoverable", "extended"),
+    "normalisation": ("trace", "extended"),
+    "response_delay_clocks": ("runtime", "video"),
+    "latency_population": ("responded", "records"),
+}
 
 
 class ProfileError(ScoreError):
@@ -36,14 +46,25 @@ class ScoringProfile:
     families: tuple[str, ...]
     protocols: tuple[str, ...]  # protocol profiles whose runs it is meant for
 
-    # TRACE QA (metrics spec section 2).
-    option_parser: str = "recoverable"  # "strict" | "recoverable"
-
-    # TRACE proactive (section 3).
+    # TRACE QA and proactive (metrics spec sections 2-3). The defaults are the rules of
+    # TRACE's public scorer; `trace-extended` holds this project's own readings.
+    option_parser: str = "recoverable"  # strict | recoverable (TRACE's) | extended (ours)
+    # How answers are normalised for the silence test and exact matching: "trace", or
+    # "extended" (ours: leading role lines dropped, an unclosed <think> swallows the rest,
+    # and trailing "." / "!" ignored by the silence test, so "Silent." is silence).
+    normalisation: str = "trace"
+    silence_tokens: tuple[str, ...] = ("wait",)
+    exact_match_accepted_facts: bool = False  # exact judge: the trigger's answer only
     tolerance_s: float = 5.0  # point-trigger window length Δ
-    silence_tokens: tuple[str, ...] = ("wait", "silent", "<silent>")
     # Task types whose content the semantic judge scores; the rest use exact match.
     semantic_task_types: tuple[str, ...] = ("SSR", "CRR")
+    # Which response delays are reported: "runtime" (TRACE's: first token arrival minus the
+    # send time of the first delivered frame at or after the window start) and/or "video"
+    # (onset video time minus the window start).
+    response_delay_clocks: tuple[str, ...] = ("runtime",)
+    # Population of the TTFT/latency coverage: "responded" (TRACE's: QA queries that
+    # produced any response or decision) or "records" (every QA record).
+    latency_population: str = "responded"
 
     # Workload: which adapter workload kinds are images submitted to the model.
     # A native adapter submits each frame once into its state (state_commit); a
@@ -93,6 +114,22 @@ class ScoringProfile:
         scorings match text by rule."""
         return any(family in JUDGED_FAMILIES for family in self.families)
 
+    def is_answer(self, text: str) -> bool:
+        """An answered episode: not empty and not a silence token, after normalisation."""
+        extended = self.normalisation == "extended"
+        return is_answer(text, self.silence_tokens, ignore_trailing_punctuation=extended)
+
+    def exact_rules(self) -> dict[str, Any]:
+        """How this profile's exact matching reads texts (the `JudgeRequest` fields)."""
+        return {
+            "normalisation": self.normalisation,
+            "exact_accepts_facts": self.exact_match_accepted_facts,
+        }
+
+    def normalise(self, text: str) -> str:
+        """The text as exact matching compares it."""
+        return normalise_extended(text) if self.normalisation == "extended" else normalise(text)
+
     def is_semantic(self, task_type: str, realstream: bool = False) -> bool:
         chosen = self.rs_semantic_task_types if realstream else self.semantic_task_types
         return ALL_TASK_TYPES in chosen or task_type in chosen
@@ -114,10 +151,11 @@ class ScoringProfile:
         return variant
 
     def validate(self) -> None:
-        if self.option_parser not in ("strict", "recoverable"):
-            raise ProfileError(
-                f"option_parser must be strict or recoverable, got {self.option_parser!r}"
-            )
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            chosen = value if isinstance(value, tuple) else (value,)
+            if not chosen or not set(chosen) <= set(allowed):
+                raise ProfileError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if not self.tolerance_s > 0:
             raise ProfileError(f"tolerance_s must be positive, got {self.tolerance_s!r}")
         if not self.sb_hit_tolerance_s >= 0:
@@ -135,43 +173,71 @@ class ScoringProfile:
 
 _TRACE_FAMILIES = ("qa", "proactive", "workload")
 TRACE_PROTOCOLS = ("trace", "trace-full-prefix", "trace-autonomous")
+# This project's own readings where TRACE's public scorer decides otherwise (docs/metrics.md,
+# "Where each profile differs from TRACE's public scorer").
+EXTENDED_RULES: dict[str, Any] = {
+    "option_parser": "extended",
+    "normalisation": "extended",
+    "silence_tokens": ("wait", "silent", "<silent>"),
+    "exact_match_accepted_facts": True,
+    "response_delay_clocks": ("runtime", "video"),
+    "latency_population": "records",
+}
 
 PROFILES: dict[str, ScoringProfile] = {
     profile.name: profile
     for profile in (
         ScoringProfile(
             name="trace-paper-v1",
-            version="1",
+            version="2",
             description=(
-                "TRACE as published: recoverable option parser, 5 s windows, semantic judge "
-                "for SSR and CRR, exact match elsewhere"
+                "TRACE's public scorer, rule for rule: its recoverable option parser, 5 s "
+                "windows, semantic judge for SSR and CRR, exact match on the trigger's answer "
+                "elsewhere, response delay on the runtime clock"
             ),
             families=_TRACE_FAMILIES,
             protocols=TRACE_PROTOCOLS,
         ),
         ScoringProfile(
             name="trace-strict",
-            version="1",
-            description="TRACE with the strict option parser (bare labels only)",
+            version="2",
+            description="TRACE's public scorer with its strict option parse (one bare label)",
             families=_TRACE_FAMILIES,
             protocols=TRACE_PROTOCOLS,
             option_parser="strict",
         ),
         ScoringProfile(
-            name="realstream",
+            name="trace-extended",
             version="1",
+            description=(
+                "TRACE's metrics under this project's own readings: a wider option parser, "
+                "more silence tokens, accepted facts in exact matching, delays on both clocks, "
+                "TTFT coverage over every QA record"
+            ),
+            families=_TRACE_FAMILIES,
+            protocols=TRACE_PROTOCOLS,
+            **EXTENDED_RULES,
+        ),
+        ScoringProfile(
+            name="realstream",
+            version="2",
             description=(
                 "RealStreamEval score (EvoStreaming Eq. 3-4) on proactive records, and on QA "
                 "records of frame-level runs, with the TRACE metrics alongside; every content "
-                "judgement by the semantic judge"
+                "judgement by the semantic judge; the frame-level protocol's explicit "
+                "'Silent' is silence"
             ),
             families=(*_TRACE_FAMILIES, "realstream"),
             protocols=("realstream",),
+            **EXTENDED_RULES,
         ),
         ScoringProfile(
             name="readiness",
-            version="1",
-            description="Answer Readiness Score (EP, LP, ARS, Acc_e) with the TRACE metrics",
+            version="2",
+            description=(
+                "Answer Readiness Score (EP, LP, ARS, Acc_e) over questions with an evidence "
+                "window, with the TRACE metrics as TRACE's public scorer computes them"
+            ),
             families=(*_TRACE_FAMILIES, "readiness"),
             protocols=TRACE_PROTOCOLS,
         ),
@@ -185,6 +251,7 @@ PROFILES: dict[str, ScoringProfile] = {
             ),
             families=("ovo", "workload"),
             protocols=("ovo-offline",),
+            **EXTENDED_RULES,
         ),
         ScoringProfile(
             name="streamingbench",
@@ -196,6 +263,7 @@ PROFILES: dict[str, ScoringProfile] = {
             ),
             families=("streamingbench", "workload"),
             protocols=("streamingbench-polling",),
+            **EXTENDED_RULES,
         ),
     )
 }

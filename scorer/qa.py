@@ -6,7 +6,8 @@ closed) is no prediction. The runtime origin is the
 question's arrival: the `question_sent` runtime under logical pacing, the question's
 scheduled runtime under wall-clock pacing (so Core lag counts against the system, as in the
 spec). TTFT runs to the first token of the first episode after dispatch, latency to the
-completion of the prediction.
+completion of the prediction. TRACE observes both over the queries that produced a response
+or a decision (the profile's `latency_population`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from core_server.benchmark.records import QARecord
 from scorer.episodes import Episode, SessionTrace, prediction
-from scorer.parsing import OPTION_PARSERS, gold_label, is_answer, option_labels
+from scorer.parsing import OPTION_PARSERS, gold_label, option_labels
 from scorer.profiles import ScoringProfile
 
 
@@ -30,12 +31,13 @@ class QAResult:
     latency_s: float | None
     answer_t: float | None  # video time of the answer (readiness t_a)
     responses: int  # episodes after dispatch
+    responded: bool  # a response or a silent decision came after dispatch
 
 
 def evaluate_qa(trace: SessionTrace, record: QARecord, profile: ScoringProfile) -> QAResult:
     gold = gold_label(record.answer)
     after, prediction = predicted(trace)
-    answered = prediction is not None and is_answer(prediction.text, profile.silence_tokens)
+    answered = prediction is not None and profile.is_answer(prediction.text)
     parsed = None
     if answered:
         parse = OPTION_PARSERS[profile.option_parser]
@@ -56,12 +58,18 @@ def evaluate_qa(trace: SessionTrace, record: QARecord, profile: ScoringProfile) 
         latency_s=latency,
         answer_t=_answer_t(trace, prediction) if answered else None,
         responses=len(after),
+        responded=bool(after) or _declined(trace),
     )
 
 
 def predicted(trace: SessionTrace) -> tuple[list[Episode], Episode | None]:
     """(own-task episodes after the question was dispatched, the prediction)."""
     return prediction(trace.own_episodes, trace.task_ns)
+
+
+def _declined(trace: SessionTrace) -> bool:
+    """A silent decision after the question: in a QA session it can only answer it."""
+    return trace.task_ns is not None and any(ns >= trace.task_ns for ns in trace.silent_ns)
 
 
 def _origin_ns(trace: SessionTrace) -> int | None:

@@ -10,6 +10,10 @@ duration of the scored population:
 
 The paper writes "softmin"/"softmax" without a temperature and states EP reaches 1 at t_s
 and LP stays 1 until t_e; the hard min/max are what make both statements true.
+
+Only questions with an evidence window are scored: a question without one has no t_s, t_e.
+A population whose evidence windows are all points (τ = 0) makes LP a step to 0 right after
+t_e: its readiness is not applicable, never 0.
 """
 
 from __future__ import annotations
@@ -55,11 +59,14 @@ class Readiness:
     turns: int  # answered turns the means run over
 
 
-def qa_turn(record: QARecord, answer_t: float | None) -> Turn:
-    """Evidence window [min span start or anchor, max span end or anchor]."""
+def qa_turn(record: QARecord, answer_t: float | None) -> Turn | None:
+    """Evidence window [min span start, max span end]; None for a question without
+    evidence spans: it has no evidence window, so no readiness."""
     spans = record.evidence_spans
-    t_s = min(span.start_s for span in spans) if spans else record.evidence_anchor_s
-    t_e = max(span.end_s for span in spans) if spans else record.evidence_anchor_s
+    if not spans:
+        return None
+    t_s = min(span.start_s for span in spans)
+    t_e = max(span.end_s for span in spans)
     return Turn(t_s, t_e, answer_t)
 
 

@@ -31,7 +31,7 @@ from fractions import Fraction
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from scorer.episodes import Episode, SessionTrace, timed_answers
 from scorer.judges import JudgeRequest
-from scorer.parsing import OPTION_PARSERS, gold_label, normalise, option_labels
+from scorer.parsing import OPTION_PARSERS, gold_label, option_labels
 from scorer.profiles import ScoringProfile
 
 
@@ -100,7 +100,7 @@ def evaluate_realstream(
     trace: SessionTrace, record: ProactiveRecord, profile: ScoringProfile
 ) -> RealstreamResult:
     grid = step_grid(trace)
-    answered = timed_answers(trace, profile.silence_tokens)
+    answered = timed_answers(trace, profile)
     steps_of = [_step_of(grid, e.onset_t) for e in answered]
     truth = [bisect.bisect_left(grid, trigger.start_s) for trigger in record.triggers]
     far = record.task_type in profile.rs_far_task_types
@@ -116,6 +116,7 @@ def evaluate_realstream(
                 prediction=episode.text,
                 accepted=tuple(trigger.accepted_facts),
                 semantic=semantic,
+                **profile.exact_rules(),
             ),
         )
         for index, trigger in enumerate(record.triggers)
@@ -131,7 +132,7 @@ def evaluate_realstream_qa(
     """A QA record under the frame-level protocol: the question's step is the target."""
     asked = trace.task_ns is not None and trace.task_position_t is not None
     grid = trace.step_t + ([trace.task_position_t] if asked else [])
-    answered = timed_answers(trace, profile.silence_tokens)
+    answered = timed_answers(trace, profile)
     steps_of = [_step_of(grid, e.onset_t) for e in answered]
     truth = [len(grid) - 1] if asked else []
     far = record.task_type in profile.rs_far_task_types
@@ -159,7 +160,7 @@ def _result(
 ) -> RealstreamResult:
     """The penalty terms of Eq. 3-4, shared by proactive and QA records."""
     early = far and bool(truth) and any(step < min(truth) - delta for step in steps_of)
-    repeated = not far and _repeats(answered, steps_of)
+    repeated = not far and _repeats(answered, steps_of, profile)
     if far:
         multiplier = verbosity_multiplier(len(set(steps_of)), steps, profile)
     else:
@@ -182,9 +183,9 @@ def _result(
     )
 
 
-def _repeats(answered: list[Episode], steps_of: list[int]) -> bool:
+def _repeats(answered: list[Episode], steps_of: list[int], profile: ScoringProfile) -> bool:
     """The same (normalised) answer on two consecutive steps."""
     by_step: dict[int, set[str]] = {}
     for episode, step in zip(answered, steps_of, strict=True):
-        by_step.setdefault(step, set()).add(normalise(episode.text))
+        by_step.setdefault(step, set()).add(profile.normalise(episode.text))
     return any(by_step[step] & by_step.get(step + 1, set()) for step in by_step)

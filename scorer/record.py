@@ -46,7 +46,8 @@ class RecordEvaluation:
     qa: QAResult | None = None
     proactive: ProactiveResult | None = None
     realstream: RealstreamResult | None = None
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)  # readiness turns (evidence windows)
+    readiness_applicable: bool = False  # in the readiness population (see report._readiness)
     readiness: Readiness | None = None
     ovo: OvoResult | None = None
     streamingbench: SbResult | None = None
@@ -82,7 +83,8 @@ def evaluate_record(
     realstream = "realstream" in profile.families
     if isinstance(record, QARecord):
         evaluation.qa = evaluate_qa(trace, record, profile)
-        evaluation.turns = [qa_turn(record, evaluation.qa.answer_t)]
+        turn = qa_turn(record, evaluation.qa.answer_t)
+        evaluation.turns = [] if turn is None else [turn]
         if realstream and frame_level:
             evaluation.realstream = evaluate_realstream_qa(trace, record, profile)
     else:
@@ -104,6 +106,11 @@ def _num(value: float | int | bool | None) -> float:
     return math.nan if value is None else float(value)
 
 
+def _timing_member(qa: QAResult, profile: ScoringProfile) -> float:
+    """Whether the record is in the TTFT/latency population (NaN: it is not)."""
+    return 1.0 if profile.latency_population == "records" or qa.responded else math.nan
+
+
 def fields(
     evaluation: RecordEvaluation, profile: ScoringProfile
 ) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -123,8 +130,7 @@ def fields(
             "qa_invalid": float(qa.invalid),
             "qa_ttft": _num(qa.ttft_s),
             "qa_latency": _num(qa.latency_s),
-            "rd_acc": float(qa.correct),
-            "rd_acc_n": 1.0,
+            "qa_timed_n": _timing_member(qa, profile),
         }
     if evaluation.proactive is not None:
         result = evaluation.proactive
@@ -141,12 +147,10 @@ def fields(
             "pr_answered": float(len(result.answered)),
             "pr_false_alarms": float(sum(result.false_alarm)),
             "pr_redundant": float(result.redundant),
-            "rd_acc": result.score_sum,
-            "rd_acc_n": float(windows),
         }
-        lists["pr_delays"] = [
-            outcome.delay_s for outcome in result.windows if outcome.delay_s is not None
-        ]
+        for clock in profile.response_delay_clocks:
+            delays = (getattr(outcome, f"delay_{clock}_s") for outcome in result.windows)
+            lists[f"pr_delays_{clock}"] = [delay for delay in delays if delay is not None]
     if evaluation.realstream is not None:
         rs = evaluation.realstream
         scalars |= {
@@ -159,14 +163,8 @@ def fields(
             "rs_tokens": float(rs.tokens),
             "rs_token_turns": float(rs.token_turns),
         }
-    if "readiness" in profile.families and evaluation.turns:
-        ready = evaluation.readiness
-        scalars |= {
-            "rd_n": 1.0,
-            "rd_ars": _num(None if ready is None else ready.ars),
-            "rd_ep": _num(None if ready is None else ready.ep),
-            "rd_lp": _num(None if ready is None else ready.lp),
-        }
+    if "readiness" in profile.families:
+        scalars |= _readiness_fields(evaluation)
     if evaluation.ovo is not None:
         ovo = evaluation.ovo
         scalars |= {
@@ -180,6 +178,28 @@ def fields(
         qa = isinstance(evaluation.record, QARecord)
         scalars |= _streamingbench_fields(evaluation.streamingbench, qa, finished)
     return scalars, lists
+
+
+def _readiness_fields(evaluation: RecordEvaluation) -> dict[str, float]:
+    """Every record counts towards the readiness coverage; only one in the readiness
+    population (an evidence window, τ > 0) has readiness and accuracy fields."""
+    out = {"rd_all": 1.0}
+    if not evaluation.readiness_applicable:
+        return out
+    ready = evaluation.readiness
+    if evaluation.qa is not None:
+        correct, items = float(evaluation.qa.correct), 1.0
+    else:
+        assert evaluation.proactive is not None
+        correct, items = evaluation.proactive.score_sum, float(len(evaluation.proactive.windows))
+    return out | {
+        "rd_n": 1.0,
+        "rd_ars": _num(None if ready is None else ready.ars),
+        "rd_ep": _num(None if ready is None else ready.ep),
+        "rd_lp": _num(None if ready is None else ready.lp),
+        "rd_acc": correct,
+        "rd_acc_n": items,
+    }
 
 
 def _streamingbench_fields(result: SbResult, qa: bool, finished: bool) -> dict[str, float]:
@@ -214,6 +234,7 @@ def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, 
         "status": evaluation.status,
         "failure_stage": trace.failure_stage,
         "failure_reason": trace.failure_reason,
+        "failure_cause": trace.failure_cause,
         "events": trace.event_count,
         "workload": asdict(evaluation.workload),
         "qa": None if evaluation.qa is None else asdict(evaluation.qa),
@@ -251,9 +272,10 @@ def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, 
         out["streamingbench"] = asdict(evaluation.streamingbench) | {
             "hits": evaluation.streamingbench.hits
         }
-    if "readiness" in profile.families and evaluation.turns:
+    if "readiness" in profile.families:
         ready = evaluation.readiness
         out["readiness"] = {
+            "applicable": evaluation.readiness_applicable,
             "turns": [asdict(turn) for turn in evaluation.turns],
             "ars": None if ready is None else ready.ars,
             "early_penalty": None if ready is None else ready.ep,
@@ -278,7 +300,8 @@ def _proactive_details(result: ProactiveResult) -> dict[str, Any]:
                 "onset_t": None if episode is None else episode.onset_t,
                 "prediction": None if episode is None else episode.text,
                 "score": outcome.score,
-                "delay_s": outcome.delay_s,
+                "delay_runtime_s": outcome.delay_runtime_s,
+                "delay_video_s": outcome.delay_video_s,
                 "answered_inside": outcome.onsets_inside,
             }
         )
@@ -290,5 +313,4 @@ def _proactive_details(result: ProactiveResult) -> dict[str, Any]:
         "false_alarms": sum(result.false_alarm),
         "tail_responses": sum(result.tail),
         "redundant": result.redundant,
-        "delay_clock": result.delay_clock,
     }

@@ -9,6 +9,7 @@ it judged, the protocol profile the run was made under, and the run's declared c
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
+from core_server.store.events import INFRASTRUCTURE
 from core_server.store.export import ExportFormatError
 from core_server.store.store import Store
 from scorer.aggregate import FieldTable, Metric, summarise
@@ -93,6 +95,20 @@ class SessionCounts(BaseModel):
     failed: int = 0
     incomplete: int = 0  # events but no outcome: an interrupted run
     not_run: int = 0
+    failed_infrastructure: int = Field(
+        default=0,
+        description="failed sessions whose adapter could not be reached, vanished or timed "
+        "out (not a model outcome); `streameval run --resume RUN --retry-failed` reruns them",
+    )
+
+
+class AdapterUse(BaseModel):
+    """One adapter identity (its hello) and how many sessions it served."""
+
+    adapter: str
+    adapter_version: str
+    conditions: dict[str, Any]
+    sessions: int
 
 
 class RecordResult(BaseModel):
@@ -104,6 +120,7 @@ class RecordResult(BaseModel):
     status: str
     failure_stage: str | None
     failure_reason: str | None
+    failure_cause: str | None
     events: int
     workload: dict[str, Any]
     qa: dict[str, Any] | None
@@ -129,6 +146,9 @@ class RunScores(BaseModel):
     events_scored: int
     records_scored: int
     sessions: SessionCounts
+    adapters: list[AdapterUse] = Field(
+        default_factory=list, description="every adapter identity that served a session"
+    )
     derived: dict[str, Any] = Field(description="values fixed from the data, e.g. readiness τ")
     notes: list[str]
     overall: Families
@@ -199,17 +219,21 @@ def evaluate_source(
 def _readiness(
     evaluations: Sequence[RecordEvaluation], profile: ScoringProfile
 ) -> dict[str, float]:
-    """τ per task (QA evidence windows and proactive targets are different populations)."""
+    """τ per task (QA evidence windows and proactive targets are different populations),
+    over the records with an evidence window; a population with τ = 0 is left out."""
     if "readiness" not in profile.families:
         return {}
     taus = {}
     for task in ("qa", "proactive"):
-        members = [e for e in evaluations if e.record.task == task]
+        members = [e for e in evaluations if e.record.task == task and e.turns]
         if not members:
             continue
         tau = median_duration([turn for e in members for turn in e.turns])
         taus[task] = tau
+        if tau <= 0:
+            continue
         for evaluation in members:
+            evaluation.readiness_applicable = True
             evaluation.readiness = readiness(evaluation.turns, tau, profile)
     return taus
 
@@ -238,7 +262,8 @@ def scores_of(run: EvaluatedRun) -> RunScores:
         judge=JudgeReport(incomplete=run.judge.incomplete, **asdict(run.judge)),
         events_scored=run.events,
         records_scored=len(run.evaluations),
-        sessions=SessionCounts(**statuses),
+        sessions=SessionCounts(**statuses, failed_infrastructure=_infrastructure_failures(run)),
+        adapters=_adapters(run),
         derived=_derived(run),
         notes=_notes(run, config),
         overall=_models(overall),
@@ -279,17 +304,33 @@ def _models(families: dict[str, dict[str, Metric]]) -> Families:
 
 
 def _derived(run: EvaluatedRun) -> dict[str, Any]:
-    clocks = sorted(
-        {
-            e.proactive.delay_clock
-            for e in run.evaluations
-            if e.proactive is not None and e.status != "not_run"
-        }
-    )
-    derived: dict[str, Any] = {"response_delay_clock": clocks[0] if len(clocks) == 1 else clocks}
+    derived: dict[str, Any] = {
+        "response_delay_clocks": list(run.profile.response_delay_clocks),
+        "pacing": sorted({e.trace.pacing for e in run.evaluations if e.trace.pacing}),
+    }
     if run.taus:
         derived["readiness_tau_s"] = run.taus
     return derived
+
+
+def _infrastructure_failures(run: EvaluatedRun) -> int:
+    return sum(
+        1
+        for e in run.evaluations
+        if e.status == "failed" and e.trace.failure_cause == INFRASTRUCTURE
+    )
+
+
+def _adapters(run: EvaluatedRun) -> list[AdapterUse]:
+    """Each distinct adapter identity (name, version, declared conditions) and its sessions."""
+    uses: Counter[str] = Counter()
+    for evaluation in run.evaluations:
+        hello = evaluation.trace.adapter
+        if hello is not None:
+            identity = {key: hello.get(key) for key in ("adapter", "adapter_version")}
+            identity["conditions"] = hello.get("conditions") or {}
+            uses[json.dumps(identity, sort_keys=True)] += 1
+    return [AdapterUse(**json.loads(key), sessions=count) for key, count in sorted(uses.items())]
 
 
 def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
@@ -312,12 +353,58 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
             f"run status is {run.source.run['status']!r}: records without a finished session "
             "count as not completed and stay in every denominator"
         )
+    notes += _integrity_notes(run)
     if "realstream" in run.profile.families and not run.profile.rs_floor_score_at_zero:
         notes.append(
             "RealStreamEval per-record scores are not floored at 0 (EvoStreaming Eq. 3); "
             "an early penalty can make a record's score negative"
         )
     return notes + _protocol_notes(run)
+
+
+def _integrity_notes(run: EvaluatedRun) -> list[str]:
+    """Failures that are not model outcomes, and a run served by several adapters."""
+    notes = []
+    infrastructure = _infrastructure_failures(run)
+    if infrastructure:
+        notes.append(
+            f"{infrastructure} records failed for infrastructure reasons (adapter unreachable, "
+            "crashed or timed out), not as model outcomes; as TRACE does, they stay in every "
+            f"denominator; `streameval run --resume {run.source.run_id} --retry-failed` "
+            "reruns just them"
+        )
+    adapters = _adapters(run)
+    if len(adapters) > 1:
+        names = "; ".join(
+            f"{use.adapter} {use.adapter_version} ({use.conditions.get('model_name', '?')}): "
+            f"{use.sessions} sessions"
+            for use in adapters
+        )
+        notes.append(
+            f"this run mixes {len(adapters)} adapter identities (resumed with "
+            f"--allow-adapter-change): {names}"
+        )
+    return notes + _readiness_notes(run)
+
+
+def _readiness_notes(run: EvaluatedRun) -> list[str]:
+    if "readiness" not in run.profile.families:
+        return []
+    notes = []
+    qa = [e for e in run.evaluations if e.qa is not None]
+    without = sum(1 for e in qa if not e.turns)
+    if without:
+        notes.append(
+            f"readiness: {without} of {len(qa)} QA records have no evidence window and are "
+            "left out of the readiness population (see readiness.evidence_coverage)"
+        )
+    for task, tau in sorted(run.taus.items()):
+        if tau <= 0:
+            notes.append(
+                f"readiness is not applicable to the {task} records: every evidence window "
+                "is a point (τ = 0), so any answer after it would score 0"
+            )
+    return notes
 
 
 def _protocol_notes(run: EvaluatedRun) -> list[str]:

@@ -46,6 +46,14 @@ class RunSource:
         """The protocol profile the run was made under (its configuration's `profile`)."""
         return (self.run.get("config") or {}).get("profile")
 
+    @property
+    def clock(self) -> tuple[str | None, float | None]:
+        """(pacing, speed): what a runtime measurement of this run means. Under logical
+        pacing a runtime delay is processing time; under wall clock, real-time lag."""
+        config = self.run.get("config") or {}
+        pacing = config.get("pacing")
+        return pacing, config.get("speed", 1.0) if pacing == "wall_clock" else None
+
 
 def store_source(store: Store, run_id: str) -> RunSource:
     info = store.get_run(run_id)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from core_server.benchmark.records import ProactiveRecord, QARecord
 from scorer.episodes import SessionTrace, timed_answers
-from scorer.parsing import clean, gold_label, normalise, option_labels
+from scorer.parsing import clean, gold_label, normalise_extended, option_labels
 from scorer.profiles import ScoringProfile
 from scorer.qa import predicted
 
@@ -39,7 +39,7 @@ def first_label(text: str, labels: tuple[str, ...]) -> str | None:
 
 
 def contains_output(text: str, expected: str) -> bool:
-    return normalise(expected) in normalise(text)
+    return normalise_extended(expected) in normalise_extended(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +71,7 @@ def evaluate_streamingbench(
         parsed = None if answer is None else first_label(answer.text, labels)
         correct = parsed is not None and parsed == gold_label(record.answer)
         return SbResult(parsed=parsed, correct=correct)
-    answered = sorted(
-        timed_answers(trace, profile.silence_tokens), key=lambda episode: episode.onset_t
-    )
+    answered = sorted(timed_answers(trace, profile), key=lambda episode: episode.onset_t)
     targets = []
     for position, trigger in enumerate(sorted(record.triggers, key=lambda trig: trig.start_s)):
         t = trigger.start_s

@@ -12,7 +12,6 @@ from pydantic import BaseModel
 from scorer.episodes import assemble_one
 from scorer.errors import ScoreError
 from scorer.judges import ExactJudge, Judge
-from scorer.parsing import is_answer
 from scorer.profiles import ScoringProfile, get_profile, is_frame_level
 from scorer.record import RecordEvaluation, details, evaluate_record, parse_record
 from scorer.source import RawEvent, RunSource, payload_of
@@ -135,7 +134,7 @@ def _episodes(
     for episode in evaluation.trace.episodes:
         position = answered_at.get(id(episode))
         assignment, trigger = taken.get(position, (None, None))
-        answered = episode.closed and is_answer(episode.text, profile.silence_tokens)
+        answered = episode.closed and profile.is_answer(episode.text)
         points.append(
             EpisodePoint(
                 response_id=episode.response_id,

@@ -92,6 +92,7 @@ def test_compare_and_profiles(client: TestClient) -> None:
     assert [p["name"] for p in profiles] == [
         "trace-paper-v1",
         "trace-strict",
+        "trace-extended",
         "realstream",
         "readiness",
         "ovo-offline",

@@ -21,7 +21,7 @@ PROFILE = PROFILES["trace-paper-v1"]
 
 
 def qa_table(correct: list[int], videos: list[str]) -> FieldTable:
-    rows = [{"qa_n": 1.0, "qa_correct": float(c)} for c in correct]
+    rows = [{"qa_n": 1.0, "qa_timed_n": 1.0, "qa_correct": float(c)} for c in correct]
     return FieldTable(rows, [{} for _ in rows], videos)
 
 

@@ -218,8 +218,11 @@ def test_records_without_probes_are_left_out_with_a_note() -> None:
     scores = scored()
     assert scores.protocol == "ovo-offline"
     assert scores.notes == [
+        "1 records failed for infrastructure reasons (adapter unreachable, crashed or timed "
+        "out), not as model outcomes; as TRACE does, they stay in every denominator; "
+        "`streameval run --resume handwritten --retry-failed` reruns just them",
         "1 proactive records have no probes: OVO-Bench's offline scoring asks forward tasks "
-        "only as probes, so they are left out of the ovo metrics"
+        "only as probes, so they are left out of the ovo metrics",
     ]
 
 
@@ -251,6 +254,9 @@ def test_a_probe_session_under_trace_paper_v1_sees_no_proactive_response() -> No
     assert scores.overall["proactive"]["false_alarm_rate"].value is None
     assert scores.protocol == "ovo-offline"
     assert scores.notes[1:] == [  # after the judge's note (no judge endpoint)
+        "1 records failed for infrastructure reasons (adapter unreachable, crashed or timed "
+        "out), not as model outcomes; as TRACE does, they stay in every denominator; "
+        "`streameval run --resume handwritten --retry-failed` reruns just them",
         "scoring profile trace-paper-v1 is meant for runs under protocol trace or "
         "trace-full-prefix or trace-autonomous; this run was made under ovo-offline (scored "
         "as published by profile ovo-offline), so these numbers are not comparable with "

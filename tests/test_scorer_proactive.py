@@ -20,6 +20,7 @@ from scorer.profiles import PROFILES
 from scorer.report import evaluate_source, scores_of
 
 PROFILE = PROFILES["trace-paper-v1"]
+EXTENDED = PROFILES["trace-extended"]
 
 
 def point(t: float, answer: str = "x") -> Trigger:
@@ -146,9 +147,12 @@ def test_false_alarms_misses_and_tail_responses() -> None:
     # (a tail response: no false alarm, but still an answered episode).
     log = steps_log(rec, {5: "early", 11: "3", 17: "noise", 22: "wrong", 30: "late"})
     result = evaluate_proactive(assemble_one("p1", log.rows()), rec, PROFILE)
-    assert [(o.assignment, o.delay_s) for o in result.windows] == [
-        (IN_WINDOW, 1.0),
-        (IN_WINDOW, 2.0),
+    # Video delays: 11 - 10 and 22 - 20. Runtime delays (the log's clock ticks 1 ms per
+    # event): frame 10, step, silent, frame 11, step, first token = 5 ms after frame 10's
+    # send; frame 20 then 8 events to the first token at 22.
+    assert [(o.assignment, o.delay_video_s, o.delay_runtime_s) for o in result.windows] == [
+        (IN_WINDOW, 1.0, 0.005),
+        (IN_WINDOW, 2.0, 0.008),
     ]
     assert [e.text for e in result.answered] == ["early", "3", "noise", "wrong", "late"]
     assert result.false_alarm == [True, False, True, False, False]
@@ -172,17 +176,31 @@ def test_scores_of_one_record_by_hand() -> None:
     assert proactive["false_alarm_rate"].value == pytest.approx(2 / 6)
     assert proactive["false_alarm_rate"].population == 6
     assert proactive["redundant_responses"].value == 1  # 11 and 12 share the first window
-    # Delays of the two in-window windows: 11 - 10 and 22 - 20 (video seconds, logical).
-    assert proactive["median_response_delay_s"].value == pytest.approx(1.5)
-    assert proactive["median_response_delay_s"].population == 2
-    assert proactive["median_response_delay_s"].coverage == 1.0
+    # TRACE's delay is on the runtime clock under logical pacing too (processing time):
+    # 5 ms and 8 ms after the first frame at or after each window start was sent.
+    delay = proactive["median_response_delay_runtime_s"]
+    assert (delay.value, delay.population, delay.coverage) == (pytest.approx(0.0065), 2, 1.0)
+    assert "median_response_delay_video_s" not in proactive
     assert proactive["completion_rate"].value == 1.0
+    # trace-extended also reports the delay in video seconds: 11 - 10 and 22 - 20.
+    extended = scores_of(evaluate_source(memory_source([rec], [log]), EXTENDED)).overall
+    assert extended["proactive"]["median_response_delay_video_s"].value == pytest.approx(1.5)
+    assert extended["proactive"]["median_response_delay_runtime_s"].value == pytest.approx(0.0065)
 
 
-def test_silence_tokens_are_not_answers() -> None:
+def test_only_wait_is_silence_under_trace_and_more_tokens_under_extended() -> None:
     rec = record((point(10, "3"),))
     log = steps_log(rec, {4: "wait", 11: "<silent>", 12: "Silent."})
+    # TRACE: after normalisation only the empty text and "wait" are non-answers, so
+    # "<silent>" is a (wrong) in-window answer and "Silent." a redundant one.
     scores = scores_of(evaluate_source(memory_source([rec], [log]), PROFILE))
+    proactive = scores.overall["proactive"]
+    assert proactive["miss_rate"].value == 0.0
+    assert proactive["in_window_accuracy"].value == 0.0
+    assert proactive["redundant_responses"].value == 1
+    assert scores.records[0].proactive["unanswered_episodes"] == 1
+    # This project's reading: "silent", "<silent>" and "Silent." are silence too.
+    scores = scores_of(evaluate_source(memory_source([rec], [log]), EXTENDED))
     proactive = scores.overall["proactive"]
     assert proactive["miss_rate"].value == 1.0
     assert proactive["before_window_rate"].value == 0.0
@@ -192,7 +210,7 @@ def test_silence_tokens_are_not_answers() -> None:
     assert scores.records[0].proactive["unanswered_episodes"] == 3
 
 
-def test_exact_match_after_normalisation_and_accepted_facts() -> None:
+def test_exact_match_after_normalisation_and_accepted_facts_only_when_extended() -> None:
     rec = record(
         (
             Trigger(
@@ -201,13 +219,19 @@ def test_exact_match_after_normalisation_and_accepted_facts() -> None:
                 point_s=10,
                 accepted_facts=("crimson cup",),
             ),
-            point(20, "3"),
-            point(30, "4"),
+            point(20, "Red Cup"),
+            point(30, "3"),
+            point(40, "4"),
         )
     )
-    log = steps_log(rec, {11: "  red   CUP", 21: "3.", 31: "Crimson cup"})
-    result = scores_of(evaluate_source(memory_source([rec], [log]), PROFILE)).records[0]
-    assert [w["score"] for w in result.proactive["windows"]] == [1.0, 0.0, 0.0]
+    log = steps_log(
+        rec, {11: "Crimson cup", 21: "  red   CUP", 31: "3.", 41: "<think>4?</think> 4"}, 46
+    )
+    trace = scores_of(evaluate_source(memory_source([rec], [log]), PROFILE)).records[0]
+    # TRACE matches the trigger's answer only: the accepted fact scores 0.
+    assert [w["score"] for w in trace.proactive["windows"]] == [0.0, 1.0, 0.0, 1.0]
+    extended = scores_of(evaluate_source(memory_source([rec], [log]), EXTENDED)).records[0]
+    assert [w["score"] for w in extended.proactive["windows"]] == [1.0, 1.0, 0.0, 1.0]
 
 
 def test_failed_records_stay_in_every_denominator() -> None:
@@ -233,6 +257,7 @@ def test_failed_records_stay_in_every_denominator() -> None:
         "failed": 1,
         "incomplete": 0,
         "not_run": 1,
+        "failed_infrastructure": 1,  # a response timeout is not a model outcome
     }
     statuses = {r.record_id: (r.status, r.failure_stage) for r in scores.records}
     assert statuses == {
@@ -272,8 +297,32 @@ def test_wall_clock_delay_runs_from_the_first_frame_at_or_after_the_window_start
     log.respond("3", onset_ns=base + 12_200_000_000, onset_t=12.2, final_ns=base + 12_300_000_000)
     log.finish()
     result = evaluate_proactive(assemble_one("p1", log.rows()), rec, PROFILE)
-    assert result.delay_clock == "runtime"
-    assert result.windows[0].delay_s == pytest.approx(1.2)
+    assert result.windows[0].delay_runtime_s == pytest.approx(1.2)
+    assert result.windows[0].delay_video_s == pytest.approx(12.2 - 10.5)
+
+
+def test_a_first_token_before_that_frame_gives_no_runtime_delay() -> None:
+    rec = record((point(10.5, "3"), point(20.5, "4")))
+    log = SessionLog("run", "p1", pacing="wall_clock").start()
+    base = 5_000_000_000
+    for t in range(11):
+        log.frame(float(t), ns=base + t * 1_000_000_000, scheduled_ns=base + t * 1_000_000_000)
+        if t == 0:
+            log.instruction(rec)
+    # The first token arrives at video 10.7 s, before frame 11 (the first at or after 10.5 s)
+    # was sent; no frame at all was sent at or after 20.5 s.
+    log.respond("3", onset_ns=base + 10_700_000_000, onset_t=10.7, final_ns=base + 10_800_000_000)
+    for t in range(11, 21):
+        log.frame(float(t), ns=base + t * 1_000_000_000, scheduled_ns=base + t * 1_000_000_000)
+    log.respond("4", onset_ns=base + 20_900_000_000, onset_t=20.9, final_ns=base + 21_000_000_000)
+    log.finish()
+    result = evaluate_proactive(assemble_one("p1", log.rows()), rec, PROFILE)
+    assert [o.assignment for o in result.windows] == [IN_WINDOW, IN_WINDOW]
+    assert [o.delay_runtime_s for o in result.windows] == [None, None]
+    assert [o.delay_video_s for o in result.windows] == [
+        pytest.approx(0.2),
+        pytest.approx(0.4),
+    ]
 
 
 def test_per_task_type_and_source_slices() -> None:

@@ -14,6 +14,7 @@ from scorer.workload import evaluate_workload
 
 PAPER = PROFILES["trace-paper-v1"]
 STRICT = PROFILES["trace-strict"]
+EXTENDED = PROFILES["trace-extended"]
 S = 1_000_000_000
 
 
@@ -108,11 +109,19 @@ def test_failed_silent_and_unrun_records_stay_in_the_denominators() -> None:
     assert qa["accuracy"].population == 6
     assert qa["invalid_output_rate"].value == pytest.approx(4 / 6)
     assert qa["completion_rate"].value == pytest.approx(4 / 6)
-    # Three records answered: TTFT observed on 3 of 6, all 0.25 s.
-    assert qa["ttft_s_p50"].value == pytest.approx(0.25)
-    assert (qa["ttft_s_p50"].observed, qa["ttft_s_p50"].coverage) == (3, 0.5)
+    # Three records answered, all 0.25 s. TRACE observes TTFT over the queries that
+    # produced a response or a decision: the three answered and the declined one (the
+    # failed and the unrun records produced nothing).
+    ttft = qa["ttft_s_p50"]
+    assert (ttft.value, ttft.population, ttft.observed) == (pytest.approx(0.25), 4, 3)
+    assert ttft.coverage == 0.75
     assert qa["latency_s_max"].value == pytest.approx(0.75)
     assert qa["latency_s_max"].ci95 is None
+    assert scores.sessions.failed_infrastructure == 1
+    # trace-extended observes them over every QA record.
+    extended = scores_of(evaluate_source(memory_source(records, logs), EXTENDED))
+    ttft = extended.overall["qa"]["ttft_s_p50"]
+    assert (ttft.population, ttft.observed, ttft.coverage) == (6, 3, 0.5)
 
 
 def test_the_strict_profile_rejects_introduced_answers() -> None:

@@ -130,7 +130,10 @@ def test_store_and_export_give_identical_scores(store: Store, tmp_path: Path) ->
     proactive = scores.overall["proactive"]
     # Each record: "1" at 6 s in [5, 9), "2" at 10 s in the state [9, 12): all four correct.
     assert proactive["in_window_accuracy"].value == 1.0
-    assert proactive["median_response_delay_s"].value == 1.0
+    # TRACE's delay is on the runtime clock; trace-extended adds it in video seconds.
+    assert proactive["median_response_delay_runtime_s"].observed == 4
+    extended = score_run(store, "run-a", "trace-extended").overall["proactive"]
+    assert extended["median_response_delay_video_s"].value == 1.0
     assert scores.overall["workload"]["submitted_images"].value == 3 * 11 + 2 * 15
     assert scores.by_task_type["OCR"]["qa"]["accuracy"].value == 0.0
     assert scores.by_source_benchmark["streamingbench"]["qa"]["accuracy"].value == 1.0
