@@ -354,8 +354,10 @@ def runs(
         print(json.dumps(rows))
         return
     table = Table()
+    # The run id and its status stay whole on a narrow terminal; other columns shrink.
+    widths = {"run": 12, "status": len("interrupted")}
     for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapters"):
-        table.add_column(column, no_wrap=True)
+        table.add_column(column, no_wrap=True, min_width=widths.get(column))
     for row in rows:
         style = STATUS_STYLES.get(row["status"], "")
         table.add_row(
@@ -365,7 +367,7 @@ def runs(
             Text(row["benchmark"]),
             Text(row["profile"]),
             Text(row["pacing"]),
-            Text("; ".join(row["adapters"])),
+            Text("\n".join(row["adapters"])),  # every adapter the run used, one a line
         )
     Console().print(table)
 

@@ -290,4 +290,7 @@ def test_the_benchmark_job_runs_scores_and_exits_with_the_runs_status(
 
     with AdapterProcess("tests.wire_adapters:HangingAdapter") as adapter:
         hung = run_job(tmp_path, adapter.url, benchmark_path, "--response-timeout 0.5")
-    assert hung.returncode == 1 and "3 sessions failed" in hung.stderr
+    # Every session failed: the run failed (3), and its scores were still written.
+    assert hung.returncode == 3 and "3 sessions failed" in hung.stderr
+    hung_id = json.loads(hung.stdout.splitlines()[0])["run_id"]
+    assert (tmp_path / "results" / f"{hung_id}.json").is_file()

@@ -1,0 +1,338 @@
+"""Numbers you can trust: a resume cannot silently switch adapters, a run whose sessions
+failed says so in its status and exit code, infrastructure failures are told apart from the
+adapter's and the input's, and only those are retried. Real adapter processes, the real CLI,
+a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core_server.adapter_process import AdapterProcess
+from core_server.config import EndpointConfig, RunConfig
+from core_server.runner import RunExecutor, session_failure_cause
+from core_server.store.events import EventKind, failure_cause
+from core_server.store.store import SessionInfo, Store
+from tests.integrity_adapters import CRASH_AT_ENV
+from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark
+
+
+def streameval(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "core_server.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+
+
+def common(tmp_path: Path) -> list[str]:
+    return ["--store", f"sqlite:///{tmp_path / 's.db'}", "--cache-dir", str(tmp_path / "cache")]
+
+
+def listed_runs(tmp_path: Path) -> dict[str, dict]:
+    done = streameval("runs", "--json", "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert done.returncode == 0, done.stderr
+    return {run["run_id"]: run for run in json.loads(done.stdout)}
+
+
+def broken_video_benchmark(root: Path, records: list) -> Path:
+    """The test benchmark plus a QA record whose video is not a video (an input failure)."""
+    broken = QA.model_copy(update={"record_id": "t:qa:bad", "video_path": "broken.mp4"})
+    path = write_benchmark(root, records=(*records, broken))
+    (root / "broken.mp4").write_bytes(b"this is not a video")
+    return path
+
+
+# ------------------------------------------------------------------ adapter identity
+
+
+def test_resume_against_a_different_adapter_is_refused_unless_allowed(
+    adapter_env, benchmark_path, tmp_path
+):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with AdapterProcess("silent") as silent, Store(url) as store:
+        config = RunConfig(
+            benchmark=str(benchmark_path),
+            endpoints=[EndpointConfig(url=silent.url, concurrency=2)],
+            cache_dir=str(tmp_path / "cache"),
+        )
+        # A run declared against `silent` whose sessions never ran (all pending).
+        run_id = asyncio.run(RunExecutor(config, store).prepare())
+        assert [a["adapter"] for a in store.get_run(run_id).conditions["adapters"]] == ["silent"]
+
+    with AdapterProcess("always") as always:
+        refused = streameval(
+            "run", "--resume", run_id, "--adapter-url", always.url, *common(tmp_path)
+        )
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in refused.stderr, lines
+        line = lines[0]
+        assert line.startswith("error: run " + run_id), line
+        assert "silent 1 (baseline-silent)" in line and "always 1 (baseline-always)" in line
+        assert "adapter silent -> always" in line
+        assert "conditions.model_name baseline-silent -> baseline-always" in line
+        assert "--allow-adapter-change" in line
+        with Store(url) as store:  # nothing was touched
+            assert {s.status for s in store.sessions(run_id)} == {"pending"}
+            assert store.count_events(run_id) == 0
+            assert len(store.get_run(run_id).conditions["adapters"]) == 1
+
+        allowed = streameval(
+            "run", "--resume", run_id, "--adapter-url", always.url,
+            "--allow-adapter-change", "--json", *common(tmp_path),
+        )  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    summary = json.loads(allowed.stdout)
+    assert (summary["finished"], summary["failed"], summary["status"]) == (3, 0, "finished")
+
+    run = listed_runs(tmp_path)[run_id]
+    assert run["adapters"] == ["silent 1 (baseline-silent)", "always 1 (baseline-always)"]
+    assert [(i["adapter"], i["endpoints"]) for i in run["adapter_identities"]] == [
+        ("silent", [silent.url]),
+        ("always", [always.url]),
+    ]
+    with Store(url) as store:
+        recorded = store.get_run(run_id).conditions["adapters"]
+        assert [(a["adapter"], a["endpoint"]) for a in recorded] == [
+            ("silent", silent.url),
+            ("always", always.url),
+        ]
+        # Each session says which adapter served it: its hello, in the sessions table.
+        for session in store.sessions(run_id):
+            assert session.endpoint == always.url
+            assert session.adapter["adapter"] == "always"
+            assert session.adapter["conditions"]["model_name"] == "baseline-always"
+            hello = next(e for e in store.iter_events(run_id, session.session_id))
+            assert hello.kind == EventKind.ADAPTER_HELLO
+            assert hello.payload == session.adapter
+
+    table = streameval("runs", "--store", url, env={**os.environ, "COLUMNS": "200"})
+    row = [line for line in table.stdout.splitlines() if run_id in line]
+    assert len(row) == 1 and "silent 1 (baseline-silent)" in row[0], table.stdout
+    following = table.stdout.splitlines()[table.stdout.splitlines().index(row[0]) + 1]
+    assert "always 1 (baseline-always)" in following
+
+
+def test_the_adapter_flags_need_a_resume(tmp_path):
+    for flag in ("--retry-failed", "--allow-adapter-change"):
+        done = streameval("run", "--adapter-url", "ws://127.0.0.1:9/ws", flag, *common(tmp_path))
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"error: {flag} only applies to a resumed run: add --resume RUN_ID"
+        ]
+
+
+# ------------------------------------------------------------------ run status, exit codes
+
+
+class _InfoOnly(BaseHTTPRequestHandler):
+    """Answers /info like an adapter but has no WebSocket: every session's connection is
+    refused after the pre-run check passed (a proxy in front of a dead adapter)."""
+
+    info: dict = {}
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body, code = (json.dumps(self.info).encode(), 200) if self.path == "/info" else (b"", 404)
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def info_only_endpoint():
+    with AdapterProcess("always") as real:
+        info = httpx.get(f"http://127.0.0.1:{real.port}/info").json()
+    handler = type("Handler", (_InfoOnly,), {"info": info})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"ws://127.0.0.1:{server.server_address[1]}/ws"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_run_whose_every_session_fails_exits_3_with_status_failed(
+    info_only_endpoint, adapter_env, benchmark_path, tmp_path
+):
+    done = streameval(
+        "run", "--adapter-url", info_only_endpoint, "--benchmark", str(benchmark_path),
+        "--json", *common(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    summary = json.loads(done.stdout)  # printed before the non-zero exit
+    assert (summary["finished"], summary["failed"], summary["failed_total"]) == (0, 3, 3)
+    assert summary["status"] == "failed"
+    assert listed_runs(tmp_path)[summary["run_id"]]["status"] == "failed"
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        sessions = store.sessions(summary["run_id"])
+        assert {(s.failure_stage, s.failure_cause) for s in sessions} == {
+            ("connect", "infrastructure")
+        }
+        assert all(s.adapter is None for s in sessions)  # no hello ever arrived
+
+    # Without --json too, and `streameval runs` shows the failed status in red.
+    again = streameval(
+        "run", "--adapter-url", info_only_endpoint, "--benchmark", str(benchmark_path),
+        *common(tmp_path),
+    )  # fmt: skip
+    assert again.returncode == 3
+    assert "failed: every session failed" in again.stderr
+    colored = streameval(
+        "runs", "--store", f"sqlite:///{tmp_path / 's.db'}", env={**os.environ, "FORCE_COLOR": "1"}
+    )
+    assert "\x1b[31mfailed" in colored.stdout
+
+
+def test_a_hung_adapter_fails_every_session_and_the_run(adapter_env, benchmark_path, tmp_path):
+    with AdapterProcess("tests.wire_adapters:HangingAdapter") as adapter:
+        done = streameval(
+            "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
+            "--response-timeout", "0.5", "--json", *common(tmp_path),
+        )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["status"], summary["failed"]) == ("failed", 3)
+
+
+def test_a_partly_failed_run_exits_1_and_stays_finished(adapter_env, tmp_path):
+    benchmark = broken_video_benchmark(tmp_path / "bench", [QA, QA_EARLY])
+    with AdapterProcess("always") as adapter:
+        done = streameval(
+            "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark),
+            "--json", *common(tmp_path),
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["finished"], summary["failed"], summary["status"]) == (2, 1, "finished")
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        bad = next(s for s in store.sessions(summary["run_id"]) if s.session_id == "t:qa:bad")
+        assert (bad.status, bad.failure_stage, bad.failure_cause) == ("failed", "frames", "input")
+        (event,) = store.iter_events(summary["run_id"], "t:qa:bad")
+        assert event.kind == EventKind.SESSION_FAILED
+        assert event.payload["cause"] == "input"
+
+
+# ------------------------------------------------------------------ --retry-failed
+
+
+def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monkeypatch, tmp_path):
+    qa3 = QA.model_copy(update={"record_id": "t:qa:3"})
+    benchmark = broken_video_benchmark(tmp_path / "bench", [QA, QA_EARLY, qa3, PROACTIVE])
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run = ["--benchmark", str(benchmark), "--concurrency", "1", "--json", *common(tmp_path)]
+
+    # Sessions run in id order: t:pro:1 (fatal adapter error), t:qa:1 (finished), t:qa:2
+    # (the adapter process dies at its question), t:qa:3 (nothing listens any more),
+    # t:qa:bad (the video does not decode).
+    monkeypatch.setenv(CRASH_AT_ENV, "t:qa:2")
+    with AdapterProcess("tests.integrity_adapters:FlakyAdapter") as dying:
+        first = streameval("run", "--adapter-url", dying.url, *run)
+    assert first.returncode == 1, first.stderr
+    run_id = json.loads(first.stdout)["run_id"]
+    with Store(url) as store:
+        before = {s.session_id: s for s in store.sessions(run_id)}
+        events_before = {sid: list(store.iter_events(run_id, sid)) for sid in before}
+    assert {sid: (s.status, s.failure_stage, s.failure_cause) for sid, s in before.items()} == {
+        "t:pro:1": ("failed", "adapter", "adapter"),
+        "t:qa:1": ("finished", None, None),
+        "t:qa:2": ("failed", "streaming", "infrastructure"),
+        "t:qa:3": ("failed", "connect", "infrastructure"),
+        "t:qa:bad": ("failed", "frames", "input"),
+    }
+    for sid, session in before.items():
+        failed = [e for e in events_before[sid] if e.kind == EventKind.SESSION_FAILED]
+        if session.status == "failed":
+            assert [e.payload["cause"] for e in failed] == [session.failure_cause]
+    assert any(e.kind == EventKind.FRAME_ACK for e in events_before["t:qa:2"])
+
+    # A plain resume keeps every failure: nothing to do.
+    monkeypatch.delenv(CRASH_AT_ENV)
+    with AdapterProcess("tests.integrity_adapters:FlakyAdapter") as healthy:
+        plain = streameval("run", "--resume", run_id, "--adapter-url", healthy.url, *run[-5:])
+        assert plain.returncode == 1, plain.stderr
+        assert json.loads(plain.stdout)["kept"] == 5
+        with Store(url) as store:
+            assert {s.session_id: s for s in store.sessions(run_id)} == before
+
+        # The same adapter identity on another endpoint needs no --allow-adapter-change.
+        retried = streameval(
+            "run", "--resume", run_id, "--adapter-url", healthy.url, "--retry-failed", *run[-5:]
+        )
+    assert retried.returncode == 1, retried.stderr  # the adapter and input failures remain
+    summary = json.loads(retried.stdout)
+    assert (summary["finished"], summary["failed"], summary["kept"]) == (2, 0, 3)
+    assert (summary["retried"], summary["failed_total"], summary["status"]) == (2, 2, "finished")
+
+    with Store(url) as store:
+        after = {s.session_id: s for s in store.sessions(run_id)}
+        for sid in ("t:qa:2", "t:qa:3"):
+            assert (after[sid].status, after[sid].attempt) == ("finished", 1)
+            assert (after[sid].failure_stage, after[sid].failure_cause) == (None, None)
+            assert after[sid].endpoint == healthy.url
+            events = list(store.iter_events(run_id, sid))
+            kinds = [e.kind for e in events]
+            # The old attempt's events are gone: one clean session from seq 0.
+            assert [e.seq for e in events] == list(range(len(events)))
+            assert kinds[:2] == [EventKind.ADAPTER_HELLO, EventKind.SESSION_START]
+            assert kinds.count(EventKind.SESSION_START) == 1
+            assert EventKind.SESSION_FAILED not in kinds
+            assert kinds[-1] == EventKind.SESSION_FINISHED
+        for sid in ("t:pro:1", "t:qa:1", "t:qa:bad"):
+            assert after[sid] == before[sid]
+            assert list(store.iter_events(run_id, sid)) == events_before[sid]
+        adapters = store.get_run(run_id).conditions["adapters"]
+        assert [(a["adapter"], a["endpoint"]) for a in adapters] == [
+            ("flaky", dying.url),
+            ("flaky", healthy.url),
+        ]
+    assert listed_runs(tmp_path)[run_id]["adapters"] == ["flaky 1 (flaky-model)"]
+
+
+# ------------------------------------------------------------------ failure causes
+
+
+@pytest.mark.parametrize(
+    ("payload", "cause"),
+    [
+        ({"stage": "connect", "reason": "cannot connect to ws://x/ws: refused"}, "infrastructure"),
+        ({"stage": "streaming", "reason": "adapter disconnected"}, "infrastructure"),
+        ({"stage": "response", "reason": "no answer within 60s"}, "infrastructure"),
+        ({"stage": "handshake", "reason": "adapter sent no hello"}, "infrastructure"),
+        ({"stage": "handshake", "reason": "declared conditions: needs state"}, "adapter"),
+        ({"stage": "protocol", "reason": "malformed: not JSON"}, "adapter"),
+        ({"stage": "adapter", "reason": "adapter error oom: out of memory"}, "adapter"),
+        ({"stage": "frames", "reason": "cannot decode v.mp4"}, "input"),
+        # A recorded cause wins over the stage.
+        ({"stage": "streaming", "reason": "oversized", "cause": "adapter"}, "adapter"),
+    ],
+)
+def test_failure_cause_of_payloads_old_and_new(payload, cause):
+    assert failure_cause(payload) == cause
+
+
+def test_sessions_stored_before_causes_existed_are_classified_by_stage():
+    def session(status, stage=None, reason=None, cause=None):
+        return SessionInfo(
+            "r", "s", ["s"], status, 0, None, stage, reason, None, None, failure_cause=cause
+        )
+
+    assert session_failure_cause(session("finished")) is None
+    assert session_failure_cause(session("failed", "response", "no answer")) == "infrastructure"
+    assert session_failure_cause(session("failed", "frames", "bad video")) == "input"
+    assert session_failure_cause(session("failed", "protocol", "x", cause="adapter")) == "adapter"
