@@ -157,3 +157,39 @@ def test_score_defaults_to_the_scoring_profile_of_the_run_protocol(benchmark_pat
     assert (scored["protocol"], scored["profile"]["name"]) == ("ovo-offline", "ovo-offline")
     forced = streameval("score", run_id, "--json", "--profile", "trace-paper-v1", "--store", store)
     assert json.loads(forced.stdout)["profile"]["name"] == "trace-paper-v1"
+
+
+def test_compare_never_subtracts_timings_of_a_logical_and_a_wall_clock_run(
+    benchmark_path, tmp_path
+):
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    runs = []
+    with AdapterProcess("always") as adapter:
+        for pacing in ("logical", "wall_clock"):
+            ran = streameval(
+                "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
+                "--pacing", pacing, "--speed", "8", "--json", "--store", store,
+            )  # fmt: skip
+            assert ran.returncode == 0, ran.stderr
+            runs.append(json.loads(ran.stdout)["run_id"])
+    compared = streameval(
+        "compare", *runs, "--profile", "trace-extended", "--json", "--store", store
+    )
+    assert compared.returncode == 0, compared.stderr
+    comparison = json.loads(compared.stdout)
+    proactive = comparison["overall"]["proactive"]
+    for name in ("median_response_delay_runtime_s", "median_response_delay_video_s"):
+        delay = proactive[name]
+        assert delay["a"] is not None and delay["b"] is not None, name
+        assert (delay["diff"], delay["ci95"]) == (None, None), name
+    ttft = comparison["overall"]["qa"]["ttft_s_p50"]
+    assert ttft["a"] is not None and ttft["diff"] is None
+    # Everything not measured on the clock is still compared.
+    assert proactive["in_window_accuracy"]["diff"] is not None
+    assert comparison["notes"] == [
+        "the runs were paced differently (logical and wall_clock at speed 8): TTFT, latency "
+        "and response delays measure different things, so they are not subtracted; both "
+        "values are shown"
+    ]
+    shown = streameval("compare", *runs, "--store", store)
+    assert "note: the runs were paced differently" in shown.stdout

@@ -127,3 +127,47 @@ def test_proactive_turns_use_evidence_bounds_and_assigned_onsets() -> None:
     assert ready["ars"].value == pytest.approx((ep + 1.0) / 2)
     assert ready["accuracy"].value == 0.5  # "rain" came before its window: scores 0
     assert ready["acc_e"].value == pytest.approx(0.5 * (ep + 1.0) / 2)
+
+
+def test_questions_without_evidence_leave_the_population_with_a_note() -> None:
+    with_spans = qa("r1", [(0, 10)], 15.0)  # 5 s after t_e, τ = 10: LP = 0.75
+    # Anchored at the question time and without spans, like 15 of TRACE's 21 sample records.
+    without = [qa(rid, [(12, 12)], 12.0).model_copy(update={"evidence_spans": ()}) for rid in "23"]
+    records = [with_spans, *without]
+    logs = [answered(record, "A") for record in records]
+    scores = scores_of(evaluate_source(memory_source(records, logs), PROFILE))
+    # Were the anchors t_s = t_e, τ would be median(10, 0, 0) = 0 and every answer after
+    # the question would score LP = 0: the two questions without spans are left out.
+    assert scores.derived["readiness_tau_s"] == {"qa": 10.0}
+    ready = scores.overall["readiness"]
+    assert (ready["ars"].value, ready["ars"].population) == (pytest.approx(0.75), 1)
+    coverage = ready["evidence_coverage"]
+    assert (coverage.value, coverage.population) == (pytest.approx(1 / 3), 3)
+    assert ready["accuracy"].population == 1  # the same population as ARS
+    by_id = {r.record_id: r.readiness for r in scores.records}
+    assert by_id["2"] == {
+        "applicable": False,
+        "turns": [],
+        "ars": None,
+        "early_penalty": None,
+        "late_penalty": None,
+    }
+    assert (
+        "readiness: 2 of 3 QA records have no evidence window and are left out of the "
+        "readiness population (see readiness.evidence_coverage)"
+    ) in scores.notes
+
+
+def test_a_population_of_point_evidence_is_not_applicable_never_zero() -> None:
+    records = [qa("r1", [(10, 10)], 15.0), qa("r2", [(20, 20)], 25.0)]
+    logs = [answered(record, "A") for record in records]
+    scores = scores_of(evaluate_source(memory_source(records, logs), PROFILE))
+    assert scores.derived["readiness_tau_s"] == {"qa": 0.0}
+    ready = scores.overall["readiness"]
+    for name in ("ars", "early_penalty", "late_penalty", "accuracy", "acc_e"):
+        assert ready[name].value is None, name
+    assert ready["evidence_coverage"].value == 0.0
+    assert (
+        "readiness is not applicable to the qa records: every evidence window is a point "
+        "(τ = 0), so any answer after it would score 0"
+    ) in scores.notes

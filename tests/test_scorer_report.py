@@ -12,9 +12,9 @@ from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
 from core_server.cli import app
 from core_server.store.export import export_jsonl
 from core_server.store.store import Store
-from scorer.compare import compare_runs
+from scorer.compare import compare_runs, compare_sources
 from scorer.errors import ScoreError
-from scorer.eventlog import SessionLog, store_run
+from scorer.eventlog import SessionLog, asked_session, memory_source, store_run
 from scorer.profiles import PROFILES, ProfileError, get_profile
 from scorer.report import score_exported, score_run
 
@@ -178,6 +178,24 @@ def test_compare_pairs_records(sqlite_store: Store) -> None:
     completion = comparison.overall["qa"]["completion_rate"]
     assert completion.diff == pytest.approx(1 / 3)
     assert comparison.by_task_type["OCR"]["qa"]["accuracy"].diff == 1.0
+
+
+def test_runs_of_different_protocols_are_shown_side_by_side_never_subtracted() -> None:
+    records = mixed_records()[:1]
+    logs = [asked_session(records[0], "B", [29.0, 30.0])]
+    trace_run = memory_source(records, logs, run_id="a")
+    realstream = {"profile": "realstream", "pacing": "logical"}
+    other = memory_source(records, logs, run_id="b", config=realstream)
+    comparison = compare_sources(trace_run, other)
+    accuracy = comparison.overall["qa"]["accuracy"]
+    assert (accuracy.a, accuracy.b, accuracy.diff, accuracy.ci95) == (1.0, 1.0, None, None)
+    assert all(
+        metric.diff is None for family in comparison.overall.values() for metric in family.values()
+    )
+    assert comparison.notes == [
+        "the runs were made under different protocol profiles (trace and realstream): no "
+        "metric is subtracted; both values are shown"
+    ]
 
 
 def test_sessions_must_match_records(sqlite_store: Store) -> None:
