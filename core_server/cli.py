@@ -183,10 +183,12 @@ def run(
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run).
 
-    Exit status: 0 every session finished; 1 some sessions failed; 3 every session failed
-    (the run's status is then `failed`); 2 the run could not start (bad options,
-    unreachable adapter, a resume against a different adapter); 130 interrupted (resume it
-    with --resume). A resume's status counts the sessions kept from before too.
+    Exit status (a resume's counts the sessions kept from before too):
+    0 every session finished;
+    1 some sessions failed;
+    3 every session failed (the run's status is then `failed`);
+    2 the run could not start (bad options, unreachable or changed adapter);
+    130 interrupted (continue it with --resume).
     """
     if not resume and (retry_failed or allow_adapter_change):
         flag = "--retry-failed" if retry_failed else "--allow-adapter-change"

@@ -336,3 +336,66 @@ def test_sessions_stored_before_causes_existed_are_classified_by_stage():
     assert session_failure_cause(session("failed", "response", "no answer")) == "infrastructure"
     assert session_failure_cause(session("failed", "frames", "bad video")) == "input"
     assert session_failure_cause(session("failed", "protocol", "x", cause="adapter")) == "adapter"
+
+
+def test_run_help_documents_the_exit_codes():
+    done = streameval("run", "--help")
+    text = " ".join(done.stdout.split())
+    for line in (
+        "0 every session finished",
+        "1 some sessions failed",
+        "3 every session failed",
+        "2 the run could not start",
+        "130 interrupted",
+    ):
+        assert line in text
+
+
+def test_a_store_from_before_revision_0003_is_upgraded_in_place(store_url):
+    """Sessions stored before the new columns keep their data; their cause is derived."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from core_server.store.store import MIGRATIONS_DIR, _create_engine
+
+    engine = _create_engine(store_url)
+    try:
+        with engine.begin() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0002")
+            conn.execute(
+                text(
+                    "INSERT INTO runs (run_id, created_at, status, benchmark, config, "
+                    "config_hash, versions, conditions) VALUES ('old', '2025-01-01 00:00:00+00', "
+                    "'finished', 'b', '{}', 'h', '{}', '{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO sessions (run_id, session_id, record_ids, status, attempt, "
+                    "failure_stage, failure_reason) VALUES ('old', 's', '[\"s\"]', 'failed', 0, "
+                    "'streaming', 'adapter disconnected without a close frame')"
+                )
+            )
+    finally:
+        engine.dispose()
+    with Store(store_url) as store:
+        (session,) = store.sessions("old")
+        assert (session.failure_stage, session.adapter, session.failure_cause) == (
+            "streaming",
+            None,
+            None,
+        )
+        assert session_failure_cause(session) == "infrastructure"
+        store.set_session_status("old", "s", "failed", cause="adapter", adapter={"adapter": "x"})
+        store.reset_session("old", "s")
+        (reset,) = store.sessions("old")
+        assert (reset.status, reset.attempt, reset.adapter, reset.failure_cause) == (
+            "pending",
+            1,
+            None,
+            None,
+        )
