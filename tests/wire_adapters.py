@@ -138,3 +138,34 @@ class EarlyAdapter(Adapter):
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
         await session.send(json.dumps({"type": "silent", "task_id": "t:qa:1", "step": None}))
+
+
+class ScriptedAdapter(Adapter):
+    """Says what a script tells it: $STREAMEVAL_TEST_SCRIPT is a JSON file mapping each task
+    id to {"answer": text or null (decline the question), "steps": [[t, text], ...]}. At a
+    step, the earliest scripted text due at or before the step's video time is said (one per
+    step); otherwise the step is declined."""
+
+    name = "scripted"
+    conditions = _POLLED
+
+    def __init__(self) -> None:
+        with open(os.environ["STREAMEVAL_TEST_SCRIPT"]) as handle:
+            self.script = json.load(handle)
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        text = self.script[question.task_id]["answer"]
+        if text is None:
+            await respond.silent()
+        else:
+            await respond.say(text)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond):
+        session.state["due"] = sorted(self.script[instruction.task_id]["steps"])
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        due = session.state.get("due") or []
+        if due and due[0][0] <= step.t:
+            await respond.say(due.pop(0)[1])
+        else:
+            await respond.silent(step.step)
