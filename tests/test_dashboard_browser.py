@@ -529,8 +529,8 @@ def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
     metrics = runs.demo["metrics"]["overall"]
     overall = {(r[0], r[1]): r for r in table_cells(page, f"metrics-{runs.demo_id}-{PROFILE}")}
     assert overall["qa", "accuracy"][2] == shown(metrics["qa"]["accuracy"]["value"])
-    assert overall["proactive", "median_response_delay_s"][3] == shown_ci(
-        metrics["proactive"]["median_response_delay_s"]["ci95"]
+    assert overall["proactive", "median_response_delay_runtime_s"][3] == shown_ci(
+        metrics["proactive"]["median_response_delay_runtime_s"]["ci95"]
     )
     page.click(f'a[href="#/runs/{runs.demo_id}/records/{rid("synthetic:proactive:001")}"]')
     wait_ready(page)

@@ -41,7 +41,6 @@ function resultCards(timeline) {
       card("window score", `${fmt(p.score_sum)} / ${p.windows.length}`, `${count("in_window")} in window · ${count("before_window")} early · ${count("no_output")} missed`, { "data-metric": "window-score" }),
       card("false alarms", String(p.false_alarms), `of ${p.answered_episodes} answered episodes`, { "data-metric": "false-alarms" }),
       card("redundant", String(p.redundant), `${p.tail_responses} after the last window`),
-      card("delay clock", p.delay_clock, "response delay measured on"),
     );
   }
   if (result.workload) {
@@ -68,7 +67,8 @@ function windowsTable(name, timeline) {
       { key: "onset_t", label: "onset (s)", num: true },
       { key: "prediction", label: "prediction" },
       { key: "score", label: "score", num: true },
-      { key: "delay_s", label: "delay (s)", num: true },
+      { key: "delay_runtime_s", label: "delay, runtime (s)", num: true },
+      { key: "delay_video_s", label: "delay, video (s)", num: true },
       { key: "answered_inside", label: "responses inside", num: true },
     ],
   });

@@ -265,7 +265,7 @@ function drawWindows(layer, timeline, x, top) {
           {},
           `window #${window.trigger + 1} (${window.trigger_type}) ${fmt(window.start)}–${fmt(window.end)} s, answer ${window.answer}\n` +
             `${window.assignment}${window.response_id ? ` by ${window.response_id} at ${fmt(window.onset_t)} s: "${window.prediction}"` : ""}` +
-            `, score ${fmt(window.score)}${window.delay_s !== null ? `, delay ${fmt(window.delay_s)} s` : ""}`,
+            `, score ${fmt(window.score)}${delayText(window)}`,
         ),
       ),
     );
@@ -328,8 +328,16 @@ function episodeTitle(episode, kind, timeline) {
     `runtime: began ${fmt(episode.onset_s)} s, final ${fmt(episode.final_s)} s after session start`,
   ];
   const window = timeline.windows.find((w) => w.response_id === episode.response_id);
-  if (window) lines.push(`window #${window.trigger + 1}: score ${fmt(window.score)}, delay ${fmt(window.delay_s)} s`);
+  if (window) lines.push(`window #${window.trigger + 1}: score ${fmt(window.score)}${delayText(window)}`);
   return lines.join("\n");
+}
+
+// A window's delays, each named by its clock (runtime: processing or real-time lag).
+function delayText(window) {
+  const parts = [];
+  if (window.delay_runtime_s !== null) parts.push(`runtime delay ${fmt(window.delay_runtime_s)} s`);
+  if (window.delay_video_s !== null) parts.push(`video delay ${fmt(window.delay_video_s)} s`);
+  return parts.length ? `, ${parts.join(", ")}` : "";
 }
 
 function drawAxis(root, x, t0, t1, x0, x1, top) {
