@@ -357,6 +357,9 @@ def test_unusual_times_are_imported_with_a_note_and_warned_past_the_video_end(
     imported = import_path(path)
     assert imported.problems == []
     assert [r.question_time_s for r in imported.benchmark.records] == [24.0, 12450.0, 5.0]
+    stats = invoke("stats", path, "--json")
+    assert stats.exit_code == 0
+    assert (json.loads(stats.stdout)["questions"], json.loads(stats.stdout)["problems"]) == (3, 0)
     assert imported.notes == [
         "streamingbench:real/0/0: time_stamp '00:24' read as 24 s (base-60 digits from the "
         "right, as StreamingBench reads it)",
