@@ -34,7 +34,7 @@ class EndpointConfig(BaseModel):
     @property
     def http_base(self) -> str:
         base = "http" + self.url[2:]
-        return base.removesuffix("/ws")
+        return base.removesuffix("/").removesuffix("/ws")
 
 
 class Profile(BaseModel):

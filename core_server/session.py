@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
@@ -25,6 +26,7 @@ from adapters.protocol import (
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
+    WS_PATH,
     AdapterError,
     FrameAck,
     FrameHeader,
@@ -201,6 +203,8 @@ class SessionDriver:
             )
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             reason = f"cannot connect to {self.endpoint_url}: {exc or type(exc).__name__}"
+            if not urlsplit(self.endpoint_url).path.endswith(WS_PATH):
+                reason += f" (adapters serve sessions at {WS_PATH}: ws://HOST:PORT{WS_PATH})"
             raise SessionFailure("connect", reason, INFRASTRUCTURE) from None
 
     async def _handshake(self) -> None:
