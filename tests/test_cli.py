@@ -16,13 +16,16 @@ from tests.test_export import validate_line
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
 
 
-def streameval(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def streameval(
+    *args: str, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "core_server.cli", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         cwd=cwd,
+        env=env,
     )
 
 

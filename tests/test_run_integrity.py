@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,17 +21,8 @@ from core_server.runner import RunExecutor, session_failure_cause
 from core_server.store.events import EventKind, failure_cause
 from core_server.store.store import SessionInfo, Store
 from tests.integrity_adapters import CRASH_AT_ENV
+from tests.test_cli import streameval
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark
-
-
-def streameval(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "core_server.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
 
 
 def common(tmp_path: Path) -> list[str]:
