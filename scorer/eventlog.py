@@ -47,14 +47,18 @@ class SessionLog:
         return self.clock
 
     def start(
-        self, initiation: str = "polled", ns: int | None = None, protocol: str = "trace"
+        self,
+        initiation: str = "polled",
+        ns: int | None = None,
+        protocol: str = "trace",
+        adapter_version: str = "1",
     ) -> SessionLog:
         self._add(
             "adapter_hello",
             ns,
             None,
             adapter="handwritten",
-            adapter_version="1",
+            adapter_version=adapter_version,
             protocol="1",
             conditions={
                 "state": "native",

@@ -362,22 +362,26 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
     return notes + _protocol_notes(run)
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _integrity_notes(run: EvaluatedRun) -> list[str]:
     """Failures that are not model outcomes, and a run served by several adapters."""
     notes = []
     infrastructure = _infrastructure_failures(run)
     if infrastructure:
         notes.append(
-            f"{infrastructure} records failed for infrastructure reasons (adapter unreachable, "
-            "crashed or timed out), not as model outcomes; as TRACE does, they stay in every "
-            f"denominator; `streameval run --resume {run.source.run_id} --retry-failed` "
-            "reruns just them"
+            f"{_count(infrastructure, 'record')} failed for infrastructure reasons (adapter "
+            "unreachable, crashed or timed out), not as model outcomes; as TRACE does, they "
+            f"stay in every denominator; `streameval run --resume {run.source.run_id} "
+            "--retry-failed` reruns just them"
         )
     adapters = _adapters(run)
     if len(adapters) > 1:
         names = "; ".join(
             f"{use.adapter} {use.adapter_version} ({use.conditions.get('model_name', '?')}): "
-            f"{use.sessions} sessions"
+            f"{_count(use.sessions, 'session')}"
             for use in adapters
         )
         notes.append(

@@ -218,7 +218,7 @@ def test_records_without_probes_are_left_out_with_a_note() -> None:
     scores = scored()
     assert scores.protocol == "ovo-offline"
     assert scores.notes == [
-        "1 records failed for infrastructure reasons (adapter unreachable, crashed or timed "
+        "1 record failed for infrastructure reasons (adapter unreachable, crashed or timed "
         "out), not as model outcomes; as TRACE does, they stay in every denominator; "
         "`streameval run --resume handwritten --retry-failed` reruns just them",
         "1 proactive records have no probes: OVO-Bench's offline scoring asks forward tasks "
@@ -254,7 +254,7 @@ def test_a_probe_session_under_trace_paper_v1_sees_no_proactive_response() -> No
     assert scores.overall["proactive"]["false_alarm_rate"].value is None
     assert scores.protocol == "ovo-offline"
     assert scores.notes[1:] == [  # after the judge's note (no judge endpoint)
-        "1 records failed for infrastructure reasons (adapter unreachable, crashed or timed "
+        "1 record failed for infrastructure reasons (adapter unreachable, crashed or timed "
         "out), not as model outcomes; as TRACE does, they stay in every denominator; "
         "`streameval run --resume handwritten --retry-failed` reruns just them",
         "scoring profile trace-paper-v1 is meant for runs under protocol trace or "

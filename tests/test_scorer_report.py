@@ -16,7 +16,7 @@ from scorer.compare import compare_runs, compare_sources
 from scorer.errors import ScoreError
 from scorer.eventlog import SessionLog, asked_session, memory_source, store_run
 from scorer.profiles import PROFILES, ProfileError, get_profile
-from scorer.report import score_exported, score_run
+from scorer.report import evaluate_source, score_exported, score_run, scores_of
 
 runner = CliRunner()
 
@@ -196,6 +196,24 @@ def test_runs_of_different_protocols_are_shown_side_by_side_never_subtracted() -
         "the runs were made under different protocol profiles (trace and realstream): no "
         "metric is subtracted; both values are shown"
     ]
+
+
+def test_a_run_served_by_two_adapter_identities_says_so() -> None:
+    records = mixed_records()[:3]
+    logs = []
+    for record, version in zip(records, ("1", "1", "2"), strict=True):
+        log = SessionLog("run", record.record_id).start(adapter_version=version)
+        log.frame(30.0)
+        log.question(record)
+        log.respond("B")
+        log.finish()
+        logs.append(log)
+    scores = scores_of(evaluate_source(memory_source(records, logs), "trace-paper-v1"))
+    assert [(a.adapter_version, a.sessions) for a in scores.adapters] == [("1", 2), ("2", 1)]
+    assert (
+        "this run mixes 2 adapter identities (resumed with --allow-adapter-change): "
+        "handwritten 1 (handwritten): 2 sessions; handwritten 2 (handwritten): 1 session"
+    ) in scores.notes
 
 
 def test_sessions_must_match_records(sqlite_store: Store) -> None:
