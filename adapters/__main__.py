@@ -1,4 +1,4 @@
-"""`python -m adapters NAME [--host H] [--port P] [--config FILE] [-A key=value ...]`.
+"""`python -m streameval.adapters NAME [--host H] [--port P] [--config FILE] [-A key=value ...]`.
 
 Serves one adapter as its own process. Prints `streameval-adapter listening on HOST:PORT`
 once it accepts connections, so a parent that asked for port 0 learns the port the OS chose.
@@ -12,9 +12,9 @@ import contextlib
 import logging
 import sys
 
-from adapters.config import AdapterConfigError
-from adapters.registry import AdapterLoadError, build_adapter
-from adapters.server import serve
+from streameval.adapters.config import AdapterConfigError
+from streameval.adapters.registry import AdapterLoadError, build_adapter
+from streameval.adapters.server import serve
 
 READY_PREFIX = "streameval-adapter listening on"
 
@@ -32,7 +32,7 @@ def run_adapter(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m adapters", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m streameval.adapters", description=__doc__)
     parser.add_argument("name", help="a registered adapter name or module:Class")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)

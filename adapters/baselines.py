@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 import zlib
 
-from adapters.protocol import AdapterConditions, Question, Step
-from adapters.sdk import Adapter, Responder, Session
+from streameval.adapters.protocol import AdapterConditions, Question, Step
+from streameval.adapters.sdk import Adapter, Responder, Session
 
 
 def _conditions(model: str) -> AdapterConditions:

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field
 
-from adapters.chat_prompts import ChatRequest, openai_messages
-from adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
+from streameval.adapters.chat_prompts import ChatRequest, openai_messages
+from streameval.adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
 
 # Worth retrying: the server is overloaded, restarting or timed out on its side.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core_server.benchmark.synthetic import (
+from streameval.core.benchmark.synthetic import (
     DIGIT_SEGMENTS,
     GLYPH_H,
     GLYPH_W,

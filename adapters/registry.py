@@ -17,20 +17,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from adapters.config import AdapterConfigError, load_config, validate_config
-from adapters.sdk import Adapter
+from streameval.adapters.config import AdapterConfigError, load_config, validate_config
+from streameval.adapters.sdk import Adapter
 
 ENTRY_POINT_GROUP = "streameval.adapters"
 BUILT_IN = "built-in"
 
 ADAPTERS: dict[str, str] = {
-    "reference": "adapters.reference:ReferenceAdapter",
-    "silent": "adapters.baselines:SilentAdapter",
-    "always": "adapters.baselines:AlwaysAdapter",
-    "random-choice": "adapters.baselines:RandomChoiceAdapter",
-    "openai": "adapters.openai_adapter:OpenAIAdapter",
-    "transformers": "adapters.transformers_adapter:TransformersAdapter",
-    "vllm": "adapters.vllm_engine:VLLMEngineAdapter",
+    "reference": "streameval.adapters.reference:ReferenceAdapter",
+    "silent": "streameval.adapters.baselines:SilentAdapter",
+    "always": "streameval.adapters.baselines:AlwaysAdapter",
+    "random-choice": "streameval.adapters.baselines:RandomChoiceAdapter",
+    "openai": "streameval.adapters.openai_adapter:OpenAIAdapter",
+    "transformers": "streameval.adapters.transformers_adapter:TransformersAdapter",
+    "vllm": "streameval.adapters.vllm_engine:VLLMEngineAdapter",
 }
 
 # A missing module named on the left is installed by the extra on the right.

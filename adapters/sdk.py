@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from adapters.protocol import (
+from streameval.adapters.protocol import (
     AdapterConditions,
     Instruction,
     Question,

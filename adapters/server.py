@@ -12,7 +12,7 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from adapters.protocol import (
+from streameval.adapters.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
@@ -31,7 +31,7 @@ from adapters.protocol import (
     decode_frame,
     parse_core_message,
 )
-from adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 
 log = logging.getLogger("streameval.adapter")
 

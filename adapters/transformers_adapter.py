@@ -24,21 +24,27 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from adapters import chat_prompts as prompts
-from adapters.config import AdapterConfig, AdapterConfigError
-from adapters.hf.chat import (
+from streameval.adapters import chat_prompts as prompts
+from streameval.adapters.config import AdapterConfig, AdapterConfigError
+from streameval.adapters.hf.chat import (
     AFTER_ANSWER,
     ASSISTANT_TURN,
     INSTRUCTION_PROMPT,
     STANDBY_PROMPT,
     ChatFormat,
 )
-from adapters.hf.text import IncrementalText
-from adapters.protocol import AdapterConditions, AdapterError, Instruction, Question, Step
-from adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.hf.text import IncrementalText
+from streameval.adapters.protocol import (
+    AdapterConditions,
+    AdapterError,
+    Instruction,
+    Question,
+    Step,
+)
+from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
 
 if TYPE_CHECKING:
-    from adapters.hf.model import EncodedFrame, StreamState
+    from streameval.adapters.hf.model import EncodedFrame, StreamState
 
 # Sample values for the placeholders of this adapter's own templates (checked at load).
 _OWN_PLACEHOLDERS = {
@@ -111,7 +117,7 @@ class TransformersAdapter(Adapter):
     Config = TransformersAdapterConfig
 
     def __init__(self, config: TransformersAdapterConfig) -> None:
-        from adapters.hf.model import ModelLoadError, VisionLanguageModel
+        from streameval.adapters.hf.model import ModelLoadError, VisionLanguageModel
 
         self.config = config
         try:

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import Field
 
-from adapters.chat_prompts import ChatRequest, hf_messages
-from adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
+from streameval.adapters.chat_prompts import ChatRequest, hf_messages
+from streameval.adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
 
 
 class VLLMEngineConfig(VideoChatConfig):

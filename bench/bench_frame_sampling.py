@@ -36,7 +36,7 @@ import PIL
 from PIL import Image
 
 from bench.make_video import cached_video
-from core_server.frames import FrameCache, ImageRules, VideoFrames, capped_size
+from streameval.core.frames import FrameCache, ImageRules, VideoFrames, capped_size
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION_TITLE = "## Frame sampling"

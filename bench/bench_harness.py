@@ -5,7 +5,7 @@
     python bench/bench_harness.py memory        # 50 sessions on a 1-hour video: Core peak RSS
     python bench/bench_harness.py all --write   # all three, results into BENCHMARKS.md
 
-Each measurement runs the Core as its own process (`python -m core_server.cli run`) against
+Each measurement runs the Core as its own process (`python -m streameval.core.cli run`) against
 an adapter process over loopback WebSockets, with a SQLite store, like a user would.
 """
 
@@ -28,10 +28,10 @@ sys.path.insert(0, str(REPO))
 
 from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_section  # noqa: E402
-from core_server.adapter_process import AdapterProcess  # noqa: E402
-from core_server.benchmark.records import Benchmark, QARecord  # noqa: E402
-from core_server.store.events import EventKind  # noqa: E402
-from core_server.store.store import Store  # noqa: E402
+from streameval.core.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.benchmark.records import Benchmark, QARecord  # noqa: E402
+from streameval.core.store.events import EventKind  # noqa: E402
+from streameval.core.store.store import Store  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 
@@ -64,7 +64,7 @@ def run_core(benchmark: Path, adapter_url: str, store_url: str, *extra: str) -> 
     command = [
         sys.executable,
         "-m",
-        "core_server.cli",
+        "streameval.core.cli",
         "run",
         "--benchmark",
         str(benchmark),

@@ -21,11 +21,17 @@ import time
 from pathlib import Path
 
 from bench.report import update_section
-from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
-from core_server.store.export import export_jsonl
-from core_server.store.store import Store
-from scorer.eventlog import SessionLog, store_run
-from scorer.report import evaluate_source, load_exported, score_exported, score_run, scores_of
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
+from streameval.core.store.export import export_jsonl
+from streameval.core.store.store import Store
+from streameval.scorer.eventlog import SessionLog, store_run
+from streameval.scorer.report import (
+    evaluate_source,
+    load_exported,
+    score_exported,
+    score_run,
+    scores_of,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 RUN_ID = "bench-scoring"

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from adapters.__main__ import READY_PREFIX
-from adapters.protocol import WS_PATH
+from streameval.adapters.__main__ import READY_PREFIX
+from streameval.adapters.protocol import WS_PATH
 
 
 class AdapterProcessError(Exception):
@@ -21,7 +21,8 @@ class AdapterProcessError(Exception):
 
 
 class AdapterProcess:
-    """`python -m adapters NAME --port 0` as a child; the OS picks the port, the child tells it.
+    """`python -m streameval.adapters NAME --port 0` as a child; the OS picks the port, the
+    child tells it.
 
     `config` is a YAML file or preset name (`--config`); `options` become `-A key=value`
     overrides, non-text values written as JSON (which the child reads as YAML).
@@ -48,7 +49,16 @@ class AdapterProcess:
         return f"ws://{self.host}:{self.port}{WS_PATH}"
 
     def command(self) -> list[str]:
-        command = [sys.executable, "-m", "adapters", self.name, "--host", self.host, "--port", "0"]
+        command = [
+            sys.executable,
+            "-m",
+            "streameval.adapters",
+            self.name,
+            "--host",
+            self.host,
+            "--port",
+            "0",
+        ]
         if self.config is not None:
             command += ["--config", str(self.config)]
         for key, value in self.options.items():

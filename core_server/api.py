@@ -17,10 +17,10 @@ from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from core_server.benchmark.loader import BenchmarkError
-from core_server.config import EndpointConfig, RunConfig
-from core_server.runner import RunError, RunExecutor
-from core_server.store.store import Store, StoreError
+from streameval.core.benchmark.loader import BenchmarkError
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.runner import RunError, RunExecutor
+from streameval.core.store.store import Store, StoreError
 
 TOKEN_ENV = "STREAMEVAL_API_TOKEN"
 _BEARER = HTTPBearer(auto_error=False)

@@ -14,13 +14,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from core_server.adapter_process import AdapterProcess, AdapterProcessError
-from core_server.benchmark.data_cli import data_app
-from core_server.benchmark.loader import BenchmarkError
-from core_server.config import PROFILES, EndpointConfig, RunConfig
-from core_server.frames import VideoDecodeError
-from core_server.paths import default_cache_dir, resolve_store_url
-from core_server.runner import (
+from streameval.core.adapter_process import AdapterProcess, AdapterProcessError
+from streameval.core.benchmark.data_cli import data_app
+from streameval.core.benchmark.loader import BenchmarkError
+from streameval.core.config import PROFILES, EndpointConfig, RunConfig
+from streameval.core.frames import VideoDecodeError
+from streameval.core.paths import default_cache_dir, resolve_store_url
+from streameval.core.runner import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
     RunError,
@@ -29,10 +29,10 @@ from core_server.runner import (
     adapter_identity,
     identity_label,
 )
-from core_server.session import SessionOutcome
-from core_server.store.store import Store, StoreError
-from scorer import cli as scorer_cli
-from scorer.report import score_run
+from streameval.core.session import SessionOutcome
+from streameval.core.store.store import Store, StoreError
+from streameval.scorer import cli as scorer_cli
+from streameval.scorer.report import score_run
 
 app = typer.Typer(
     help="Condition-aware evaluation of streaming video understanding.",
@@ -400,7 +400,7 @@ def export(
     store: StoreOption = None,
 ) -> None:
     """Write a run's complete event log (schema in docs/events.md)."""
-    from core_server.store.export import export_jsonl
+    from streameval.core.store.export import export_jsonl
 
     if format != "jsonl":
         raise fail(f"unknown export format {format!r}; only jsonl")
@@ -454,7 +454,7 @@ def adapter_serve(
     ] = None,
 ) -> None:
     """Serve an adapter as a WebSocket service (ws://HOST:PORT/ws, /healthz, /info)."""
-    from adapters.__main__ import main as adapter_main
+    from streameval.adapters.__main__ import main as adapter_main
 
     argv = [name, "--host", host, "--port", str(port)]
     if config is not None:
@@ -471,8 +471,8 @@ def adapter_list(
     ] = False,
 ) -> None:
     """The adapters this installation can serve: name, origin, module:Class (tab-separated)."""
-    from adapters.config import PRESET_DIR, preset_names
-    from adapters.registry import available_adapters
+    from streameval.adapters.config import PRESET_DIR, preset_names
+    from streameval.adapters.registry import available_adapters
 
     if presets:
         for preset in preset_names():
@@ -491,7 +491,7 @@ def core_api(
     """Serve the control API (start runs, run status, adapter registry) behind a bearer token."""
     import uvicorn
 
-    from core_server.api import create_app, resolve_token
+    from streameval.core.api import create_app, resolve_token
 
     token, generated = resolve_token()
     if generated:

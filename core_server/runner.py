@@ -23,16 +23,16 @@ from pathlib import Path
 
 import httpx
 
-from adapters.protocol import AdapterConditions
-from core_server.benchmark.loader import load_benchmark
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from core_server.config import PROFILES, EndpointConfig, RunConfig
-from core_server.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
-from core_server.session import SessionDriver, SessionOutcome, SessionPlan
-from core_server.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
-from core_server.store.store import SessionInfo, Store
-from core_server.store.writer import EventWriter
-from core_server.timeline import (
+from streameval.adapters.protocol import AdapterConditions
+from streameval.core.benchmark.loader import load_benchmark
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
+from streameval.core.config import PROFILES, EndpointConfig, RunConfig
+from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
+from streameval.core.session import SessionDriver, SessionOutcome, SessionPlan
+from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
+from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.writer import EventWriter
+from streameval.core.timeline import (
     Timeline,
     TimelineError,
     proactive_timeline,

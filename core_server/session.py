@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from adapters.protocol import (
+from streameval.adapters.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
@@ -48,17 +48,17 @@ from adapters.protocol import (
     encode_frame,
     parse_adapter_message,
 )
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.config import Profile
-from core_server.frames import VideoFrames
-from core_server.store.events import (
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.config import Profile
+from streameval.core.frames import VideoFrames
+from streameval.core.store.events import (
     ADAPTER,
     INFRASTRUCTURE,
     Event,
     EventKind,
     probe_task_id,
 )
-from core_server.timeline import Timeline, TimelineItem
+from streameval.core.timeline import Timeline, TimelineItem
 
 CLOSE_GRACE_S = 5.0
 

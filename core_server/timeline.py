@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.frames import FrameRef, VideoFrames
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.frames import FrameRef, VideoFrames
 
 ItemKind = Literal["frame", "question", "instruction", "step"]
 

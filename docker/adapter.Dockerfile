@@ -12,6 +12,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md ./
+COPY streameval ./streameval
 COPY core_server ./core_server
 COPY adapters ./adapters
 COPY scorer ./scorer

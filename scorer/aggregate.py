@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scorer.ovo import CATEGORY_NAMES, OVO_FIELD_PREFIX
-from scorer.profiles import ScoringProfile
+from streameval.scorer.ovo import CATEGORY_NAMES, OVO_FIELD_PREFIX
+from streameval.scorer.profiles import ScoringProfile
 
 
 class FieldTable:

@@ -20,15 +20,15 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from core_server.store.store import RunInfo, Store, StoreError
-from scorer.compare import Comparison, compare_runs
-from scorer.dashboard import STATIC_DIR
-from scorer.dashboard.frames import FrameIndex, FramesUnavailable, RunFrames, thumbnail
-from scorer.dashboard.progress import RateMeter, RunProgress, run_progress
-from scorer.errors import ScoreError
-from scorer.judges import Judge
-from scorer.profiles import PROFILES, ProfileError
-from scorer.report import (
+from streameval.core.store.store import RunInfo, Store, StoreError
+from streameval.scorer.compare import Comparison, compare_runs
+from streameval.scorer.dashboard import STATIC_DIR
+from streameval.scorer.dashboard.frames import FrameIndex, FramesUnavailable, RunFrames, thumbnail
+from streameval.scorer.dashboard.progress import RateMeter, RunProgress, run_progress
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judges import Judge
+from streameval.scorer.profiles import PROFILES, ProfileError
+from streameval.scorer.report import (
     ProfileReport,
     RecordResult,
     RunScores,
@@ -36,8 +36,8 @@ from scorer.report import (
     profile_report,
     score_run,
 )
-from scorer.source import store_source
-from scorer.timeline import RecordTimeline, record_timeline
+from streameval.scorer.source import store_source
+from streameval.scorer.timeline import RecordTimeline, record_timeline
 
 T = TypeVar("T")
 DEFAULT_PROFILE = "trace-paper-v1"

@@ -19,11 +19,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from core_server.paths import resolve_store_url
-from core_server.store.store import Store, StoreError
-from scorer.errors import ScoreError
-from scorer.judges import LLMJudge, LLMJudgeConfig
-from scorer.profiles import PROFILES, ScoringProfile, get_profile, scoring_profile_for
+from streameval.core.paths import resolve_store_url
+from streameval.core.store.store import Store, StoreError
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judges import LLMJudge, LLMJudgeConfig
+from streameval.scorer.profiles import PROFILES, ScoringProfile, get_profile, scoring_profile_for
 
 StoreOption = Annotated[
     str | None,
@@ -106,7 +106,7 @@ def score(
     store: StoreOption = None,
 ) -> None:
     """Score a run: TRACE QA and proactive metrics, workload, and the profile's extras."""
-    from scorer.report import score_exported, score_run
+    from streameval.scorer.report import score_exported, score_run
 
     if (run_id is None) == (events is None):
         raise _fail("give either a RUN_ID or --events FILE.jsonl")
@@ -139,7 +139,7 @@ def compare(
     store: StoreOption = None,
 ) -> None:
     """Compare two runs record by record: B - A with paired bootstrap intervals."""
-    from scorer.compare import compare_runs
+    from streameval.scorer.compare import compare_runs
 
     try:
         chosen = _profile(profile, tolerance)
@@ -179,7 +179,7 @@ def report(
 ) -> None:
     """Write a run's static HTML report (metrics, records, timelines) that opens without a
     server."""
-    from scorer.html_report import write_report
+    from streameval.scorer.html_report import write_report
 
     try:
         chosen = _profile(profile, tolerance)
@@ -207,7 +207,7 @@ def results_api(
     """Serve the read-only results API (JSON, OpenAPI docs at /docs) and the dashboard (/)."""
     import uvicorn
 
-    from scorer.api import create_app
+    from streameval.scorer.api import create_app
 
     try:
         app = create_app(resolve_store_url(store), _judge(judge_url, judge_model))

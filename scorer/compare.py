@@ -13,19 +13,19 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from core_server.store.store import Store
-from scorer.aggregate import Difference, FieldTable, compare_tables, is_timing
-from scorer.judges import Judge
-from scorer.profiles import ScoringProfile, get_profile
-from scorer.record import fields
-from scorer.report import (
+from streameval.core.store.store import Store
+from streameval.scorer.aggregate import Difference, FieldTable, compare_tables, is_timing
+from streameval.scorer.judges import Judge
+from streameval.scorer.profiles import ScoringProfile, get_profile
+from streameval.scorer.record import fields
+from streameval.scorer.report import (
     EvaluatedRun,
     ProfileReport,
     cached_in,
     evaluate_source,
     profile_report,
 )
-from scorer.source import RunSource, store_source
+from streameval.scorer.source import RunSource, store_source
 
 # Pydantic serialises the aggregate's plain dataclass as it is: one definition of a difference.
 Differences = dict[str, dict[str, Difference]]

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from core_server.store.events import failure_cause
-from scorer.errors import ScoreError
-from scorer.profiles import ScoringProfile
-from scorer.source import RawEvent, payload_of
+from streameval.core.store.events import failure_cause
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.profiles import ScoringProfile
+from streameval.scorer.source import RawEvent, payload_of
 
 
 @dataclass(slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.store.events import Event, failure_cause, probe_task_id
-from core_server.store.store import Store
-from scorer.source import RawEvent, RunSource
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.store.events import Event, failure_cause, probe_task_id
+from streameval.core.store.store import Store
+from streameval.scorer.source import RawEvent, RunSource
 
 _TICK_NS = 1_000_000
 

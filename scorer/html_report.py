@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core_server.store.store import Store
-from scorer.api import RunDetail, run_detail
-from scorer.dashboard import STATIC_DIR
-from scorer.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
-from scorer.judges import Judge
-from scorer.profiles import ScoringProfile, get_profile
-from scorer.report import cached_in, profile_report, score_run
-from scorer.source import store_source
-from scorer.timeline import record_timeline
+from streameval.core.store.store import Store
+from streameval.scorer.api import RunDetail, run_detail
+from streameval.scorer.dashboard import STATIC_DIR
+from streameval.scorer.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
+from streameval.scorer.judges import Judge
+from streameval.scorer.profiles import ScoringProfile, get_profile
+from streameval.scorer.report import cached_in, profile_report, score_run
+from streameval.scorer.source import store_source
+from streameval.scorer.timeline import record_timeline
 
 SCHEMA = "streameval-report/1"
 DEFAULT_MAX_TIMELINES = 1000

@@ -15,7 +15,7 @@ from sqlalchemy import Column, DateTime, Double, Engine, MetaData, String, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
-from scorer.errors import ScoreError
+from streameval.scorer.errors import ScoreError
 
 metadata = MetaData()
 

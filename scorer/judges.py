@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from scorer.errors import ScoreError
-from scorer.judge_cache import CachedVerdict, JudgeCache
-from scorer.parsing import normalise, normalise_extended
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judge_cache import CachedVerdict, JudgeCache
+from streameval.scorer.parsing import normalise, normalise_extended
 
 TEMPLATE_VERSION = "streameval-judge-v1"
 SYSTEM_PROMPT = (

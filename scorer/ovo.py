@@ -20,12 +20,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core_server.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
-from core_server.benchmark.records import ProactiveRecord, Probe, QARecord
-from core_server.store.events import probe_task_id
-from scorer.episodes import Episode, SessionTrace, prediction
-from scorer.parsing import gold_label
-from scorer.profiles import ScoringProfile
+from streameval.core.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
+from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
+from streameval.core.store.events import probe_task_id
+from streameval.scorer.episodes import Episode, SessionTrace, prediction
+from streameval.scorer.parsing import gold_label
+from streameval.scorer.profiles import ScoringProfile
 
 OTHER = "other"  # the category of task types OVO-Bench does not have
 CATEGORY_NAMES = (*CATEGORIES, OTHER)

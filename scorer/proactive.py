@@ -19,10 +19,10 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core_server.benchmark.records import ProactiveRecord, Trigger
-from scorer.episodes import Episode, SessionTrace
-from scorer.judges import JudgeRequest
-from scorer.profiles import ScoringProfile
+from streameval.core.benchmark.records import ProactiveRecord, Trigger
+from streameval.scorer.episodes import Episode, SessionTrace
+from streameval.scorer.judges import JudgeRequest
+from streameval.scorer.profiles import ScoringProfile
 
 IN_WINDOW, BEFORE_WINDOW, NO_OUTPUT = "in_window", "before_window", "no_output"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from core_server.config import PROFILES as PROTOCOL_PROFILES
-from scorer.errors import ScoreError
-from scorer.parsing import is_answer, normalise, normalise_extended
+from streameval.core.config import PROFILES as PROTOCOL_PROFILES
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.parsing import is_answer, normalise, normalise_extended
 
 FAMILIES = ("qa", "proactive", "workload", "realstream", "readiness", "ovo", "streamingbench")
 JUDGED_FAMILIES = ("proactive", "realstream", "readiness")

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core_server.benchmark.records import QARecord
-from scorer.episodes import Episode, SessionTrace, prediction
-from scorer.parsing import OPTION_PARSERS, gold_label, option_labels
-from scorer.profiles import ScoringProfile
+from streameval.core.benchmark.records import QARecord
+from streameval.scorer.episodes import Episode, SessionTrace, prediction
+from streameval.scorer.parsing import OPTION_PARSERS, gold_label, option_labels
+from streameval.scorer.profiles import ScoringProfile
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core_server.benchmark.records import QARecord
-from scorer.proactive import BEFORE_WINDOW, IN_WINDOW, ProactiveResult
-from scorer.profiles import ScoringProfile
+from streameval.core.benchmark.records import QARecord
+from streameval.scorer.proactive import BEFORE_WINDOW, IN_WINDOW, ProactiveResult
+from streameval.scorer.profiles import ScoringProfile
 
 
 def _sigmoid(x: float) -> float:

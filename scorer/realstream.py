@@ -28,11 +28,11 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from scorer.episodes import Episode, SessionTrace, timed_answers
-from scorer.judges import JudgeRequest
-from scorer.parsing import OPTION_PARSERS, gold_label, option_labels
-from scorer.profiles import ScoringProfile
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.scorer.episodes import Episode, SessionTrace, timed_answers
+from streameval.scorer.judges import JudgeRequest
+from streameval.scorer.parsing import OPTION_PARSERS, gold_label, option_labels
+from streameval.scorer.profiles import ScoringProfile
 
 
 def verbosity_multiplier(response_steps: int, steps: int, profile: ScoringProfile) -> float:

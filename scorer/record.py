@@ -9,18 +9,27 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from core_server.benchmark.records import ProactiveRecord, QARecord, Record
-from scorer.episodes import SessionTrace
-from scorer.errors import ScoreError
-from scorer.judges import JudgeRequest
-from scorer.ovo import OVO_FIELD_PREFIX, OvoResult, evaluate_ovo
-from scorer.proactive import BEFORE_WINDOW, IN_WINDOW, ProactiveResult, evaluate_proactive
-from scorer.profiles import ScoringProfile
-from scorer.qa import QAResult, evaluate_qa
-from scorer.readiness import Readiness, Turn, proactive_turns, qa_turn
-from scorer.realstream import RealstreamResult, evaluate_realstream, evaluate_realstream_qa
-from scorer.streamingbench import SbResult, evaluate_streamingbench
-from scorer.workload import WorkloadResult, evaluate_workload
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
+from streameval.scorer.episodes import SessionTrace
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judges import JudgeRequest
+from streameval.scorer.ovo import OVO_FIELD_PREFIX, OvoResult, evaluate_ovo
+from streameval.scorer.proactive import (
+    BEFORE_WINDOW,
+    IN_WINDOW,
+    ProactiveResult,
+    evaluate_proactive,
+)
+from streameval.scorer.profiles import ScoringProfile
+from streameval.scorer.qa import QAResult, evaluate_qa
+from streameval.scorer.readiness import Readiness, Turn, proactive_turns, qa_turn
+from streameval.scorer.realstream import (
+    RealstreamResult,
+    evaluate_realstream,
+    evaluate_realstream_qa,
+)
+from streameval.scorer.streamingbench import SbResult, evaluate_streamingbench
+from streameval.scorer.workload import WorkloadResult, evaluate_workload
 
 _RECORD = TypeAdapter(Record)
 NOT_RUN = "not_run"  # a record whose session recorded no event

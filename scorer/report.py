@@ -20,18 +20,29 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
-from core_server.store.events import INFRASTRUCTURE
-from core_server.store.export import ExportFormatError
-from core_server.store.store import Store
-from scorer.aggregate import FieldTable, Metric, summarise
-from scorer.episodes import SessionTrace, assemble
-from scorer.errors import ScoreError
-from scorer.judge_cache import JudgeCache
-from scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
-from scorer.profiles import ScoringProfile, get_profile, is_frame_level, scoring_profile_for
-from scorer.readiness import median_duration, readiness
-from scorer.record import RecordEvaluation, details, evaluate_record, fields, parse_record
-from scorer.source import RunSource, file_source, store_source
+from streameval.core.store.events import INFRASTRUCTURE
+from streameval.core.store.export import ExportFormatError
+from streameval.core.store.store import Store
+from streameval.scorer.aggregate import FieldTable, Metric, summarise
+from streameval.scorer.episodes import SessionTrace, assemble
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judge_cache import JudgeCache
+from streameval.scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
+from streameval.scorer.profiles import (
+    ScoringProfile,
+    get_profile,
+    is_frame_level,
+    scoring_profile_for,
+)
+from streameval.scorer.readiness import median_duration, readiness
+from streameval.scorer.record import (
+    RecordEvaluation,
+    details,
+    evaluate_record,
+    fields,
+    parse_record,
+)
+from streameval.scorer.source import RunSource, file_source, store_source
 
 SCHEMA = "streameval-scores/1"
 # The configuration entries that say how the timeline was delivered.

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Text, cast, select
 
-from core_server.store import models
-from core_server.store.export import ExportedRun, read_jsonl
-from core_server.store.store import Store
+from streameval.core.store import models
+from streameval.core.store.export import ExportedRun, read_jsonl
+from streameval.core.store.store import Store
 
 RawEvent = tuple[str, int, str, int, float | None, str | dict[str, Any]]
 _FETCH_ROWS = 5000

@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from scorer.episodes import SessionTrace, timed_answers
-from scorer.parsing import clean, gold_label, normalise_extended, option_labels
-from scorer.profiles import ScoringProfile
-from scorer.qa import predicted
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.scorer.episodes import SessionTrace, timed_answers
+from streameval.scorer.parsing import clean, gold_label, normalise_extended, option_labels
+from streameval.scorer.profiles import ScoringProfile
+from streameval.scorer.qa import predicted
 
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
 # Binary fractions: 17.1 - 15.1 is 2.0000000000000018; a boundary must not move with them.

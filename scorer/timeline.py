@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from scorer.episodes import assemble_one
-from scorer.errors import ScoreError
-from scorer.judges import ExactJudge, Judge
-from scorer.profiles import ScoringProfile, get_profile, is_frame_level
-from scorer.record import RecordEvaluation, details, evaluate_record, parse_record
-from scorer.source import RawEvent, RunSource, payload_of
+from streameval.scorer.episodes import assemble_one
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.judges import ExactJudge, Judge
+from streameval.scorer.profiles import ScoringProfile, get_profile, is_frame_level
+from streameval.scorer.record import RecordEvaluation, details, evaluate_record, parse_record
+from streameval.scorer.source import RawEvent, RunSource, payload_of
 
 
 class FramePoint(BaseModel):

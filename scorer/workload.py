@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scorer.episodes import SessionTrace
+from streameval.scorer.episodes import SessionTrace
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from core_server.store.store import Store
+from streameval.core.store.store import Store
 
 PG_URL_ENV = "STREAMEVAL_TEST_PG_URL"
 
@@ -97,7 +97,7 @@ def benchmark_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records every video the frame pipeline decodes in full (each one a cache entry built)."""
-    from core_server import frames as frames_module
+    from streameval.core import frames as frames_module
 
     calls: list[str] = []
     real_sample = frames_module._sample_video

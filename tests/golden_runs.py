@@ -23,10 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from core_server.benchmark.loader import load_benchmark
-from core_server.benchmark.records import QARecord, Record
-from scorer.profiles import PROFILES
-from scorer.report import score_exported
+from streameval.core.benchmark.loader import load_benchmark
+from streameval.core.benchmark.records import QARecord, Record
+from streameval.scorer.profiles import PROFILES
+from streameval.scorer.report import score_exported
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trace_release"
@@ -91,9 +91,9 @@ def golden_scores(name: str) -> dict[str, Any]:
 
 
 def _record_demo(store_url: str, directory: Path) -> str:
-    from core_server.adapter_process import AdapterProcess
-    from core_server.config import EndpointConfig, RunConfig
-    from core_server.store.store import Store
+    from streameval.core.adapter_process import AdapterProcess
+    from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.store.store import Store
     from tests.test_data_cli import execute
 
     with AdapterProcess("reference") as adapter, Store(store_url) as store:
@@ -106,9 +106,9 @@ def _record_demo(store_url: str, directory: Path) -> str:
 
 
 def _record_trace_sample(store_url: str, directory: Path) -> str:
-    from core_server.adapter_process import AdapterProcess
-    from core_server.config import EndpointConfig, RunConfig
-    from core_server.store.store import Store
+    from streameval.core.adapter_process import AdapterProcess
+    from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.store.store import Store
     from tests.test_data_cli import execute, stand_in_videos
 
     path = directory / "trace"
@@ -133,7 +133,7 @@ def _record_trace_sample(store_url: str, directory: Path) -> str:
 
 
 def _export(store, run_id: str, keep_records: bool) -> str:
-    from core_server.store.export import export_jsonl
+    from streameval.core.store.export import export_jsonl
 
     buffer = io.StringIO()
     export_jsonl(store, run_id, buffer)

@@ -1,5 +1,5 @@
 """Test adapters for run integrity (tests/test_run_integrity.py), served as real processes
-(`python -m adapters tests.integrity_adapters:Name --port 0`). None of this ships.
+(`python -m streameval.adapters tests.integrity_adapters:Name --port 0`). None of this ships.
 """
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from adapters.protocol import AdapterConditions, Instruction, Question, Step
-from adapters.sdk import Adapter, Responder, Session
+from streameval.adapters.protocol import AdapterConditions, Instruction, Question, Step
+from streameval.adapters.sdk import Adapter, Responder, Session
 
 # Set in the adapter's environment: the process dies at the question of this task.
 CRASH_AT_ENV = "STREAMEVAL_TEST_CRASH_AT"

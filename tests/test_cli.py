@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core_server.adapter_process import AdapterProcess
+from streameval.core.adapter_process import AdapterProcess
 from tests.test_export import validate_line
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
@@ -20,7 +20,7 @@ def streameval(
     *args: str, cwd: Path | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "core_server.cli", *args],
+        [sys.executable, "-m", "streameval.core.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

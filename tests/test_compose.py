@@ -23,9 +23,9 @@ import typer
 import yaml
 from fastapi.testclient import TestClient
 
-from adapters.registry import build_adapter
-from core_server.adapter_process import AdapterProcess
-from core_server.cli import app as cli_app
+from streameval.adapters.registry import build_adapter
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.cli import app as cli_app
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -195,8 +195,8 @@ def test_every_variable_is_documented_in_env_example():
 
 def test_health_check_routes_are_served(tmp_path):
     """The URLs the health checks poll answer 200 on the real apps, without credentials."""
-    from core_server.api import create_app as core_app
-    from scorer.api import create_app as results_app
+    from streameval.core.api import create_app as core_app
+    from streameval.scorer.api import create_app as results_app
 
     def polled(service: str) -> str:
         test = " ".join(SERVICES[service]["healthcheck"]["test"])
@@ -254,7 +254,7 @@ def test_compose_builds_existing_dockerfiles_and_targets():
 def test_the_images_get_the_presets_and_yaml():
     """A non-editable install (what the images do) must ship the presets and PyYAML."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "presets/*.yaml" in project["tool"]["setuptools"]["package-data"]["adapters"]
+    assert "presets/*.yaml" in project["tool"]["setuptools"]["package-data"]["streameval.adapters"]
     assert any(dep.lower().startswith("pyyaml") for dep in project["project"]["dependencies"])
 
 

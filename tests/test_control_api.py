@@ -6,8 +6,8 @@ import time
 
 from fastapi.testclient import TestClient
 
-from core_server.adapter_process import AdapterProcess
-from core_server.api import create_app
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.api import create_app
 from tests.timeline_fixtures import write_benchmark
 
 TOKEN = "s3cret-token"

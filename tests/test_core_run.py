@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from core_server.adapter_process import AdapterProcess
-from core_server.config import EndpointConfig, RunConfig
-from core_server.runner import RunError, RunExecutor
-from core_server.store.events import EventKind
-from core_server.store.store import Store
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.runner import RunError, RunExecutor
+from streameval.core.store.events import EventKind
+from streameval.core.store.store import Store
 
 
 def run_config(benchmark_path: Path, tmp_path: Path, url: str, **overrides) -> RunConfig:

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from core_server.frames import FrameCache, ImageRules
-from core_server.store.store import Store
-from scorer.api import create_app
-from scorer.dashboard.progress import RateMeter
+from streameval.core.frames import FrameCache, ImageRules
+from streameval.core.store.store import Store
+from streameval.scorer.api import create_app
+from streameval.scorer.dashboard.progress import RateMeter
 from tests.test_scorer_report import mixed_run
 from tests.timeline_fixtures import PROACTIVE, QA, VIDEO_SECONDS
 

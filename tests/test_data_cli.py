@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner, Result
 
-from core_server.adapter_process import AdapterProcess
-from core_server.benchmark.data_cli import data_app
-from core_server.benchmark.loader import import_path, load_benchmark
-from core_server.benchmark.records import Benchmark, QARecord
-from core_server.benchmark.validate import trigger_bounds, validate, video_duration_s
-from core_server.config import EndpointConfig, RunConfig
-from core_server.runner import RunExecutor, RunSummary
-from core_server.store.store import Store
-from scorer.report import score_run
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.benchmark.data_cli import data_app
+from streameval.core.benchmark.loader import import_path, load_benchmark
+from streameval.core.benchmark.records import Benchmark, QARecord
+from streameval.core.benchmark.validate import trigger_bounds, validate, video_duration_s
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.runner import RunExecutor, RunSummary
+from streameval.core.store.store import Store
+from streameval.scorer.report import score_run
 from tests.test_import_streamingbench import entries
 from tests.test_import_trace import raw_lines, sample
 

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from urllib.parse import urlparse
 
-from core_server.store.store import Store
+from streameval.core.store.store import Store
 
 
 def test_demo_json_runs_the_pipeline_with_a_separate_adapter_process(tmp_path):
     store_url = f"sqlite:///{tmp_path / 'demo.db'}"
     done = subprocess.run(
-        [sys.executable, "-m", "core_server.cli", "demo", "--json", "--store", store_url],
+        [sys.executable, "-m", "streameval.core.cli", "demo", "--json", "--store", store_url],
         capture_output=True,
         text=True,
         timeout=300,
@@ -50,7 +50,14 @@ def test_demo_json_runs_the_pipeline_with_a_separate_adapter_process(tmp_path):
 
 def test_demo_prints_a_readable_table(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "core_server.cli", "demo", "--store", f"sqlite:///{tmp_path}/d.db"],
+        [
+            sys.executable,
+            "-m",
+            "streameval.core.cli",
+            "demo",
+            "--store",
+            f"sqlite:///{tmp_path}/d.db",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

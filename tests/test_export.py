@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core_server.store.events import Event, EventKind
-from core_server.store.export import ExportFormatError, export_jsonl, read_jsonl
-from core_server.store.store import Store, StoreError
+from streameval.core.store.events import Event, EventKind
+from streameval.core.store.export import ExportFormatError, export_jsonl, read_jsonl
+from streameval.core.store.store import Store, StoreError
 from tests.test_store import sample_records
 
 RUN = "export-run"

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core_server.frames import (
+from streameval.core.frames import (
     FrameCache,
     ImageRules,
     ImageRulesError,

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core_server.adapter_process import AdapterProcess
-from core_server.frames import FrameCache, ImageRules, VideoDecodeError, VideoInfo, probe
-from core_server.store.store import Store
-from core_server.timeline import TimelineError, qa_timeline
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoInfo, probe
+from streameval.core.store.store import Store
+from streameval.core.timeline import TimelineError, qa_timeline
 from tests.test_core_run import execute, run_config
 from tests.test_frames import (
     NTSC,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scorer.profiles import PROFILES
+from streameval.scorer.profiles import PROFILES
 from tests.golden_runs import RUNS, SAMPLE, golden_scores, scores
 
 

@@ -12,11 +12,11 @@ import typer
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from core_server.store.store import Store
-from scorer.api import create_app
-from scorer.cli import report
-from scorer.dashboard import STATIC_DIR
-from scorer.html_report import report_data
+from streameval.core.store.store import Store
+from streameval.scorer.api import create_app
+from streameval.scorer.cli import report
+from streameval.scorer.dashboard import STATIC_DIR
+from streameval.scorer.html_report import report_data
 from tests.test_scorer_report import mixed_run
 
 HOSTILE = "</script><script>alert(1)</script>"

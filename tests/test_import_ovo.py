@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core_server.benchmark.importing import BenchmarkError, Problem
-from core_server.benchmark.loader import import_path, load_benchmark
-from core_server.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.benchmark.importing import BenchmarkError, Problem
+from streameval.core.benchmark.loader import import_path, load_benchmark
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from tests.test_import_trace import sample
 
 TASKS = ("EPM", "ASI", "HLD", "OCR", "ACR", "ATR", "STU", "FPD", "OJR", "REC", "SSR", "CRR")

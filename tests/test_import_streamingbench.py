@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core_server.benchmark.importing import BenchmarkError, EntryError
-from core_server.benchmark.loader import import_path, load_benchmark
-from core_server.benchmark.records import ProactiveRecord, QARecord
-from core_server.benchmark.streamingbench import seconds
+from streameval.core.benchmark.importing import BenchmarkError, EntryError
+from streameval.core.benchmark.loader import import_path, load_benchmark
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.benchmark.streamingbench import seconds
 from tests.test_import_trace import sample
 
 # part -> (sample file, questions in the sample)

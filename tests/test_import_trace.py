@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from core_server.benchmark.importing import BenchmarkError, Problem
-from core_server.benchmark.loader import import_path, load_benchmark
-from core_server.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord
-from core_server.benchmark.trace_release import import_release
+from streameval.core.benchmark.importing import BenchmarkError, Problem
+from streameval.core.benchmark.loader import import_path, load_benchmark
+from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord
+from streameval.core.benchmark.trace_release import import_release
 
 SAMPLES = Path(__file__).parents[2] / "shared" / "data"
 

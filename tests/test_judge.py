@@ -15,10 +15,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from core_server.benchmark.records import ProactiveRecord, Trigger
-from core_server.store.store import Store
-from scorer.eventlog import SessionLog, store_run
-from scorer.judges import (
+from streameval.core.benchmark.records import ProactiveRecord, Trigger
+from streameval.core.store.store import Store
+from streameval.scorer.eventlog import SessionLog, store_run
+from streameval.scorer.judges import (
     TEMPLATE_VERSION,
     JudgeError,
     JudgeRequest,
@@ -26,7 +26,7 @@ from scorer.judges import (
     LLMJudgeConfig,
     parse_verdict,
 )
-from scorer.report import score_exported, score_run
+from streameval.scorer.report import score_exported, score_run
 
 
 class FakeJudgeServer:
@@ -242,7 +242,7 @@ def test_concurrency_is_bounded(server: FakeJudgeServer) -> None:
 
 
 def test_exported_logs_can_be_judged_too(server: FakeJudgeServer, tmp_path: Path) -> None:
-    from core_server.store.export import export_jsonl
+    from streameval.core.store.export import export_jsonl
 
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         judged_run(store)

@@ -27,9 +27,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from PIL import Image
 
-from core_server.adapter_process import AdapterProcess
-from core_server.store.events import EventKind
-from core_server.store.store import Store
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.store.events import EventKind
+from streameval.core.store.store import Store
 from tests.test_core_run import events_by_session, execute, run_config
 from tests.timeline_fixtures import QA, VIDEO_FPS, write_benchmark
 
@@ -430,15 +430,15 @@ def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_be
     ],
 )
 def test_the_wait_word_and_the_hold_back(reply, silent, undecided_prefix):
-    from adapters.chat_prompts import is_silence, may_still_be_wait
+    from streameval.adapters.chat_prompts import is_silence, may_still_be_wait
 
     assert is_silence(reply, "WAIT") is silent
     assert may_still_be_wait(reply, "WAIT") is undecided_prefix
 
 
 def test_uniform_selection_spreads_from_the_first_frame_to_the_newest():
-    from adapters.chat_prompts import PromptImage
-    from adapters.video_chat import _select
+    from streameval.adapters.chat_prompts import PromptImage
+    from streameval.adapters.video_chat import _select
 
     frames = [PromptImage(str(t), float(t), 1, 1, b"") for t in range(5, 18)]
     assert [f.t for f in _select(frames, 5, "uniform")] == [5, 8, 11, 14, 17]

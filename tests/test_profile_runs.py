@@ -24,19 +24,19 @@ from pathlib import Path
 
 import pytest
 
-from adapters.baselines import AlwaysAdapter, RandomChoiceAdapter, SilentAdapter
-from adapters.protocol import Question, Step
-from adapters.sdk import Adapter, Responder
-from core_server.adapter_process import AdapterProcess
-from core_server.benchmark.loader import load_benchmark
-from core_server.benchmark.ovo_bench import CATEGORY_OF
-from core_server.benchmark.records import ProactiveRecord, QARecord, Record
-from core_server.benchmark.validate import trigger_bounds
-from core_server.config import EndpointConfig, RunConfig
-from core_server.store.events import probe_task_id
-from core_server.store.store import Store
-from scorer.profiles import scoring_profile_for
-from scorer.report import RunScores, score_run
+from streameval.adapters.baselines import AlwaysAdapter, RandomChoiceAdapter, SilentAdapter
+from streameval.adapters.protocol import Question, Step
+from streameval.adapters.sdk import Adapter, Responder
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.benchmark.loader import load_benchmark
+from streameval.core.benchmark.ovo_bench import CATEGORY_OF
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
+from streameval.core.benchmark.validate import trigger_bounds
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.store.events import probe_task_id
+from streameval.core.store.store import Store
+from streameval.scorer.profiles import scoring_profile_for
+from streameval.scorer.report import RunScores, score_run
 from tests.test_data_cli import execute, write_video
 from tests.test_import_trace import sample
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from core_server.adapter_process import AdapterProcess
-from core_server.benchmark.records import Probe
-from core_server.config import EndpointConfig, RunConfig
-from core_server.runner import RunExecutor
-from core_server.store.events import EventKind
-from core_server.store.store import Store
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.benchmark.records import Probe
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.runner import RunExecutor
+from streameval.core.store.events import EventKind
+from streameval.core.store.store import Store
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from websockets.asyncio.client import connect
 
-from adapters.baselines import AlwaysAdapter
-from adapters.protocol import (
+from streameval.adapters.baselines import AlwaysAdapter
+from streameval.adapters.protocol import (
     FrameHeader,
     ProtocolViolation,
     RunConditions,
@@ -18,7 +18,7 @@ from adapters.protocol import (
     encode_frame,
     parse_adapter_message,
 )
-from adapters.server import serve
+from streameval.adapters.server import serve
 
 CONDITIONS = RunConditions(
     profile="trace",

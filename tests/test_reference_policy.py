@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from adapters.reference_policy import Blob, ReferencePolicy, find_blobs, summarise
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from core_server.benchmark.synthetic import (
+from streameval.adapters.reference_policy import Blob, ReferencePolicy, find_blobs, summarise
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
+from streameval.core.benchmark.synthetic import (
     BACKGROUND_RGB,
     PALETTE,
     Q_LAST_DIGIT,

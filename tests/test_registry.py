@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from adapters.config import AdapterConfigError, load_config, preset_names
-from adapters.openai_adapter import OpenAIAdapterConfig
-from adapters.registry import (
+from streameval.adapters.config import AdapterConfigError, load_config, preset_names
+from streameval.adapters.openai_adapter import OpenAIAdapterConfig
+from streameval.adapters.registry import (
     AdapterEntry,
     AdapterLoadError,
     UnknownAdapter,
@@ -22,17 +22,17 @@ from adapters.registry import (
     build_adapter,
     load_adapter,
 )
-from adapters.vllm_engine import VLLMEngineConfig
-from core_server.adapter_process import AdapterProcess, AdapterProcessError
+from streameval.adapters.vllm_engine import VLLMEngineConfig
+from streameval.core.adapter_process import AdapterProcess, AdapterProcessError
 
 REPO = Path(__file__).resolve().parent.parent
 
 PLUGIN = """
 from pydantic import Field
 
-from adapters.config import AdapterConfig
-from adapters.protocol import AdapterConditions
-from adapters.sdk import Adapter
+from streameval.adapters.config import AdapterConfig
+from streameval.adapters.protocol import AdapterConditions
+from streameval.adapters.sdk import Adapter
 
 
 class EchoConfig(AdapterConfig):
@@ -79,7 +79,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def streameval(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "core_server.cli", *args],
+        [sys.executable, "-m", "streameval.core.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -94,7 +94,7 @@ def test_entry_points_are_discovered_and_cannot_take_built_in_names(plugin):
     assert adapters["echo"] == AdapterEntry("echo", "echo_plugin:EchoAdapter", "echo-plugin")
     assert adapters["reference"].origin == "built-in"
     assert adapters["openai"] == AdapterEntry(
-        "openai", "adapters.openai_adapter:OpenAIAdapter", "built-in"
+        "openai", "streameval.adapters.openai_adapter:OpenAIAdapter", "built-in"
     )
     adapter = load_adapter("echo", {"model": "m", "times": 2})
     assert type(adapter).__module__ == "echo_plugin" and adapter.config.times == 2
@@ -103,7 +103,7 @@ def test_entry_points_are_discovered_and_cannot_take_built_in_names(plugin):
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert "echo\techo-plugin\techo_plugin:EchoAdapter" in lines
-    assert "reference\tbuilt-in\tadapters.reference:ReferenceAdapter" in lines
+    assert "reference\tbuilt-in\tstreameval.adapters.reference:ReferenceAdapter" in lines
     assert [line.split("\t")[0] for line in lines] == sorted(adapters)
 
 
@@ -121,9 +121,10 @@ def test_a_plugin_is_served_with_its_config_file_and_overrides(plugin, tmp_path)
 
 def test_listing_adapters_imports_no_adapter_module():
     probe = (
-        "import sys; from adapters.registry import available_adapters; available_adapters(); "
+        "import sys; from streameval.adapters.registry import available_adapters; "
+        "available_adapters(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'transformers', 'vllm', 'httpx') or m.startswith('adapters.openai')))"
+        "('torch', 'transformers', 'vllm', 'httpx') or m.startswith('streameval.adapters.openai')))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert done.stdout.strip() == "[]", done.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from core_server.store.store import Store
-from scorer.api import create_app
+from streameval.core.store.store import Store
+from streameval.scorer.api import create_app
 from tests.test_scorer_report import mixed_run
 
 

@@ -7,15 +7,15 @@ import subprocess
 import sys
 import time
 
-from core_server.adapter_process import AdapterProcess
-from core_server.store.events import EventKind
-from core_server.store.store import Store
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.store.events import EventKind
+from streameval.core.store.store import Store
 
 FRAMES_PER_SESSION = {"t:qa:1": 13, "t:qa:2": 7, "t:pro:1": 18}
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "core_server.cli", *args]
+    return [sys.executable, "-m", "streameval.core.cli", *args]
 
 
 def wait_for(predicate, timeout_s: float = 60.0) -> None:

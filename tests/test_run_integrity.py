@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core_server.adapter_process import AdapterProcess
-from core_server.config import EndpointConfig, RunConfig
-from core_server.runner import RunExecutor, session_failure_cause
-from core_server.store.events import EventKind, failure_cause
-from core_server.store.store import SessionInfo, Store
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.runner import RunExecutor, session_failure_cause
+from streameval.core.store.events import EventKind, failure_cause
+from streameval.core.store.store import SessionInfo, Store
 from tests.integrity_adapters import CRASH_AT_ENV
 from tests.test_cli import streameval
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark
@@ -346,7 +346,7 @@ def test_a_store_from_before_revision_0003_is_upgraded_in_place(store_url):
     from alembic.config import Config
     from sqlalchemy import text
 
-    from core_server.store.store import MIGRATIONS_DIR, _create_engine
+    from streameval.core.store.store import MIGRATIONS_DIR, _create_engine
 
     engine = _create_engine(store_url)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scorer.aggregate import (
+from streameval.scorer.aggregate import (
     FieldTable,
     Mean,
     Quantile,
@@ -15,7 +15,7 @@ from scorer.aggregate import (
     bootstrap_counts,
     summarise,
 )
-from scorer.profiles import PROFILES
+from streameval.scorer.profiles import PROFILES
 
 PROFILE = PROFILES["trace-paper-v1"]
 

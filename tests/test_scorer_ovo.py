@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.benchmark.records import ProactiveRecord, Probe, QARecord, Trigger
-from scorer.eventlog import SessionLog, asked_session, memory_source
-from scorer.ovo import category_of, choice_correct, count_correct, probe_rule, yes_no_correct
-from scorer.profiles import PROFILES
-from scorer.report import RunScores, evaluate_source, scores_of
+from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord, Trigger
+from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
+from streameval.scorer.ovo import (
+    category_of,
+    choice_correct,
+    count_correct,
+    probe_rule,
+    yes_no_correct,
+)
+from streameval.scorer.profiles import PROFILES
+from streameval.scorer.report import RunScores, evaluate_source, scores_of
 
 OVO = PROFILES["ovo-offline"]
 OVO_RUN = {"profile": "ovo-offline", "pacing": "logical"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scorer.parsing import (
+from streameval.scorer.parsing import (
     OPTION_PARSERS,
     gold_label,
     is_answer,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.benchmark.records import ProactiveRecord, Trigger
-from scorer.episodes import assemble_one
-from scorer.eventlog import SessionLog, memory_source
-from scorer.proactive import (
+from streameval.core.benchmark.records import ProactiveRecord, Trigger
+from streameval.scorer.episodes import assemble_one
+from streameval.scorer.eventlog import SessionLog, memory_source
+from streameval.scorer.proactive import (
     BEFORE_WINDOW,
     IN_WINDOW,
     NO_OUTPUT,
@@ -16,8 +16,8 @@ from scorer.proactive import (
     build_windows,
     evaluate_proactive,
 )
-from scorer.profiles import PROFILES
-from scorer.report import evaluate_source, scores_of
+from streameval.scorer.profiles import PROFILES
+from streameval.scorer.report import evaluate_source, scores_of
 
 PROFILE = PROFILES["trace-paper-v1"]
 EXTENDED = PROFILES["trace-extended"]

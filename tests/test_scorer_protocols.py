@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.config import PROFILES as PROTOCOLS
-from scorer.eventlog import memory_source
-from scorer.profiles import PROFILES, is_frame_level, scoring_profile_for
-from scorer.report import evaluate_source, scores_of
+from streameval.core.config import PROFILES as PROTOCOLS
+from streameval.scorer.eventlog import memory_source
+from streameval.scorer.profiles import PROFILES, is_frame_level, scoring_profile_for
+from streameval.scorer.report import evaluate_source, scores_of
 from tests.test_scorer_report import mixed_logs, mixed_records
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.benchmark.records import QARecord
-from scorer.episodes import assemble_one
-from scorer.eventlog import SessionLog, memory_source
-from scorer.profiles import PROFILES
-from scorer.qa import evaluate_qa
-from scorer.report import evaluate_source, scores_of
-from scorer.workload import evaluate_workload
+from streameval.core.benchmark.records import QARecord
+from streameval.scorer.episodes import assemble_one
+from streameval.scorer.eventlog import SessionLog, memory_source
+from streameval.scorer.profiles import PROFILES
+from streameval.scorer.qa import evaluate_qa
+from streameval.scorer.report import evaluate_source, scores_of
+from streameval.scorer.workload import evaluate_workload
 
 PAPER = PROFILES["trace-paper-v1"]
 STRICT = PROFILES["trace-strict"]

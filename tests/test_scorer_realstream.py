@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
-from scorer.episodes import assemble_one
-from scorer.eventlog import SessionLog, memory_source
-from scorer.judges import ExactJudge
-from scorer.profiles import PROFILES
-from scorer.realstream import evaluate_realstream, verbosity_multiplier
-from scorer.report import evaluate_source, scores_of
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
+from streameval.scorer.episodes import assemble_one
+from streameval.scorer.eventlog import SessionLog, memory_source
+from streameval.scorer.judges import ExactJudge
+from streameval.scorer.profiles import PROFILES
+from streameval.scorer.realstream import evaluate_realstream, verbosity_multiplier
+from streameval.scorer.report import evaluate_source, scores_of
 
 PROFILE = PROFILES["realstream"]
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from core_server.benchmark.records import ProactiveRecord, QARecord, Trigger
-from core_server.cli import app
-from core_server.store.export import export_jsonl
-from core_server.store.store import Store
-from scorer.compare import compare_runs, compare_sources
-from scorer.errors import ScoreError
-from scorer.eventlog import SessionLog, asked_session, memory_source, store_run
-from scorer.profiles import PROFILES, ProfileError, get_profile
-from scorer.report import evaluate_source, score_exported, score_run, scores_of
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
+from streameval.core.cli import app
+from streameval.core.store.export import export_jsonl
+from streameval.core.store.store import Store
+from streameval.scorer.compare import compare_runs, compare_sources
+from streameval.scorer.errors import ScoreError
+from streameval.scorer.eventlog import SessionLog, asked_session, memory_source, store_run
+from streameval.scorer.profiles import PROFILES, ProfileError, get_profile
+from streameval.scorer.report import evaluate_source, score_exported, score_run, scores_of
 
 runner = CliRunner()
 
@@ -303,7 +303,8 @@ def test_scoring_imports_without_fastapi() -> None:
 
     code = (
         "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
-        "import scorer.report, scorer.compare, scorer.timeline, scorer.cli\n"
+        "import streameval.scorer.report, streameval.scorer.compare\n"
+        "import streameval.scorer.timeline, streameval.scorer.cli\n"
         "print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

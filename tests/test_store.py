@@ -16,10 +16,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
-from core_server.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
-from core_server.store import models
-from core_server.store.events import Event, EventKind
-from core_server.store.store import (
+from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
+from streameval.core.store import models
+from streameval.core.store.events import Event, EventKind
+from streameval.core.store.store import (
     MIGRATIONS_DIR,
     SessionInfo,
     Store,
@@ -28,7 +28,7 @@ from core_server.store.store import (
     default_store_url,
     library_versions,
 )
-from core_server.store.writer import EventWriter
+from streameval.core.store.writer import EventWriter
 
 RUN = "run-1"
 BIG_NS = 2**53 + 12345  # not representable as a float: proves integers stay integers

@@ -10,9 +10,9 @@ from pathlib import Path
 import av
 import pytest
 
-from core_server.benchmark.loader import BenchmarkError, load_benchmark_file
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from core_server.benchmark.synthetic import UNABLE, generate, load_or_generate
+from streameval.core.benchmark.loader import BenchmarkError, load_benchmark_file
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
+from streameval.core.benchmark.synthetic import UNABLE, generate, load_or_generate
 
 EXPECTED_TASK_TYPES = {
     "present_color": 6,

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from core_server.adapter_process import AdapterProcess
-from core_server.benchmark.loader import load_benchmark
-from core_server.benchmark.records import ProactiveRecord, QARecord, Record
-from core_server.config import EndpointConfig, RunConfig
-from core_server.store.export import export_jsonl
-from core_server.store.store import Store
-from scorer.report import RunScores, score_exported
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.benchmark.loader import load_benchmark
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.store.export import export_jsonl
+from streameval.core.store.store import Store
+from streameval.scorer.report import RunScores, score_exported
 from tests.test_data_cli import execute, stand_in_videos
 from tests.test_import_trace import sample
 from tests.test_scorer_parsing import GOLDEN

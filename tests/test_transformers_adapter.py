@@ -31,21 +31,21 @@ pytest.importorskip("transformers", reason=f"transformers is not installed ({EXT
 
 import torch  # noqa: E402
 
-from adapters.config import AdapterConfigError  # noqa: E402
-from adapters.hf.chat import AFTER_ANSWER, ASSISTANT_TURN  # noqa: E402
-from adapters.hf.text import IncrementalText  # noqa: E402
-from adapters.protocol import Question, RunConditions, Step  # noqa: E402
-from adapters.registry import load_adapter  # noqa: E402
-from adapters.sdk import Frame, Responder, Session  # noqa: E402
-from adapters.transformers_adapter import (  # noqa: E402
+from streameval.adapters.config import AdapterConfigError  # noqa: E402
+from streameval.adapters.hf.chat import AFTER_ANSWER, ASSISTANT_TURN  # noqa: E402
+from streameval.adapters.hf.text import IncrementalText  # noqa: E402
+from streameval.adapters.protocol import Question, RunConditions, Step  # noqa: E402
+from streameval.adapters.registry import load_adapter  # noqa: E402
+from streameval.adapters.sdk import Frame, Responder, Session  # noqa: E402
+from streameval.adapters.transformers_adapter import (  # noqa: E402
     TransformersAdapter,
     TransformersAdapterConfig,
 )
-from core_server.adapter_process import AdapterProcess  # noqa: E402
-from core_server.config import EndpointConfig, RunConfig  # noqa: E402
-from core_server.runner import RunExecutor  # noqa: E402
-from core_server.store.events import EventKind  # noqa: E402
-from core_server.store.store import Store  # noqa: E402
+from streameval.core.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
+from streameval.core.runner import RunExecutor  # noqa: E402
+from streameval.core.store.events import EventKind  # noqa: E402
+from streameval.core.store.store import Store  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord, Trigger
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord, Trigger
 
 VIDEO_SECONDS = 20
 VIDEO_FPS = 10

@@ -1,6 +1,6 @@
 """Adapters that exist only for tests. They run as real WebSocket services in their own
-processes (`python -m adapters tests.wire_adapters:Name --port 0`) and either misbehave on the
-wire in one precise way or read ground truth. None of this ships in the package.
+processes (`python -m streameval.adapters tests.wire_adapters:Name --port 0`) and either
+misbehave on the wire in one precise way or read ground truth. None of this ships.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 import os
 import time
 
-from adapters.protocol import AdapterConditions, Instruction, Question, Step
-from adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.adapters.protocol import AdapterConditions, Instruction, Question, Step
+from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 
 _POLLED = AdapterConditions(state="native", initiation="polled", model_name="test")
 

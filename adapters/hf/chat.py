@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from adapters import chat_prompts as prompts
+from streameval.adapters import chat_prompts as prompts
 
 TURN_END = "<|im_end|>"
 USER_TURN = "<|im_start|>user\n"

@@ -27,7 +27,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from adapters.hf.chat import TURN_END
+from streameval.adapters.hf.chat import TURN_END
 
 
 class ModelLoadError(Exception):

@@ -15,10 +15,10 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from core_server.benchmark.importing import BenchmarkError, Imported
-from core_server.benchmark.loader import import_path
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from core_server.benchmark.validate import Report, trigger_bounds, validate
+from streameval.core.benchmark.importing import BenchmarkError, Imported
+from streameval.core.benchmark.loader import import_path
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
+from streameval.core.benchmark.validate import Report, trigger_bounds, validate
 
 data_app = typer.Typer(
     help="Check and count benchmark files (TRACE, OVO-Bench, StreamingBench).",

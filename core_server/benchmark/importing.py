@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from core_server.benchmark.records import Benchmark, Record
+from streameval.core.benchmark.records import Benchmark, Record
 
 T = TypeVar("T")
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core_server.benchmark import ovo_bench, streamingbench, trace_release
-from core_server.benchmark.importing import BenchmarkError, Imported, read_json
-from core_server.benchmark.records import Benchmark
+from streameval.core.benchmark import ovo_bench, streamingbench, trace_release
+from streameval.core.benchmark.importing import BenchmarkError, Imported, read_json
+from streameval.core.benchmark.records import Benchmark
 
 __all__ = [
     "BenchmarkError",
@@ -113,7 +113,7 @@ def load_benchmark(
     if name == "synthetic":
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
-        from core_server.benchmark.synthetic import load_or_generate
+        from streameval.core.benchmark.synthetic import load_or_generate
 
         return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed)
     if not Path(name).exists():

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from core_server.benchmark.importing import (
+from streameval.core.benchmark.importing import (
     NUMBER,
     EntryError,
     Imported,
@@ -29,7 +29,7 @@ from core_server.benchmark.importing import (
     require,
     string_list,
 )
-from core_server.benchmark.records import (
+from streameval.core.benchmark.records import (
     Benchmark,
     ProactiveRecord,
     Probe,

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from core_server.benchmark.importing import (
+from streameval.core.benchmark.importing import (
     EntryError,
     Imported,
     Problem,
@@ -27,7 +27,7 @@ from core_server.benchmark.importing import (
     require,
     string_list,
 )
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord, Record, Trigger
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord, Record, Trigger
 
 SOURCE = "streamingbench"
 PARTS = ("real", "omni", "sqa", "proactive")

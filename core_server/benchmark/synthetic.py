@@ -28,8 +28,8 @@ from typing import TypeVar
 import av
 import numpy as np
 
-from core_server.benchmark.loader import BenchmarkError, load_benchmark_file
-from core_server.benchmark.records import (
+from streameval.core.benchmark.loader import BenchmarkError, load_benchmark_file
+from streameval.core.benchmark.records import (
     Benchmark,
     EvidenceSpan,
     ProactiveRecord,

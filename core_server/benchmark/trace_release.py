@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from core_server.benchmark.importing import (
+from streameval.core.benchmark.importing import (
     NUMBER,
     BenchmarkError,
     EntryError,
@@ -28,7 +28,7 @@ from core_server.benchmark.importing import (
     require,
     string_list,
 )
-from core_server.benchmark.records import Benchmark, ProactiveRecord, QARecord, Record, Trigger
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord, Record, Trigger
 
 SOURCE = "trace"
 QA_FILE = "qa.jsonl"

@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core_server.benchmark.importing import Imported, Problem, option_letter
-from core_server.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
-from core_server.frames import VideoDecodeError, probe
+from streameval.core.benchmark.importing import Imported, Problem, option_letter
+from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
+from streameval.core.frames import VideoDecodeError, probe
 
 # Annotated times and container durations are both rounded decimals; this is their noise.
 EPSILON_S = 1e-3

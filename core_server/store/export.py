@@ -13,8 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from core_server.store.events import Event
-from core_server.store.store import RunInfo, SessionInfo, Store
+from streameval.core.store.events import Event
+from streameval.core.store.store import RunInfo, SessionInfo, Store
 
 SCHEMA = "streameval-events/1"
 

@@ -38,8 +38,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from core_server.store import models
-from core_server.store.events import Event
+from streameval.core.store import models
+from streameval.core.store.events import Event
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 DEFAULT_DB_NAME = "streameval.db"

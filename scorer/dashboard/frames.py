@@ -18,16 +18,16 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel
 
-from core_server.benchmark.importing import BenchmarkError
-from core_server.benchmark.loader import load_benchmark, load_benchmark_file, synthetic_dir
-from core_server.frames import (
+from streameval.core.benchmark.importing import BenchmarkError
+from streameval.core.benchmark.loader import load_benchmark, load_benchmark_file, synthetic_dir
+from streameval.core.frames import (
     FrameCache,
     ImageRules,
     ImageRulesError,
     VideoDecodeError,
     VideoFrames,
 )
-from core_server.store.store import Store
+from streameval.core.store.store import Store
 
 THUMBNAIL_QUALITY = 80
 

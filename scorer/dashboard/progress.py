@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from core_server.store.models import SESSION_STATUSES
-from core_server.store.store import SessionInfo, Store
+from streameval.core.store.models import SESSION_STATUSES
+from streameval.core.store.store import SessionInfo, Store
 
 RATE_WINDOW_S = 10.0  # events per second are averaged over (at most) this many seconds
 _TRACKED_RUNS = 64  # runs whose recent counts are kept

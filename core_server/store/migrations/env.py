@@ -12,7 +12,7 @@ from alembic import context
 connection = context.config.attributes.get("connection")
 if connection is None:
     raise RuntimeError(
-        "streameval migrations run through core_server.store.Store(url), which passes its "
+        "streameval migrations run through streameval.core.store.Store(url), which passes its "
         "connection; there is no alembic.ini URL to migrate"
     )
 
