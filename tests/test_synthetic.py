@@ -10,7 +10,8 @@ from pathlib import Path
 import av
 import pytest
 
-from streameval.core.benchmark.loader import BenchmarkError, load_benchmark_file
+from streameval.core.benchmark.benchmark_json import load_benchmark_file
+from streameval.core.benchmark.importing import BenchmarkError
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.benchmark.synthetic import UNABLE, generate, load_or_generate
 

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
 
 from streameval.core.benchmark import ovo_bench, streamingbench, trace_release
+from streameval.core.benchmark.benchmark_json import benchmark_from_json, is_benchmark_json
 from streameval.core.benchmark.importing import BenchmarkError, Imported, read_json
 from streameval.core.benchmark.records import Benchmark
+from streameval.core.benchmark.synthetic import load_or_generate
 
 __all__ = [
     "BenchmarkError",
     "accept",
     "import_path",
     "load_benchmark",
-    "load_benchmark_file",
     "synthetic_dir",
 ]
 
@@ -32,28 +30,6 @@ logger = logging.getLogger(__name__)
 
 def synthetic_dir(cache_dir: Path, seed: int) -> Path:
     return cache_dir / "synthetic" / f"seed-{seed}"
-
-
-def load_benchmark_file(path: Path) -> Benchmark:
-    """Read a benchmark.json; relative video roots are taken relative to the file."""
-    return _benchmark_json(path, read_json(path))
-
-
-def _benchmark_json(path: Path, data: Any, video_root: Path | None = None) -> Benchmark:
-    try:
-        benchmark = Benchmark.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BenchmarkError(f"benchmark file {path}: {where}: {first['msg']}") from None
-    root = video_root or Path(benchmark.video_root)
-    if not root.is_absolute():
-        root = path.parent / root
-    return benchmark.model_copy(update={"video_root": str(root)})
-
-
-def _is_benchmark_json(data: Any) -> bool:
-    return isinstance(data, dict) and "records" in data
 
 
 def import_path(
@@ -76,8 +52,8 @@ def import_path(
     if subset not in (None, "full"):
         raise BenchmarkError(f"subsets are for TRACE release directories; {path} is a file")
     data = read_json(path)
-    if _is_benchmark_json(data):
-        return Imported("benchmark_json", _benchmark_json(path, data, video_root))
+    if is_benchmark_json(data):
+        return Imported("benchmark_json", benchmark_from_json(path, data, video_root))
     if ovo_bench.looks_like(data):
         return ovo_bench.import_ovo_bench(path, data, video_root)
     if streamingbench.looks_like(data):
@@ -113,8 +89,6 @@ def load_benchmark(
     if name == "synthetic":
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
-        from streameval.core.benchmark.synthetic import load_or_generate
-
         return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed)
     if not Path(name).exists():
         raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")

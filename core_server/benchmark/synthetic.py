@@ -28,7 +28,8 @@ from typing import TypeVar
 import av
 import numpy as np
 
-from streameval.core.benchmark.loader import BenchmarkError, load_benchmark_file
+from streameval.core.benchmark.benchmark_json import load_benchmark_file
+from streameval.core.benchmark.importing import BenchmarkError
 from streameval.core.benchmark.records import (
     Benchmark,
     EvidenceSpan,

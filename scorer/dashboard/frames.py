@@ -18,8 +18,9 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel
 
+from streameval.core.benchmark.benchmark_json import load_benchmark_file
 from streameval.core.benchmark.importing import BenchmarkError
-from streameval.core.benchmark.loader import load_benchmark, load_benchmark_file, synthetic_dir
+from streameval.core.benchmark.loader import load_benchmark, synthetic_dir
 from streameval.core.frames import (
     FrameCache,
     ImageRules,
