@@ -30,8 +30,8 @@ from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_section  # noqa: E402
 from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.benchmark.records import Benchmark, QARecord  # noqa: E402
-from streameval.core.store.events import EventKind  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
+from streameval.events import EventKind  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 

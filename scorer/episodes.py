@@ -3,8 +3,10 @@
 A first token (`response_start`) opens an episode; deltas append to its text (a snapshot
 replaces it); `response_final` closes it and its text is the complete answer. The protocol
 allows one open episode at a time, so an episode still open at the end of the log was cut
-off by a failure: it is kept, marked unclosed. One pass, in `seq` order, decoding payloads
-only for the kinds whose payload the metrics read.
+off by a failure: it is kept, marked unclosed. One pass, in `seq` order, over rows whose
+payloads are already typed (scorer/source.py validated them once): each event is recognised
+by its payload's model and read by attribute, so a renamed field fails where the row is read,
+never as a silent None here.
 
 A session may hold several questions: besides the record's own task (task id = record id)
 the Core can ask a proactive record's probes (`question_sent` with task id
@@ -17,10 +19,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from streameval.core.store.events import failure_cause
+from streameval.events import (
+    AdapterErrorPayload,
+    AdapterHelloPayload,
+    FrameAckPayload,
+    FrameDroppedPayload,
+    FrameSentPayload,
+    InstructionSentPayload,
+    QuestionSentPayload,
+    ResponseDeltaPayload,
+    ResponseFinalPayload,
+    ResponseStartPayload,
+    SessionFailedPayload,
+    SessionFinishedPayload,
+    SessionStartPayload,
+    SilentPayload,
+    StepSentPayload,
+    WorkloadPayload,
+    failure_cause,
+)
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.profiles import ScoringProfile
-from streameval.scorer.source import RawEvent, payload_of
+from streameval.scorer.source import EventRow
 
 
 @dataclass(slots=True)
@@ -47,12 +67,11 @@ class WorkloadTally:
     frame_ids: dict[str, set[str]] = field(default_factory=dict)
     input_tokens: int | None = None
 
-    def add(self, payload: dict) -> None:
-        kind = payload.get("kind", "")
+    def add(self, payload: WorkloadPayload) -> None:
+        kind = payload.kind
         self.events[kind] = self.events.get(kind, 0) + 1
-        ids = payload.get("frame_ids") or []
-        images = payload.get("images")
-        count = len(ids) if ids else images
+        ids = payload.frame_ids
+        count = len(ids) if ids else payload.images
         if count is None:
             self.uncounted[kind] = self.uncounted.get(kind, 0) + 1
         else:
@@ -61,7 +80,7 @@ class WorkloadTally:
             self.frame_ids.setdefault(kind, set()).update(ids)
         elif count:
             self.unlisted[kind] = self.unlisted.get(kind, 0) + 1
-        tokens = payload.get("input_tokens")
+        tokens = payload.input_tokens
         if tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + tokens
 
@@ -71,7 +90,8 @@ class SessionTrace:
     session_id: str
     pacing: str | None = None  # "logical" | "wall_clock", from session_start
     speed: float = 1.0
-    adapter: dict | None = None  # the adapter_hello payload
+    # The adapter_hello payload as a dict: scorer/report.py reads it with .get().
+    adapter: dict | None = None
     # The record's own task (question or instruction), once sent.
     task_kind: str | None = None  # "qa" | "proactive"
     task_t: float | None = None
@@ -116,7 +136,7 @@ class SessionTrace:
         return scheduled + round((t - t0) / self.speed * 1e9)
 
 
-def assemble(rows: Iterable[RawEvent]) -> Iterator[SessionTrace]:
+def assemble(rows: Iterable[EventRow]) -> Iterator[SessionTrace]:
     """Traces of consecutive sessions; the rows must be ordered by (session_id, seq)."""
     trace: SessionTrace | None = None
     done: set[str] = set()
@@ -134,77 +154,75 @@ def assemble(rows: Iterable[RawEvent]) -> Iterator[SessionTrace]:
         yield trace
 
 
-def assemble_one(session_id: str, rows: Iterable[RawEvent]) -> SessionTrace:
+def assemble_one(session_id: str, rows: Iterable[EventRow]) -> SessionTrace:
     traces = list(assemble(rows))
     return traces[0] if traces else SessionTrace(session_id)
 
 
-def _add(trace: SessionTrace, row: RawEvent) -> None:
-    _, seq, kind, runtime_ns, video_t, _ = row
+def _add(trace: SessionTrace, row: EventRow) -> None:
+    _, seq, _, runtime_ns, video_t, payload = row
     if seq <= trace.last_seq:
         raise ScoreError(
             f"session {trace.session_id!r}: event seq {seq} after seq {trace.last_seq}"
         )
     trace.last_seq = seq
     trace.event_count += 1
-    # Ordered by how often each kind occurs; frames, acks and steps need no payload.
-    if kind == "frame_sent":
+    # Recognised by the payload's model, which narrows its type; ordered by how often each
+    # kind occurs (frames, acks, workload and steps are most events).
+    if isinstance(payload, FrameSentPayload):
         trace.frame_t.append(video_t)
         trace.frame_ns.append(runtime_ns)
         if trace.schedule is None and trace.wall_clock:
-            _note_schedule(trace, payload_of(row))
-    elif kind == "frame_ack":
+            _note_schedule(trace, payload)
+    elif isinstance(payload, FrameAckPayload):
         pass
-    elif kind == "workload":
-        trace.workload.add(payload_of(row))
-    elif kind == "step_sent":
+    elif isinstance(payload, WorkloadPayload):
+        trace.workload.add(payload)
+    elif isinstance(payload, StepSentPayload):
         trace.step_t.append(video_t)
-    elif kind == "silent":
+    elif isinstance(payload, SilentPayload):
         trace.silent_ns.append(runtime_ns)
-    elif kind == "response_delta":
-        _delta(trace, payload_of(row))
-    elif kind == "response_start":
-        payload = payload_of(row)
-        trace.episodes.append(
-            Episode(payload.get("response_id", ""), runtime_ns, video_t, payload.get("task_id"))
-        )
-    elif kind == "response_final":
-        _final(trace, runtime_ns, payload_of(row))
-    elif kind == "frame_dropped":
+    elif isinstance(payload, ResponseDeltaPayload):
+        _delta(trace, payload)
+    elif isinstance(payload, ResponseStartPayload):
+        trace.episodes.append(Episode(payload.response_id, runtime_ns, video_t, payload.task_id))
+    elif isinstance(payload, ResponseFinalPayload):
+        _final(trace, runtime_ns, payload)
+    elif isinstance(payload, FrameDroppedPayload):
         trace.core_dropped += 1
         if trace.schedule is None:
-            _note_schedule(trace, payload_of(row))
-    elif kind in ("question_sent", "instruction_sent"):
-        _dispatched(trace, kind, runtime_ns, video_t, payload_of(row))
-    elif kind == "session_start":
-        conditions = payload_of(row).get("conditions") or {}
-        trace.pacing = conditions.get("pacing")
-        trace.speed = float(conditions.get("speed") or 1.0)
-    elif kind == "adapter_hello":
-        trace.adapter = payload_of(row)
-    elif kind == "adapter_error":
+            _note_schedule(trace, payload)
+    elif isinstance(payload, QuestionSentPayload | InstructionSentPayload):
+        _dispatched(trace, runtime_ns, video_t, payload)
+    elif isinstance(payload, SessionStartPayload):
+        trace.pacing = payload.conditions.pacing
+        trace.speed = float(payload.conditions.speed or 1.0)
+    elif isinstance(payload, AdapterHelloPayload):
+        trace.adapter = payload.model_dump(mode="json")
+    elif isinstance(payload, AdapterErrorPayload):
         trace.adapter_errors += 1
-    elif kind == "session_finished":
+    elif isinstance(payload, SessionFinishedPayload):
         trace.status = "finished"
-    elif kind == "session_failed":
-        payload = payload_of(row)
+    elif isinstance(payload, SessionFailedPayload):
         trace.status = "failed"
-        trace.failure_stage = payload.get("stage")
-        trace.failure_reason = payload.get("reason")
-        trace.failure_cause = failure_cause(payload)
-    # session_end and kinds added to the log later carry nothing the metrics read.
+        trace.failure_stage = payload.stage
+        trace.failure_reason = payload.reason
+        trace.failure_cause = failure_cause(payload).value
+    # session_end carries nothing the metrics read.
 
 
 def _dispatched(
-    trace: SessionTrace, kind: str, runtime_ns: int, video_t: float | None, payload: dict
+    trace: SessionTrace,
+    runtime_ns: int,
+    video_t: float | None,
+    payload: QuestionSentPayload | InstructionSentPayload,
 ) -> None:
-    task_id, record_id = payload.get("task_id"), payload.get("record_id")
     # A question under another task id than its record's is one of the record's probes.
-    if task_id is not None and record_id is not None and task_id != record_id:
-        trace.probes[task_id] = runtime_ns
+    if payload.task_id != payload.record_id:
+        trace.probes[payload.task_id] = runtime_ns
         return
-    trace.task_kind = "qa" if kind == "question_sent" else "proactive"
-    trace.task_t = payload.get("t")
+    trace.task_kind = "qa" if isinstance(payload, QuestionSentPayload) else "proactive"
+    trace.task_t = payload.t
     trace.task_ns = runtime_ns
     trace.task_position_t = video_t
 
@@ -230,10 +248,9 @@ def timed_answers(trace: SessionTrace, profile: ScoringProfile) -> list[Episode]
     ]
 
 
-def _note_schedule(trace: SessionTrace, payload: dict) -> None:
-    scheduled = payload.get("scheduled_ns")
-    if scheduled is not None:
-        trace.schedule = (scheduled, payload["t"])
+def _note_schedule(trace: SessionTrace, payload: FrameSentPayload | FrameDroppedPayload) -> None:
+    if payload.scheduled_ns is not None:
+        trace.schedule = (payload.scheduled_ns, payload.t)
 
 
 def _open_episode(trace: SessionTrace, what: str) -> Episode:
@@ -242,16 +259,15 @@ def _open_episode(trace: SessionTrace, what: str) -> Episode:
     return trace.episodes[-1]
 
 
-def _delta(trace: SessionTrace, payload: dict) -> None:
+def _delta(trace: SessionTrace, payload: ResponseDeltaPayload) -> None:
     episode = _open_episode(trace, "response_delta")
-    text = payload.get("text", "")
-    episode.text = text if payload.get("snapshot") else episode.text + text
+    episode.text = payload.text if payload.snapshot else episode.text + payload.text
 
 
-def _final(trace: SessionTrace, runtime_ns: int, payload: dict) -> None:
+def _final(trace: SessionTrace, runtime_ns: int, payload: ResponseFinalPayload) -> None:
     episode = _open_episode(trace, "response_final")
     episode.closed = True
     episode.final_ns = runtime_ns
-    episode.text = payload.get("text", episode.text)
-    episode.output_tokens = payload.get("output_tokens")
-    episode.input_tokens = payload.get("input_tokens")
+    episode.text = payload.text
+    episode.output_tokens = payload.output_tokens
+    episode.input_tokens = payload.input_tokens

@@ -2,7 +2,9 @@
 
 For tests with hand-computed scores, for the scoring benchmark, and for adapter authors who
 want to see how a behaviour scores. Every method appends the events the Core would record;
-runtimes default to a clock that advances 1 ms per event.
+runtimes default to a clock that advances 1 ms per event. The events are typed
+(streameval.events): a payload with a missing, renamed or mistyped field raises PayloadError
+as the log is written, not when it is scored.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.store.events import Event, failure_cause, probe_task_id
 from streameval.core.store.store import Store
-from streameval.scorer.source import RawEvent, RunSource
+from streameval.events import Event, EventKind, SessionFailedPayload, failure_cause, probe_task_id
+from streameval.scorer.source import EventRow, RunSource
 
 _TICK_NS = 1_000_000
 
@@ -38,7 +40,9 @@ class SessionLog:
         self._steps = 0
         self._responses = 0
 
-    def _add(self, event_kind: str, ns: int | None, video_t: float | None, **payload: Any) -> int:
+    def _add(
+        self, event_kind: EventKind, ns: int | None, video_t: float | None, **payload: Any
+    ) -> int:
         self.clock = self.clock + _TICK_NS if ns is None else ns
         seq = len(self.events)
         self.events.append(
@@ -54,7 +58,7 @@ class SessionLog:
         adapter_version: str = "1",
     ) -> SessionLog:
         self._add(
-            "adapter_hello",
+            EventKind.ADAPTER_HELLO,
             ns,
             None,
             adapter="handwritten",
@@ -71,7 +75,7 @@ class SessionLog:
             },
         )
         self._add(
-            "session_start",
+            EventKind.SESSION_START,
             None,
             None,
             endpoint="ws://127.0.0.1:1/ws",
@@ -97,7 +101,7 @@ class SessionLog:
         self.video_t = t
         ns = self.clock + _TICK_NS if ns is None else ns
         sent = self._add(
-            "frame_sent",
+            EventKind.FRAME_SENT,
             ns,
             t,
             index=index,
@@ -110,14 +114,14 @@ class SessionLog:
             height=240,
         )
         if ack:
-            self._add("frame_ack", None, t, index=index)
+            self._add(EventKind.FRAME_ACK, None, t, index=index)
         return sent
 
     def dropped(self, t: float, scheduled_ns: int, ns: int | None = None) -> None:
         index = self._frames
         self._frames += 1
         self._add(
-            "frame_dropped",
+            EventKind.FRAME_DROPPED,
             ns,
             t,
             index=index,
@@ -129,7 +133,7 @@ class SessionLog:
 
     def question(self, record: QARecord, ns: int | None = None) -> int:
         return self._add(
-            "question_sent",
+            EventKind.QUESTION_SENT,
             ns,
             self.video_t,
             task_id=record.record_id,
@@ -144,7 +148,7 @@ class SessionLog:
         probe = record.probes[index]
         task_id = probe_task_id(record.record_id, index)
         self._add(
-            "question_sent",
+            EventKind.QUESTION_SENT,
             ns,
             self.video_t,
             task_id=task_id,
@@ -157,7 +161,7 @@ class SessionLog:
 
     def instruction(self, record: ProactiveRecord, ns: int | None = None) -> int:
         return self._add(
-            "instruction_sent",
+            EventKind.INSTRUCTION_SENT,
             ns,
             self.video_t,
             task_id=record.record_id,
@@ -169,12 +173,19 @@ class SessionLog:
     def step(self, ns: int | None = None) -> None:
         step = self._steps
         self._steps += 1
-        self._add("step_sent", ns, self.video_t, task_id=self.session_id, step=step, t=self.video_t)
+        self._add(
+            EventKind.STEP_SENT,
+            ns,
+            self.video_t,
+            task_id=self.session_id,
+            step=step,
+            t=self.video_t,
+        )
 
     def silent(self, ns: int | None = None, task_id: str | None = None) -> None:
         """A silent decision: at the last step, or (`task_id`) declining that question."""
         step = None if task_id is not None else self._steps - 1
-        self._add("silent", ns, self.video_t, task_id=task_id or self.session_id, step=step)
+        self._add(EventKind.SILENT, ns, self.video_t, task_id=task_id or self.session_id, step=step)
 
     def respond(
         self,
@@ -194,7 +205,7 @@ class SessionLog:
         self._responses += 1
         onset_t = self.video_t if onset_t is None else onset_t
         self._add(
-            "response_start",
+            EventKind.RESPONSE_START,
             onset_ns,
             onset_t,
             response_id=response_id,
@@ -202,7 +213,7 @@ class SessionLog:
         )
         for seq, part in enumerate([text] if deltas is None else deltas):
             self._add(
-                "response_delta",
+                EventKind.RESPONSE_DELTA,
                 None,
                 onset_t,
                 response_id=response_id,
@@ -212,7 +223,7 @@ class SessionLog:
             )
         if close:
             self._add(
-                "response_final",
+                EventKind.RESPONSE_FINAL,
                 final_ns,
                 onset_t,
                 response_id=response_id,
@@ -230,7 +241,7 @@ class SessionLog:
         input_tokens: int | None = None,
     ) -> None:
         self._add(
-            "workload",
+            EventKind.WORKLOAD,
             None,
             self.video_t,
             kind=kind,
@@ -244,7 +255,7 @@ class SessionLog:
             ended_ns=None,
         )
 
-    def rows(self) -> list[RawEvent]:
+    def rows(self) -> list[EventRow]:
         """The events as the scorer reads them."""
         return [
             (e.session_id, e.seq, e.kind, e.runtime_ns, e.video_t, e.payload) for e in self.events
@@ -254,8 +265,8 @@ class SessionLog:
         return f"{self.session_id}:f{index}"
 
     def finish(self) -> list[Event]:
-        self._add("session_end", None, self.video_t, reason="complete")
-        self._add("session_finished", None, self.video_t)
+        self._add(EventKind.SESSION_END, None, self.video_t, reason="complete")
+        self._add(EventKind.SESSION_FINISHED, None, self.video_t)
         return self.events
 
     def fail(
@@ -263,7 +274,9 @@ class SessionLog:
     ) -> list[Event]:
         """The session fails; `cause` defaults to what the Core gives that stage."""
         cause = cause or failure_cause({"stage": stage, "reason": reason})
-        self._add("session_failed", None, self.video_t, stage=stage, reason=reason, cause=cause)
+        self._add(
+            EventKind.SESSION_FAILED, None, self.video_t, stage=stage, reason=reason, cause=cause
+        )
         return self.events
 
 
@@ -300,13 +313,12 @@ def store_run(
     store.add_sessions(run_id, [(record.record_id, [record.record_id]) for record in records])
     for log in logs:
         store.append_events(log.events)
-        outcome = log.events[-1].kind if log.events else None
-        if outcome == "session_finished":
+        outcome = log.events[-1].payload if log.events else None
+        if log.events and log.events[-1].kind == EventKind.SESSION_FINISHED:
             store.set_session_status(run_id, log.session_id, "finished")
-        elif outcome == "session_failed":
-            payload = log.events[-1].payload
+        elif isinstance(outcome, SessionFailedPayload):
             store.set_session_status(
-                run_id, log.session_id, "failed", stage=payload["stage"], reason=payload["reason"]
+                run_id, log.session_id, "failed", stage=outcome.stage, reason=outcome.reason
             )
     store.set_run_status(run_id, status)
 
@@ -330,7 +342,7 @@ def memory_source(
         "versions": {},
     }
 
-    def events(session_id: str | None = None) -> list[RawEvent]:
+    def events(session_id: str | None = None) -> list[EventRow]:
         return [row for row in rows if session_id is None or row[0] == session_id]
 
     return RunSource(run, [record.model_dump(mode="json") for record in records], events)

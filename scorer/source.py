@@ -1,14 +1,15 @@
 """Where a run's data comes from: a store, or an exported JSONL log; both look the same here.
 
 Events travel as plain tuples `(session_id, seq, kind, runtime_ns, video_t, payload)` whose
-payload is either a dict (export) or its JSON text (store). Reading the store through the
-DBAPI cursor and decoding a payload only when the scorer needs it is what makes a million
-events score in seconds: most events (frames, acks, steps, silences) need only their columns.
+payload is the typed model of its kind (streameval.events), validated once where the row is
+read: from the store's JSON text (one pydantic call per row, JSON parsing included), or by
+`read_jsonl` for an export. The store is read through the DBAPI cursor, skipping SQLAlchemy's
+per-row work, which is what makes a million events score in seconds; tuples keep the rows
+cheap.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,23 +20,27 @@ from sqlalchemy import Engine, Text, cast, select
 from streameval.core.store import models
 from streameval.core.store.export import ExportedRun, read_jsonl
 from streameval.core.store.store import Store
+from streameval.events import EventPayload, PayloadError, read_payload
+from streameval.scorer.errors import ScoreError
 
-RawEvent = tuple[str, int, str, int, float | None, str | dict[str, Any]]
+EventRow = tuple[str, int, str, int, float | None, EventPayload]
+RawEvent = EventRow  # the former name, still imported by scorer/timeline.py
 _FETCH_ROWS = 5000
 # The run fields that describe how a run was produced (stored with every score).
 RUN_FIELDS = ("run_id", "status", "benchmark", "config", "config_hash", "conditions", "versions")
 
 
-def payload_of(event: RawEvent) -> dict[str, Any]:
-    payload = event[5]
-    return json.loads(payload) if isinstance(payload, str) else payload
+def payload_of(event: EventRow) -> dict[str, Any]:
+    """The row's payload as a dict, for readers not yet reading the typed payload
+    (scorer/timeline.py); read `event[5]`'s attributes instead."""
+    return event[5].model_dump()
 
 
 @dataclass
 class RunSource:
     run: dict[str, Any]  # RUN_FIELDS
     records: list[dict[str, Any]]
-    events: Callable[[str | None], Iterable[RawEvent]]  # all events, or one session's
+    events: Callable[[str | None], Iterable[EventRow]]  # all events, or one session's
 
     @property
     def run_id(self) -> str:
@@ -63,7 +68,7 @@ def store_source(store: Store, run_id: str) -> RunSource:
     return RunSource(run, records, lambda session_id=None: _store_rows(engine, run_id, session_id))
 
 
-def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator[RawEvent]:
+def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator[EventRow]:
     table = models.events
     query = (
         select(
@@ -91,9 +96,20 @@ def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator
         try:
             cursor.execute(str(compiled), params)
             while rows := cursor.fetchmany(_FETCH_ROWS):
-                yield from rows
+                yield from _typed_rows(run_id, rows)
         finally:
             cursor.close()
+
+
+def _typed_rows(run_id: str, rows: list[tuple[Any, ...]]) -> Iterator[EventRow]:
+    """The store's rows with their payload's JSON text validated into its kind's model."""
+    row: tuple[Any, ...] = ()
+    try:
+        for row in rows:
+            session_id, seq, kind, runtime_ns, video_t, text = row
+            yield session_id, seq, kind, runtime_ns, video_t, read_payload(kind, text)
+    except PayloadError as exc:
+        raise ScoreError(f"run {run_id!r} session {row[0]!r} event {row[1]}: {exc}") from None
 
 
 def exported_source(exported: ExportedRun) -> RunSource:
@@ -103,7 +119,7 @@ def exported_source(exported: ExportedRun) -> RunSource:
         (e.session_id, e.seq, e.kind, e.runtime_ns, e.video_t, e.payload) for e in exported.events
     ]
 
-    def events(session_id: str | None = None) -> Iterable[RawEvent]:
+    def events(session_id: str | None = None) -> Iterable[EventRow]:
         if session_id is None:
             return rows
         return [row for row in rows if row[0] == session_id]

@@ -11,8 +11,8 @@ import pytest
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.runner import RunError, RunExecutor
-from streameval.core.store.events import EventKind
 from streameval.core.store.store import Store
+from streameval.events import EventKind
 
 
 def run_config(benchmark_path: Path, tmp_path: Path, url: str, **overrides) -> RunConfig:
@@ -82,7 +82,7 @@ def test_nothing_from_the_future_reaches_the_adapter(pacing, adapter_env, benchm
             events = events_by_session(store, summary.run_id)
             for session_id in ("t:qa:1", "t:pro:1"):
                 scheduled = [
-                    e.payload["scheduled_ns"]
+                    e.payload.scheduled_ns
                     for e in events[session_id]
                     if e.kind == EventKind.FRAME_SENT
                 ]
@@ -110,9 +110,9 @@ def test_recorded_events_tell_the_whole_story(adapter_env, benchmark_path, tmp_p
     question = next(e for e in events if e.kind == EventKind.QUESTION_SENT)
     start = next(e for e in events if e.kind == EventKind.RESPONSE_START)
     final = next(e for e in events if e.kind == EventKind.RESPONSE_FINAL)
-    assert question.payload["options"] == ["A. one", "B. two"]
+    assert question.payload.options == ["A. one", "B. two"]
     assert question.runtime_ns < start.runtime_ns <= final.runtime_ns
-    assert final.payload["text"] == "A"
+    assert final.payload.text == "A"
     assert start.video_t == 17.0
 
 
@@ -141,8 +141,8 @@ def test_killed_adapter_fails_sessions_and_the_run_finishes(adapter_env, benchma
             e for e in store.iter_events(summary.run_id) if e.kind == EventKind.SESSION_FAILED
         ]
         assert len(failed) == 3
-        assert {e.payload["cause"] for e in failed} == {"infrastructure"}
-        streaming = next(e for e in failed if e.payload["stage"] == "streaming")
+        assert {e.payload.cause for e in failed} == {"infrastructure"}
+        streaming = next(e for e in failed if e.payload.stage == "streaming")
         # What was recorded before the crash is kept.
         acks = [
             e

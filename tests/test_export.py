@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.store.events import Event, EventKind
 from streameval.core.store.export import ExportFormatError, export_jsonl, read_jsonl
 from streameval.core.store.store import Store, StoreError
+from streameval.events import Event, EventKind
+from tests.event_examples import EXAMPLES
 from tests.test_store import sample_records
 
 RUN = "export-run"
@@ -87,17 +88,17 @@ def validate_line(line: dict) -> None:
 
 def session_events(session_id: str) -> list[Event]:
     """Six events of different kinds: nulls, unicode and integers beyond 2**53."""
-    payloads = [
-        (EventKind.SESSION_START, {"endpoint": "ws://x", "conditions": {"fps": 2.0}}),
-        (EventKind.FRAME_SENT, {"index": 0, "t": 0.0, "scheduled_ns": None, "bytes": 5120}),
-        (EventKind.RESPONSE_START, {"response_id": "r1", "task_id": "q1"}),
-        (EventKind.RESPONSE_FINAL, {"response_id": "r1", "text": "Grün ✓", "input_tokens": None}),
-        (EventKind.WORKLOAD, {"kind": "model_call", "started_ns": 2**62, "ended_ns": 2**63 - 1}),
-        (EventKind.SESSION_FINISHED, {}),
+    kinds = [
+        EventKind.SESSION_START,
+        EventKind.FRAME_SENT,
+        EventKind.RESPONSE_START,
+        EventKind.RESPONSE_FINAL,
+        EventKind.WORKLOAD,
+        EventKind.SESSION_FINISHED,
     ]
     return [
         Event(RUN, session_id, seq, kind, 2**53 + 1 + seq, None if seq % 2 else seq * 0.1, body)
-        for seq, (kind, body) in enumerate(payloads)
+        for seq, (kind, body) in enumerate((kind, EXAMPLES[kind]) for kind in kinds)
     ]
 
 
@@ -163,7 +164,8 @@ def test_export_round_trips_exactly_and_follows_the_schema(store: Store, tmp_pat
         "socket closed",
     )
     assert exported.events == events == list(store.iter_events(RUN))
-    assert exported.events[4].payload["ended_ns"] == 2**63 - 1
+    assert exported.events[4].payload.ended_ns == 2**63 - 1
+    assert exported.events[3].payload.text == "Grün ✓"
 
 
 def test_export_of_unknown_run_is_a_store_error(store: Store, tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from PIL import Image
 
 from streameval.core.adapter_process import AdapterProcess
-from streameval.core.store.events import EventKind
 from streameval.core.store.store import Store
+from streameval.events import EventKind
 from tests.test_core_run import events_by_session, execute, run_config
 from tests.timeline_fixtures import QA, VIDEO_FPS, write_benchmark
 
@@ -167,13 +167,15 @@ def of_kind(events: list, kind: EventKind) -> list:
 
 
 def workloads(events: list, kind: str = "model_call") -> list[dict]:
-    return [e.payload for e in of_kind(events, EventKind.WORKLOAD) if e.payload["kind"] == kind]
+    return [
+        e.payload.model_dump()
+        for e in of_kind(events, EventKind.WORKLOAD)
+        if e.payload.kind == kind
+    ]
 
 
 def errors(events: list) -> list[tuple[str, bool]]:
-    return [
-        (e.payload["code"], e.payload["fatal"]) for e in of_kind(events, EventKind.ADAPTER_ERROR)
-    ]
+    return [(e.payload.code, e.payload.fatal) for e in of_kind(events, EventKind.ADAPTER_ERROR)]
 
 
 def run_against(base_url: str, tmp_path: Path, benchmark: Path, options: dict, **run) -> tuple:
@@ -216,9 +218,9 @@ def test_questions_and_proactive_decisions_over_a_real_stream(benchmark_path, tm
     assert "Question: Which?\nOptions:\nA. one\nB. two\n" in question
 
     qa = events["t:qa:1"]
-    final = of_kind(qa, EventKind.RESPONSE_FINAL)[0].payload
+    final = of_kind(qa, EventKind.RESPONSE_FINAL)[0].payload.model_dump()
     assert (final["text"], final["output_tokens"], final["input_tokens"]) == ("B. two", 3, 850)
-    assert [e.payload["text"] for e in of_kind(qa, EventKind.RESPONSE_DELTA)] == ["B", ".", " two"]
+    assert [e.payload.text for e in of_kind(qa, EventKind.RESPONSE_DELTA)] == ["B", ".", " two"]
     asked = of_kind(qa, EventKind.QUESTION_SENT)[0].runtime_ns
     first_token = of_kind(qa, EventKind.RESPONSE_START)[0].runtime_ns
     assert first_token - asked >= FIRST_TOKEN_DELAY_S * 1e9  # TTFT includes the server's wait
@@ -236,13 +238,13 @@ def test_questions_and_proactive_decisions_over_a_real_stream(benchmark_path, tm
     assert 'Your earlier responses: "The count is 2." at 8s.' in reminded
     pro = events["t:pro:1"]
     finals = of_kind(pro, EventKind.RESPONSE_FINAL)
-    assert [f.payload["text"] for f in finals] == ["The count is 2.", "Wow, 3."]
-    deltas = [e.payload["text"] for e in of_kind(pro, EventKind.RESPONSE_DELTA)]
+    assert [f.payload.text for f in finals] == ["The count is 2.", "Wow, 3."]
+    deltas = [e.payload.text for e in of_kind(pro, EventKind.RESPONSE_DELTA)]
     # "W" could have been WAIT: it went out with the next piece, as the response's first token.
     assert deltas == ["The", " count", " is", " 2.", "Wow, 3."]
     assert [e.video_t for e in of_kind(pro, EventKind.RESPONSE_START)] == [8.0, 12.0]
     # WAIT is silence: 14 steps (4..17 s), two answered, the other twelve silent.
-    silent_steps = [e.payload["step"] for e in of_kind(pro, EventKind.SILENT)]
+    silent_steps = [e.payload.step for e in of_kind(pro, EventKind.SILENT)]
     assert silent_steps == [s for s in range(14) if s not in (4, 8)]
     calls = workloads(pro)
     assert [c["images"] for c in calls] == [3] * 7
@@ -278,14 +280,14 @@ def test_frames_arriving_during_a_call_follow_the_declared_policy(policy, benchm
         )
     assert (summary.finished, summary.failed) == (1, 0)
     pro = events["t:pro:1"]
-    hello = of_kind(pro, EventKind.ADAPTER_HELLO)[0].payload["conditions"]
-    assert hello["initiation"] == "autonomous"
-    assert hello["history"].endswith(f"frames arriving during a call: {policy}")
+    hello = of_kind(pro, EventKind.ADAPTER_HELLO)[0].payload.conditions
+    assert hello.initiation == "autonomous"
+    assert hello.history.endswith(f"frames arriving during a call: {policy}")
     calls = workloads(pro)
     assert len(calls) >= 2 and len(server.requests) >= len(calls)
     submitted = {i for c in calls for i in c["frame_ids"]}
     dropped = [d["frame_ids"] for d in workloads(pro, "drop")]
-    sent = {e.payload["frame_id"]: e.runtime_ns for e in of_kind(pro, EventKind.FRAME_SENT)}
+    sent = {e.payload.frame_id: e.runtime_ns for e in of_kind(pro, EventKind.FRAME_SENT)}
     # Frames the Core sent well inside a call's interval (100 ms from its edges).
     during = {
         frame_id
@@ -359,7 +361,7 @@ def test_http_errors_are_retried_as_declared(
     assert [c["replayed_frames"] for c in calls] == [0] + [4] * (len(statuses) - 1)
     if finished:
         assert (summary.finished, summary.failed) == (1, 0)
-        assert of_kind(qa, EventKind.RESPONSE_FINAL)[0].payload["text"] == "B"
+        assert of_kind(qa, EventKind.RESPONSE_FINAL)[0].payload.text == "B"
         assert (calls[-1]["input_tokens"], calls[-1]["output_tokens"]) == (450, 1)
     else:
         session = sessions["t:qa:1"]
@@ -381,8 +383,8 @@ def test_a_connection_dropped_before_the_answer_is_retried(qa_benchmark, tmp_pat
     assert (summary.finished, summary.failed) == (1, 0)
     qa = events["t:qa:1"]
     assert errors(qa) == [("model_call_retry", False)]
-    assert "RemoteProtocolError" in of_kind(qa, EventKind.ADAPTER_ERROR)[0].payload["message"]
-    assert [f.payload["text"] for f in of_kind(qa, EventKind.RESPONSE_FINAL)] == ["B"]
+    assert "RemoteProtocolError" in of_kind(qa, EventKind.ADAPTER_ERROR)[0].payload.message
+    assert [f.payload.text for f in of_kind(qa, EventKind.RESPONSE_FINAL)] == ["B"]
 
 
 def test_a_connection_dropped_mid_answer_fails_the_session(qa_benchmark, tmp_path):
@@ -393,7 +395,7 @@ def test_a_connection_dropped_mid_answer_fails_the_session(qa_benchmark, tmp_pat
     assert len(server.requests) == 1
     qa = events["t:qa:1"]
     assert errors(qa) == [("model_stream_broken", True)]
-    assert [e.payload["text"] for e in of_kind(qa, EventKind.RESPONSE_DELTA)] == ["B", "."]
+    assert [e.payload.text for e in of_kind(qa, EventKind.RESPONSE_DELTA)] == ["B", "."]
     assert of_kind(qa, EventKind.RESPONSE_FINAL) == []
     assert sessions["t:qa:1"].failure_reason.startswith(
         "adapter error model_stream_broken: the model's stream broke after the answer began"

@@ -33,8 +33,8 @@ from streameval.core.benchmark.ovo_bench import CATEGORY_OF
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
 from streameval.core.benchmark.validate import trigger_bounds
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.store.events import probe_task_id
 from streameval.core.store.store import Store
+from streameval.events import probe_task_id
 from streameval.scorer.profiles import scoring_profile_for
 from streameval.scorer.report import RunScores, score_run
 from tests.test_data_cli import execute, write_video

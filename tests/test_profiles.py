@@ -13,8 +13,8 @@ from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import Probe
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.runner import RunExecutor
-from streameval.core.store.events import EventKind
 from streameval.core.store.store import Store
+from streameval.events import EventKind
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark
 
 
@@ -85,7 +85,7 @@ def test_ovo_offline_asks_the_probes_one_by_one(adapter_env, tmp_path):
     expected += [("question", 7.5), ("question", 7.9)]
     assert seen(adapter_env, probed.record_id) == expected
     asked = [
-        (e.payload["task_id"], e.payload["t"])
+        (e.payload.task_id, e.payload.t)
         for e in events
         if e.kind == EventKind.QUESTION_SENT and e.session_id == probed.record_id
     ]
@@ -94,7 +94,7 @@ def test_ovo_offline_asks_the_probes_one_by_one(adapter_env, tmp_path):
         ("t:pro:1#probe2", 7.5),
         ("t:pro:1#probe0", 7.9),
     ]
-    answered = {e.payload["task_id"] for e in events if e.kind == EventKind.RESPONSE_START}
+    answered = {e.payload.task_id for e in events if e.kind == EventKind.RESPONSE_START}
     assert answered >= {task for task, _ in asked}
 
 

@@ -8,8 +8,8 @@ import sys
 import time
 
 from streameval.core.adapter_process import AdapterProcess
-from streameval.core.store.events import EventKind
 from streameval.core.store.store import Store
+from streameval.events import EventKind
 
 FRAMES_PER_SESSION = {"t:qa:1": 13, "t:qa:2": 7, "t:pro:1": 18}
 
@@ -96,7 +96,7 @@ def test_killed_run_resumes_without_duplicates_or_losses(
             assert kinds.count(EventKind.FRAME_SENT) == frames
             assert kinds.count(EventKind.SESSION_START) == 1
             assert kinds.count(EventKind.SESSION_FINISHED) == 1
-            indices = [e.payload["index"] for e in events if e.kind == EventKind.FRAME_SENT]
+            indices = [e.payload.index for e in events if e.kind == EventKind.FRAME_SENT]
             assert indices == sorted(set(indices))
         redone = [sid for sid, s in before.items() if s.status == "running"]
         assert all(after[sid].attempt == 1 for sid in redone)

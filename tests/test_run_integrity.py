@@ -18,8 +18,8 @@ import pytest
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.runner import RunExecutor, session_failure_cause
-from streameval.core.store.events import EventKind, failure_cause
 from streameval.core.store.store import SessionInfo, Store
+from streameval.events import EventKind, failure_cause
 from tests.integrity_adapters import CRASH_AT_ENV
 from tests.test_cli import streameval
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark
@@ -105,7 +105,7 @@ def test_resume_against_a_different_adapter_is_refused_unless_allowed(
             assert session.adapter["conditions"]["model_name"] == "baseline-always"
             hello = next(e for e in store.iter_events(run_id, session.session_id))
             assert hello.kind == EventKind.ADAPTER_HELLO
-            assert hello.payload == session.adapter
+            assert hello.payload.model_dump(mode="json") == session.adapter
 
     table = streameval("runs", "--store", url, env={**os.environ, "COLUMNS": "200"})
     row = [line for line in table.stdout.splitlines() if run_id in line]
@@ -214,7 +214,7 @@ def test_a_partly_failed_run_exits_1_and_stays_finished(adapter_env, tmp_path):
         assert (bad.status, bad.failure_stage, bad.failure_cause) == ("failed", "frames", "input")
         (event,) = store.iter_events(summary["run_id"], "t:qa:bad")
         assert event.kind == EventKind.SESSION_FAILED
-        assert event.payload["cause"] == "input"
+        assert event.payload.cause == "input"
 
 
 # ------------------------------------------------------------------ --retry-failed
@@ -247,7 +247,7 @@ def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monke
     for sid, session in before.items():
         failed = [e for e in events_before[sid] if e.kind == EventKind.SESSION_FAILED]
         if session.status == "failed":
-            assert [e.payload["cause"] for e in failed] == [session.failure_cause]
+            assert [e.payload.cause for e in failed] == [session.failure_cause]
     assert any(e.kind == EventKind.FRAME_ACK for e in events_before["t:qa:2"])
 
     # A plain resume keeps every failure: nothing to do.

@@ -44,8 +44,8 @@ from streameval.adapters.transformers_adapter import (  # noqa: E402
 from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.runner import RunExecutor  # noqa: E402
-from streameval.core.store.events import EventKind  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
+from streameval.events import EventKind  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 
@@ -397,13 +397,13 @@ def test_a_trace_run_through_the_core(served, tiny_model, adapter, tmp_path):
     events = run_core(served.url, "trace", tmp_path)
     chat = adapter.chat  # the same default prompts as the served adapter's
     hello = next(e for e in events["t:qa:1"] if e.kind == EventKind.ADAPTER_HELLO)
-    assert hello.payload["conditions"]["state"] == "native"
-    assert hello.payload["conditions"]["model_name"] == tiny_model.name
+    assert hello.payload.conditions.state == "native"
+    assert hello.payload.conditions.model_name == tiny_model.name
 
     # QA: the preamble, then each of the 13 frames committed in order, each adding exactly
     # its label and image tokens to the cache, each before its acknowledgement.
     qa = events["t:qa:1"]
-    sent = [e.payload for e in qa if e.kind == EventKind.FRAME_SENT]
+    sent = [e.payload.model_dump() for e in qa if e.kind == EventKind.FRAME_SENT]
     assert len(sent) == 13
     commits = workloads(qa, "state_commit")
     assert commits[0]["frame_ids"] == []
@@ -424,8 +424,8 @@ def test_a_trace_run_through_the_core(served, tiny_model, adapter, tmp_path):
     first = kinds.index(EventKind.RESPONSE_START)
     last = kinds.index(EventKind.RESPONSE_FINAL)
     assert set(kinds[first + 1 : last]) == {EventKind.RESPONSE_DELTA}
-    deltas = [e.payload for e in qa[first + 1 : last]]
-    final = qa[last].payload
+    deltas = [e.payload.model_dump() for e in qa[first + 1 : last]]
+    final = qa[last].payload.model_dump()
     assert [d["seq"] for d in deltas] == list(range(len(deltas)))
     assert 1 <= final["output_tokens"] == len(deltas) <= 8
     assert final["text"] == "".join(d["text"] for d in deltas)
@@ -438,7 +438,7 @@ def test_a_trace_run_through_the_core(served, tiny_model, adapter, tmp_path):
     # Proactive: the instruction joins the context, then a decision at every step (silent
     # or a streamed answer), each a model call on top of the cache.
     pro = events["t:pro:1"]
-    steps = [e.payload["step"] for e in pro if e.kind == EventKind.STEP_SENT]
+    steps = [e.payload.step for e in pro if e.kind == EventKind.STEP_SENT]
     assert steps == list(range(14))
     assert_one_decision_per_step(pro, steps)
     calls = workloads(pro, "model_call")
@@ -457,10 +457,10 @@ def test_a_realstream_run_decides_at_every_frame(served, adapter, tmp_path):
     standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER)
     calls: dict[str, list[int]] = {}
     for session_id, session in events.items():
-        frames = [e.payload["frame_id"] for e in session if e.kind == EventKind.FRAME_SENT]
+        frames = [e.payload.frame_id for e in session if e.kind == EventKind.FRAME_SENT]
         commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
         assert commits == [[frame_id] for frame_id in frames]
-        steps = [e.payload["step"] for e in session if e.kind == EventKind.STEP_SENT]
+        steps = [e.payload.step for e in session if e.kind == EventKind.STEP_SENT]
         assert steps == list(range(len(steps)))
         assert_one_decision_per_step(session, steps)
         calls[session_id] = [c["input_tokens"] for c in workloads(session, "model_call")]
@@ -482,13 +482,17 @@ def seq_of(events, kind: str, **payload) -> int:
     (seq,) = [
         e.seq
         for e in events
-        if e.kind == kind and all(e.payload.get(k) == v for k, v in payload.items())
+        if e.kind == kind and all(getattr(e.payload, k) == v for k, v in payload.items())
     ]
     return seq
 
 
 def workloads(events, kind: str) -> list[dict]:
-    return [e.payload for e in events if e.kind == EventKind.WORKLOAD and e.payload["kind"] == kind]
+    return [
+        e.payload.model_dump()
+        for e in events
+        if e.kind == EventKind.WORKLOAD and e.payload.kind == kind
+    ]
 
 
 def assert_one_decision_per_step(events, steps: list[int]) -> None:
@@ -498,11 +502,11 @@ def assert_one_decision_per_step(events, steps: list[int]) -> None:
     step = None
     for event in events:
         if event.kind == EventKind.STEP_SENT:
-            step = event.payload["step"]
+            step = event.payload.step
         elif event.kind == EventKind.QUESTION_SENT:
             step = None
         elif event.kind == EventKind.SILENT:
-            assert event.payload["step"] == step
+            assert event.payload.step == step
             decided.append(step)
         elif event.kind == EventKind.RESPONSE_FINAL and step is not None:
             assert step not in decided
@@ -510,8 +514,8 @@ def assert_one_decision_per_step(events, steps: list[int]) -> None:
                 e
                 for e in events
                 if e.kind == EventKind.RESPONSE_DELTA
-                and e.payload["response_id"] == event.payload["response_id"]
+                and e.payload.response_id == event.payload.response_id
             ]
-            assert event.payload["output_tokens"] == len(deltas)
+            assert event.payload.output_tokens == len(deltas)
             decided.append(step)
     assert decided == steps

@@ -2,7 +2,8 @@
 
 The format is documented line by line in docs/events.md: a run line, then one line per
 record, per session and per event (in session, seq order). It carries everything the scorer
-needs, so a run can be scored or archived without the database.
+needs, so a run can be scored or archived without the database. Reading an export validates
+every event's payload against its kind's model (streameval.events) once.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from streameval.core.store.events import Event
 from streameval.core.store.store import RunInfo, SessionInfo, Store
+from streameval.events import Event, PayloadError, read_payload
 
 SCHEMA = "streameval-events/1"
 
@@ -117,7 +118,7 @@ def event_line(event: Event) -> dict[str, Any]:
         "kind": str(event.kind),
         "runtime_ns": event.runtime_ns,
         "video_t": event.video_t,
-        "payload": event.payload,
+        "payload": event.payload.model_dump(mode="json"),
     }
 
 
@@ -215,6 +216,10 @@ class _Reader:
     def _add_event(self, number: int, obj: dict[str, Any]) -> None:
         self._check(number, obj, EVENT_FIELDS, exact=True)
         assert self._run is not None
+        try:  # the payload is validated here, once: the Event below takes it as it is
+            payload = read_payload(obj["kind"], obj["payload"])
+        except PayloadError as exc:
+            raise self._error(number, str(exc)) from None
         self._events.append(
             Event(
                 run_id=self._run["run_id"],
@@ -223,7 +228,7 @@ class _Reader:
                 kind=obj["kind"],
                 runtime_ns=obj["runtime_ns"],
                 video_t=obj["video_t"],
-                payload=obj["payload"],
+                payload=payload,
             )
         )
 

@@ -39,7 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from streameval.core.store import models
-from streameval.core.store.events import Event
+from streameval.events import Event, PayloadError, read_payload
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 DEFAULT_DB_NAME = "streameval.db"
@@ -184,8 +184,21 @@ def _event_row(event_: Event) -> dict[str, Any]:
         "kind": str(event_.kind),
         "runtime_ns": event_.runtime_ns,
         "video_t": event_.video_t,
-        "payload": event_.payload,
+        "payload": event_.payload.model_dump(mode="json"),
     }
+
+
+def _stored_event(row: Row[Any]) -> Event:
+    """An events row as a typed event; a payload that does not match its kind is named."""
+    try:
+        payload = read_payload(row.kind, row.payload)
+    except PayloadError as exc:
+        raise StoreError(
+            f"run {row.run_id!r} session {row.session_id!r} event {row.seq}: {exc}"
+        ) from None
+    return Event(
+        row.run_id, row.session_id, row.seq, row.kind, row.runtime_ns, row.video_t, payload
+    )
 
 
 _COPY_EVENTS = (
@@ -207,7 +220,7 @@ def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
                     str(ev.kind),
                     ev.runtime_ns,
                     ev.video_t,
-                    _json_dumps(ev.payload),
+                    _json_dumps(ev.payload.model_dump(mode="json")),
                 )
             )
 
@@ -479,15 +492,7 @@ class Store:
             if session_id is not None:
                 self._require_session(conn, run_id, session_id)
             for row in conn.execution_options(yield_per=batch).execute(query):
-                yield Event(
-                    row.run_id,
-                    row.session_id,
-                    row.seq,
-                    row.kind,
-                    row.runtime_ns,
-                    row.video_t,
-                    row.payload,
-                )
+                yield _stored_event(row)
 
     def count_events(self, run_id: str) -> int:
         table = models.events

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from streameval.core.store.events import Event
 from streameval.core.store.store import Store, StoreError
+from streameval.events import Event
 
 
 @dataclass(frozen=True)
