@@ -1,0 +1,38 @@
+"""Why a session failed: the stage it reached, one line of reason, and a cause.
+
+Pure data, no I/O. The stage strings are recorded (`session_failed` events, the sessions
+table), so a `FailureStage` member's value must never change.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FailureStage(StrEnum):
+    """Where in a session it failed (docs/protocol.md, "Rules the Core enforces")."""
+
+    CONNECT = "connect"  # the endpoint refused or did not answer
+    HANDSHAKE = "handshake"  # no hello, or declared conditions the profile refuses
+    STREAMING = "streaming"  # the connection was lost, or the Core itself broke
+    RESPONSE = "response"  # no ack, answer or decision within the response timeout
+    PROTOCOL = "protocol"  # the adapter broke the protocol
+    ADAPTER = "adapter"  # the adapter reported a fatal error
+    FRAMES = "frames"  # the record's video or timeline is unusable (raised by the runner)
+
+
+class SessionFailure(Exception):
+    """Why a session failed: the stage it reached, one line of reason, and the cause.
+
+    `cause` tells failures a rerun may cure from those it will not: `infrastructure` (the
+    adapter could not be reached, disconnected or crashed, sent no hello, or did not answer
+    within the response timeout), `adapter` (it broke the protocol, reported a fatal error,
+    speaks another protocol version or declared conditions the profile refuses) or `input`
+    (the record's video or timeline is unusable).
+    """
+
+    def __init__(self, stage: FailureStage, reason: str, cause: str) -> None:
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+        self.cause = cause

@@ -1,0 +1,170 @@
+"""The session's send path: what a pacing drives.
+
+`SessionStream` turns timeline items into wire messages, tells the protocol state machine
+what went out (before it goes, so that an answer arriving at once is legal), records each
+`*_sent` event after the send, and exposes the session's one wait to the pacing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from streameval.adapters.protocol import (
+    FrameHeader,
+    Instruction,
+    Question,
+    Step,
+    encode_frame,
+)
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.pacing import VideoClock
+from streameval.core.protocol_state import Awaited, ProtocolState
+from streameval.core.recorder import Recorder
+from streameval.core.store.events import EventKind, probe_task_id
+from streameval.core.timeline import TimelineItem
+from streameval.core.waiting import Waits
+
+if TYPE_CHECKING:  # session imports this module
+    from streameval.core.session import SessionPlan
+
+
+class Socket(Protocol):
+    async def send(self, message: str | bytes) -> None: ...
+
+
+class SessionStream:
+    """Implements `pacing.Stream` over one connected socket."""
+
+    def __init__(
+        self,
+        ws: Socket,
+        plan: SessionPlan,
+        recorder: Recorder,
+        protocol: ProtocolState,
+        waits: Waits,
+        clock: VideoClock,
+    ) -> None:
+        self.ws = ws
+        self.plan = plan
+        self.recorder = recorder
+        self.protocol = protocol
+        self.waits = waits
+        self.clock = clock
+        self.task_id: str = plan.record.record_id
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_frame(
+        self, item: TimelineItem, *, scheduled_ns: int | None, lag_ns: int | None
+    ) -> None:
+        assert item.frame is not None
+        ref = item.frame
+        payload = self.plan.frames.read(ref)
+        header = FrameHeader(
+            index=ref.index,
+            frame_id=ref.frame_id,
+            t=ref.t,
+            width=ref.width,
+            height=ref.height,
+            nbytes=len(payload),
+        )
+        self.protocol.frame_sent(ref.index)
+        self.clock.frame_sent(ref.t)
+        await self.ws.send(encode_frame(header, payload))
+        self.recorder.record(
+            EventKind.FRAME_SENT,
+            time.monotonic_ns(),
+            ref.t,
+            index=ref.index,
+            frame_id=ref.frame_id,
+            t=ref.t,
+            scheduled_ns=scheduled_ns,
+            lag_ns=lag_ns,
+            bytes=len(payload),
+            width=ref.width,
+            height=ref.height,
+        )
+
+    def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None:
+        assert item.frame is not None
+        self.recorder.record(
+            EventKind.FRAME_DROPPED,
+            time.monotonic_ns(),
+            item.t,
+            index=item.frame.index,
+            frame_id=item.frame.frame_id,
+            t=item.t,
+            scheduled_ns=scheduled_ns,
+            lag_ns=lag_ns,
+        )
+
+    async def send_step(self, item: TimelineItem) -> None:
+        assert item.step is not None
+        self.protocol.step_sent(self.task_id)
+        await self.ws.send(Step(task_id=self.task_id, step=item.step, t=item.t).model_dump_json())
+        self.recorder.record(
+            EventKind.STEP_SENT,
+            time.monotonic_ns(),
+            self.clock.current_t,
+            task_id=self.task_id,
+            step=item.step,
+            t=item.t,
+        )
+
+    async def send_task(self, item: TimelineItem) -> None:
+        record = self.plan.record
+        if item.probe is not None:
+            assert isinstance(record, ProactiveRecord)
+            probe = record.probes[item.probe]
+            task_id = probe_task_id(record.record_id, item.probe)
+            await self._send_question(task_id, item.t, probe.question, list(probe.options))
+        elif isinstance(record, QARecord):
+            await self._send_question(self.task_id, item.t, record.question, list(record.options))
+        else:
+            await self._send_instruction(record, item.t)
+
+    async def _send_instruction(self, record: ProactiveRecord, t: float) -> None:
+        self.protocol.task_sent(self.task_id)
+        message = Instruction(task_id=self.task_id, t=t, text=record.instruction)
+        await self.ws.send(message.model_dump_json())
+        self.recorder.record(
+            EventKind.INSTRUCTION_SENT,
+            time.monotonic_ns(),
+            self.clock.current_t,
+            task_id=self.task_id,
+            record_id=record.record_id,
+            t=t,
+            text=record.instruction,
+        )
+
+    async def _send_question(self, task_id: str, t: float, text: str, options: list[str]) -> None:
+        self.protocol.task_sent(task_id)
+        message = Question(task_id=task_id, t=t, text=text, options=options)
+        await self.ws.send(message.model_dump_json())
+        self.recorder.record(
+            EventKind.QUESTION_SENT,
+            time.monotonic_ns(),
+            self.clock.current_t,
+            task_id=task_id,
+            record_id=self.plan.record.record_id,
+            t=t,
+            text=text,
+            options=options,
+        )
+
+    # ------------------------------------------------------------------ waiting
+
+    def expect(self, awaited: Awaited, key: int | None = None) -> asyncio.Future[None]:
+        return self.waits.expect(awaited, key)
+
+    async def wait(self, future: asyncio.Future[None], what: str) -> None:
+        await self.waits.wait(future, what)
+
+    def check(self) -> None:
+        self.waits.check()
+
+    @property
+    def response_open(self) -> bool:
+        return self.protocol.response_open

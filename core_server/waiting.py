@@ -1,0 +1,59 @@
+"""The send side's one wait, and the session's first failure.
+
+The pacing waits for one thing at a time (a frame's ack, a decision, the close); the receive
+loop resolves it, or fails it when the session fails. The first failure is kept: it is the
+one the session is recorded with, whatever breaks afterwards while tearing down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.protocol_state import Awaited, Resolution
+from streameval.core.store.events import INFRASTRUCTURE
+
+
+class Waits:
+    """The current wait (a future and what resolves it) and the first failure."""
+
+    def __init__(self, response_timeout_s: float) -> None:
+        self.response_timeout_s = response_timeout_s
+        self.failure: SessionFailure | None = None
+        self._future: asyncio.Future[None] | None = None
+        self._expected: Resolution | None = None
+
+    def expect(self, awaited: Awaited, key: int | None = None) -> asyncio.Future[None]:
+        """Start waiting, before sending what is answered, so no answer can be missed."""
+        self.check()
+        self._future = asyncio.get_running_loop().create_future()
+        self._expected = Resolution(awaited, key)
+        return self._future
+
+    def resolve(self, resolution: Resolution) -> None:
+        future = self._future
+        if future is None or future.done() or self._expected is None:
+            return
+        if resolution.satisfies(self._expected):
+            future.set_result(None)
+
+    async def wait(self, future: asyncio.Future[None], what: str) -> None:
+        """Wait for `future` up to the response timeout; `what` names it in the reason."""
+        try:
+            await asyncio.wait_for(future, self.response_timeout_s)
+        except TimeoutError:
+            reason = f"no {what} within {self.response_timeout_s:g}s"
+            raise SessionFailure(FailureStage.RESPONSE, reason, INFRASTRUCTURE) from None
+        self.check()
+
+    def check(self) -> None:
+        """Raise the session's failure, if it has failed."""
+        if self.failure is not None:
+            raise self.failure
+
+    def fail(self, failure: SessionFailure) -> None:
+        """Fail the session (the first failure wins) and wake whoever waits."""
+        if self.failure is None:
+            self.failure = failure
+        if self._future is not None and not self._future.done():
+            self._future.set_exception(failure)
