@@ -5,7 +5,7 @@
     python bench/bench_harness.py memory        # 50 sessions on a 1-hour video: Core peak RSS
     python bench/bench_harness.py all --write   # all three, results into BENCHMARKS.md
 
-Each measurement runs the Core as its own process (`python -m streameval.core.cli run`) against
+Each measurement runs the Core as its own process (`python -m streameval.cli run`) against
 an adapter process over loopback WebSockets, with a SQLite store, like a user would.
 """
 
@@ -64,7 +64,7 @@ def run_core(benchmark: Path, adapter_url: str, store_url: str, *extra: str) -> 
     command = [
         sys.executable,
         "-m",
-        "streameval.core.cli",
+        "streameval.cli",
         "run",
         "--benchmark",
         str(benchmark),

@@ -1,4 +1,9 @@
-"""The `streameval` command line."""
+"""The Core's commands of the `streameval` command line: run, resume, runs, export, profiles,
+the control API, adapters and benchmark data.
+
+The one `streameval` command (streameval/cli.py) adds the scorer's commands and the demo,
+which runs and then scores; the Core itself never imports the scorer.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from streameval.core.adapter_process import AdapterProcess, AdapterProcessError
+from streameval.core.adapter_process import AdapterProcessError
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.benchmark.loader import BenchmarkError
 from streameval.core.config import PROFILES, EndpointConfig, RunConfig
 from streameval.core.frames import VideoDecodeError
-from streameval.core.paths import default_cache_dir, resolve_store_url
+from streameval.core.paths import resolve_store_url
 from streameval.core.runner import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
@@ -31,14 +36,8 @@ from streameval.core.runner import (
 )
 from streameval.core.session import SessionOutcome
 from streameval.core.store.store import Store, StoreError
-from streameval.scorer import cli as scorer_cli
-from streameval.scorer.report import score_run
 
-app = typer.Typer(
-    help="Condition-aware evaluation of streaming video understanding.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
 app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
@@ -281,48 +280,6 @@ def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
         )
 
 
-# --------------------------------------------------------------------------- demo
-
-
-@app.command()
-def demo(
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    store: StoreOption = None,
-    cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
-) -> None:
-    """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
-    cache = cache_dir or default_cache_dir()
-    try:
-        with (
-            AdapterProcess("reference") as adapter,
-            Store(resolve_store_url(store, cache)) as opened,
-        ):
-            config = RunConfig(
-                benchmark="synthetic",
-                benchmark_seed=seed,
-                endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
-                cache_dir=str(cache),
-            )
-            summary = execute(config, opened, show_progress=not as_json)
-            scores = score_run(opened, summary.run_id)
-    except USER_ERRORS as exc:
-        raise fail(str(exc)) from None
-    if as_json:
-        print(
-            json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": scores.to_json()})
-        )
-        return
-    out = Console(soft_wrap=True)
-    scores.render(out)
-    out.print(
-        f"{summary.finished} sessions finished, {summary.failed} failed; store {opened.url}\n"
-        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}\n"
-        "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
-        highlight=False,
-    )
-
-
 # --------------------------------------------------------------------------- store views
 
 
@@ -499,17 +456,3 @@ def core_api(
     uvicorn.run(
         create_app(resolve_store_url(store), token), host=host, port=port, log_level="warning"
     )
-
-
-app.command("score")(scorer_cli.score)
-app.command("compare")(scorer_cli.compare)
-app.command("results-api")(scorer_cli.results_api)
-app.command("report")(scorer_cli.report)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -14,10 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from streameval.core.store.store import Store
-from streameval.scorer.aggregate import Difference, FieldTable, compare_tables, is_timing
-from streameval.scorer.judges import Judge
+from streameval.scorer.judging.judges import Judge
+from streameval.scorer.metrics.aggregate import Difference, compare_tables, is_timing
+from streameval.scorer.metrics.record import fields
+from streameval.scorer.metrics.statistic import FieldTable
 from streameval.scorer.profiles import ScoringProfile, get_profile
-from streameval.scorer.record import fields
 from streameval.scorer.report import (
     EvaluatedRun,
     ProfileReport,
@@ -115,24 +116,24 @@ def compare_sources(
     )
 
 
-def _comparability(a: RunSource, b: RunSource) -> tuple[list[str], Callable[[str], bool]]:
-    """Notes, and which metrics may be subtracted: none across protocol profiles, and no
-    timing metric across pacings (a runtime delay under logical pacing is processing time,
-    under wall clock it is real-time lag)."""
+def _comparability(a: RunSource, b: RunSource) -> tuple[list[str], Callable[[str, str], bool]]:
+    """Notes, and which metrics (family, metric) may be subtracted: none across protocol
+    profiles, and no timing metric across pacings (a runtime delay under logical pacing is
+    processing time, under wall clock it is real-time lag)."""
     if a.protocol != b.protocol:
         note = (
             f"the runs were made under different protocol profiles ({a.protocol} and "
             f"{b.protocol}): no metric is subtracted; both values are shown"
         )
-        return [note], lambda _name: False
+        return [note], lambda _family, _metric: False
     if a.clock != b.clock:
         note = (
             f"the runs were paced differently ({_clock_text(a)} and {_clock_text(b)}): TTFT, "
             "latency and response delays measure different things, so they are not "
             "subtracted; both values are shown"
         )
-        return [note], lambda name: not is_timing(name)
-    return [], lambda _name: True
+        return [note], lambda family, metric: not is_timing(family, metric)
+    return [], lambda _family, _metric: True
 
 
 def _clock_text(source: RunSource) -> str:

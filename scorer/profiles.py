@@ -18,8 +18,6 @@ from streameval.core.config import PROFILES as PROTOCOL_PROFILES
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.parsing import is_answer, normalise, normalise_extended
 
-FAMILIES = ("qa", "proactive", "workload", "realstream", "readiness", "ovo", "streamingbench")
-JUDGED_FAMILIES = ("proactive", "realstream", "readiness")
 # Fields of a profile that are not scoring constants.
 _BOOKKEEPING = ("name", "version", "description", "protocols", "overrides")
 ALL_TASK_TYPES = "*"
@@ -43,6 +41,8 @@ class ScoringProfile:
     name: str
     version: str
     description: str
+    # The metric families it reports, by name (scorer/metrics/registry.py resolves them: the
+    # families read these constants, so this module cannot import them).
     families: tuple[str, ...]
     protocols: tuple[str, ...]  # protocol profiles whose runs it is meant for
 
@@ -107,13 +107,6 @@ class ScoringProfile:
             if key not in _BOOKKEEPING
         }
 
-    @property
-    def judges_content(self) -> bool:
-        """Whether a family of this profile needs content judgements (TRACE proactive
-        windows, through them readiness, and RealStreamEval); the source benchmarks' own
-        scorings match text by rule."""
-        return any(family in JUDGED_FAMILIES for family in self.families)
-
     def is_answer(self, text: str) -> bool:
         """An answered episode: not empty and not a silence token, after normalisation."""
         extended = self.normalisation == "extended"
@@ -166,9 +159,6 @@ class ScoringProfile:
             raise ProfileError("bootstrap_resamples must be >= 0")
         if not 0 < self.ci_level < 1:
             raise ProfileError(f"ci_level must lie in (0, 1), got {self.ci_level!r}")
-        unknown = set(self.families) - set(FAMILIES)
-        if unknown:
-            raise ProfileError(f"unknown metric families {sorted(unknown)}")
 
 
 _TRACE_FAMILIES = ("qa", "proactive", "workload")

@@ -1,46 +1,62 @@
 """Score a run: `score_run(store, run_id)` or `score_exported(path)`, the same numbers.
 
 One pass over the run's events, grouped by session (one session = one record), evaluates
-every record; the content judgements of the whole run are then made in one batch; then the
-readiness scale τ is fixed, and every metric is aggregated overall, per task type and per
-source benchmark. The result records the profile with all its constants, the judge and how
-it judged, the protocol profile the run was made under, and the run's declared conditions.
+every record under each metric family the profile needs (scorer/metrics/); the content
+judgements of the whole run are then made in one batch; then each family fixes what depends
+on the whole run (readiness: its scale τ), and every metric is aggregated overall, per task
+type and per source benchmark. The result records the profile with all its constants, the
+judge and how it judged, the protocol profile the run was made under, and the run's
+declared conditions.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
 from streameval.core.store.events import INFRASTRUCTURE
 from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import Store
-from streameval.scorer.aggregate import FieldTable, Metric, summarise
 from streameval.scorer.episodes import SessionTrace, assemble
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judge_cache import JudgeCache
-from streameval.scorer.judges import ExactJudge, Judge, JudgeRequest, JudgeSummary, LLMJudge
+from streameval.scorer.judging.cache import JudgeCache
+from streameval.scorer.judging.judges import (
+    ExactJudge,
+    Judge,
+    JudgeRequest,
+    JudgeSummary,
+    LLMJudge,
+)
+from streameval.scorer.metrics.aggregate import Metric, summarise
+from streameval.scorer.metrics.family import RecordEvaluation
+from streameval.scorer.metrics.ovo import OVO
+from streameval.scorer.metrics.proactive import PROACTIVE
+from streameval.scorer.metrics.qa import QA
+from streameval.scorer.metrics.readiness import READINESS, TAUS
+from streameval.scorer.metrics.realstream import REALSTREAM
+from streameval.scorer.metrics.record import (
+    apply_judgements,
+    details,
+    evaluate_record,
+    fields,
+    judge_requests,
+    parse_record,
+    settle,
+)
+from streameval.scorer.metrics.registry import FAMILIES, judges_content
+from streameval.scorer.metrics.statistic import FieldTable
 from streameval.scorer.profiles import (
     ScoringProfile,
     get_profile,
     is_frame_level,
     scoring_profile_for,
-)
-from streameval.scorer.readiness import median_duration, readiness
-from streameval.scorer.record import (
-    RecordEvaluation,
-    details,
-    evaluate_record,
-    fields,
-    parse_record,
 )
 from streameval.scorer.source import RunSource, file_source, store_source
 
@@ -122,7 +138,24 @@ class AdapterUse(BaseModel):
     sessions: int
 
 
+def _family_entries(schema: dict[str, Any]) -> None:
+    """Document each registered family's entry, which the model takes as an extra field;
+    every record has one (null or not) for each family."""
+    for name in FAMILIES:
+        schema["properties"][name] = {
+            "anyOf": [{"additionalProperties": True, "type": "object"}, {"type": "null"}],
+            "title": name.capitalize(),
+            "description": f"the {name} family's result for this record (null: none)",
+        }
+        schema["required"].append(name)
+
+
 class RecordResult(BaseModel):
+    """One record's result: these fields, then one entry per metric family
+    (scorer/metrics/registry.py order), None where the family did not evaluate the record."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_family_entries)
+
     record_id: str
     task: str
     task_type: str
@@ -133,13 +166,6 @@ class RecordResult(BaseModel):
     failure_reason: str | None
     failure_cause: str | None
     events: int
-    workload: dict[str, Any]
-    qa: dict[str, Any] | None
-    proactive: dict[str, Any] | None
-    realstream: dict[str, Any] | None
-    readiness: dict[str, Any] | None
-    ovo: dict[str, Any] | None = None
-    streamingbench: dict[str, Any] | None = None
 
 
 class RunScores(BaseModel):
@@ -183,7 +209,7 @@ class EvaluatedRun:
     profile: ScoringProfile
     evaluations: list[RecordEvaluation]
     judge: JudgeSummary
-    taus: dict[str, float]
+    derived: dict[str, Any]  # what the families fixed from the whole run (readiness τ)
     events: int
 
     def table(self) -> FieldTable:
@@ -219,34 +245,12 @@ def evaluate_source(
         )
         for record_id, record in records.items()
     ]
-    requests: list[JudgeRequest] = [r for evaluation in evaluations for r in evaluation.requests()]
+    requests: list[JudgeRequest] = [r for e in evaluations for r in judge_requests(e)]
     scores, summary = (judge or ExactJudge()).judge(requests)
     for evaluation in evaluations:
-        evaluation.apply(scores, profile)
-    taus = _readiness(evaluations, profile)
-    return EvaluatedRun(source, profile, evaluations, summary, taus, events)
-
-
-def _readiness(
-    evaluations: Sequence[RecordEvaluation], profile: ScoringProfile
-) -> dict[str, float]:
-    """τ per task (QA evidence windows and proactive targets are different populations),
-    over the records with an evidence window; a population with τ = 0 is left out."""
-    if "readiness" not in profile.families:
-        return {}
-    taus = {}
-    for task in ("qa", "proactive"):
-        members = [e for e in evaluations if e.record.task == task and e.turns]
-        if not members:
-            continue
-        tau = median_duration([turn for e in members for turn in e.turns])
-        taus[task] = tau
-        if tau <= 0:
-            continue
-        for evaluation in members:
-            evaluation.readiness_applicable = True
-            evaluation.readiness = readiness(evaluation.turns, tau, profile)
-    return taus
+        apply_judgements(evaluation, scores, profile)
+    derived = settle(evaluations, profile)
+    return EvaluatedRun(source, profile, evaluations, summary, derived, events)
 
 
 def scores_of(run: EvaluatedRun) -> RunScores:
@@ -319,9 +323,7 @@ def _derived(run: EvaluatedRun) -> dict[str, Any]:
         "response_delay_clocks": list(run.profile.response_delay_clocks),
         "pacing": sorted({e.trace.pacing for e in run.evaluations if e.trace.pacing}),
     }
-    if run.taus:
-        derived["readiness_tau_s"] = run.taus
-    return derived
+    return derived | run.derived
 
 
 def _infrastructure_failures(run: EvaluatedRun) -> int:
@@ -346,7 +348,7 @@ def _adapters(run: EvaluatedRun) -> list[AdapterUse]:
 
 def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
     notes = []
-    if run.judge.note and run.profile.judges_content:
+    if run.judge.note and judges_content(run.profile):
         notes.append(run.judge.note)
     if run.judge.incomplete:
         notes.append(
@@ -365,7 +367,7 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
             "count as not completed and stay in every denominator"
         )
     notes += _integrity_notes(run)
-    if "realstream" in run.profile.families and not run.profile.rs_floor_score_at_zero:
+    if REALSTREAM.name in run.profile.families and not run.profile.rs_floor_score_at_zero:
         notes.append(
             "RealStreamEval per-record scores are not floored at 0 (EvoStreaming Eq. 3); "
             "an early penalty can make a record's score negative"
@@ -403,17 +405,17 @@ def _integrity_notes(run: EvaluatedRun) -> list[str]:
 
 
 def _readiness_notes(run: EvaluatedRun) -> list[str]:
-    if "readiness" not in run.profile.families:
+    if READINESS.name not in run.profile.families:
         return []
     notes = []
-    qa = [e for e in run.evaluations if e.qa is not None]
-    without = sum(1 for e in qa if not e.turns)
+    qa = [e for e in run.evaluations if e.result(QA) is not None]
+    without = sum(1 for e in qa if not e.result(READINESS).turns)
     if without:
         notes.append(
             f"readiness: {without} of {len(qa)} QA records have no evidence window and are "
             "left out of the readiness population (see readiness.evidence_coverage)"
         )
-    for task, tau in sorted(run.taus.items()):
+    for task, tau in sorted(run.derived.get(TAUS, {}).items()):
         if tau <= 0:
             notes.append(
                 f"readiness is not applicable to the {task} records: every evidence window "
@@ -434,22 +436,24 @@ def _protocol_notes(run: EvaluatedRun) -> list[str]:
             f"as published by profile {scoring_profile_for(protocol)}), so these numbers are "
             "not comparable with published ones"
         )
-    probed = sum(1 for e in evaluations if e.proactive is not None and e.trace.probes)
-    if probed and "ovo" not in profile.families:
+    probed = sum(1 for e in evaluations if e.result(PROACTIVE) is not None and e.trace.probes)
+    if probed and OVO.name not in profile.families:
         notes.append(
             f"{probed} proactive records were asked as probes (no instruction was sent): "
             "the proactive metrics see no response from them; the ovo-offline profile "
             "scores the probe answers"
         )
-    if "ovo" in profile.families:
-        unscored = sum(1 for e in evaluations if e.record.task == "proactive" and e.ovo is None)
+    if OVO.name in profile.families:
+        unscored = sum(
+            1 for e in evaluations if e.record.task == "proactive" and e.result(OVO) is None
+        )
         if unscored:
             notes.append(
                 f"{unscored} proactive records have no probes: OVO-Bench's offline scoring "
                 "asks forward tasks only as probes, so they are left out of the ovo metrics"
             )
-    qa_records = any(e.qa is not None for e in evaluations)
-    if "realstream" in profile.families and qa_records and not is_frame_level(protocol):
+    qa_records = any(e.result(QA) is not None for e in evaluations)
+    if REALSTREAM.name in profile.families and qa_records and not is_frame_level(protocol):
         notes.append(
             "QA records get a RealStreamEval score only in runs of a frame-level protocol "
             "(realstream); here the realstream metrics cover proactive records"
@@ -527,14 +531,7 @@ def render_scores(scores: RunScores, console: Console) -> None:
                 _fmt(metric.coverage),
             )
     console.print(table)
-    headline = {
-        "qa": "accuracy",
-        "proactive": "in_window_accuracy",
-        "realstream": "score",
-        "readiness": "acc_e",
-        "ovo": "total",
-        "streamingbench": "accuracy",
-    }
+    headline = {name: family.headline for name, family in FAMILIES.items() if family.headline}
     breakdown = Table(title="per task type")
     breakdown.add_column("task type")
     shown = [

@@ -20,7 +20,7 @@ def streameval(
     *args: str, cwd: Path | None = None, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "streameval.core.cli", *args],
+        [sys.executable, "-m", "streameval.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

@@ -24,8 +24,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from streameval.adapters.registry import build_adapter
+from streameval.cli import app as cli_app
 from streameval.core.adapter_process import AdapterProcess
-from streameval.core.cli import app as cli_app
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -196,7 +196,7 @@ def test_every_variable_is_documented_in_env_example():
 def test_health_check_routes_are_served(tmp_path):
     """The URLs the health checks poll answer 200 on the real apps, without credentials."""
     from streameval.core.api import create_app as core_app
-    from streameval.scorer.api import create_app as results_app
+    from streameval.scorer.service.api import create_app as results_app
 
     def polled(service: str) -> str:
         test = " ".join(SERVICES[service]["healthcheck"]["test"])

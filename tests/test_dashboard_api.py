@@ -14,8 +14,8 @@ from PIL import Image
 
 from streameval.core.frames import FrameCache, ImageRules
 from streameval.core.store.store import Store
-from streameval.scorer.api import create_app
-from streameval.scorer.dashboard.progress import RateMeter
+from streameval.scorer.service.api import create_app
+from streameval.scorer.service.dashboard.progress import RateMeter
 from tests.test_scorer_report import mixed_run
 from tests.timeline_fixtures import PROACTIVE, QA, VIDEO_SECONDS
 

@@ -66,7 +66,7 @@ PROFILE = "trace-paper-v1"
 
 def streameval(*args: str, env: dict[str, str]) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "streameval.core.cli", *args],
+        [sys.executable, "-m", "streameval.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -129,7 +129,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     with AdapterProcess("always") as adapter:
         # A slow run for the live view: wall-clock pacing, two proactive records (~35 s).
         live = subprocess.Popen(
-            [sys.executable, "-m", "streameval.core.cli", "run", "--adapter-url", adapter.url]
+            [sys.executable, "-m", "streameval.cli", "run", "--adapter-url", adapter.url]
             + ["--pacing", "wall_clock", "--task", "proactive", "--limit", "2", "--json"]
             + ["--store", url],
             stdout=subprocess.DEVNULL,
@@ -151,7 +151,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 def server(runs: Runs) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "streameval.core.cli", "results-api", "--store", runs.url]
+        [sys.executable, "-m", "streameval.cli", "results-api", "--store", runs.url]
         + ["--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -506,7 +506,7 @@ def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from streameval.scorer.cli import report
+    from streameval.scorer.service.cli import report
 
     app = typer.Typer()
     app.command()(report)

@@ -14,7 +14,7 @@ from streameval.core.store.store import Store
 def test_demo_json_runs_the_pipeline_with_a_separate_adapter_process(tmp_path):
     store_url = f"sqlite:///{tmp_path / 'demo.db'}"
     done = subprocess.run(
-        [sys.executable, "-m", "streameval.core.cli", "demo", "--json", "--store", store_url],
+        [sys.executable, "-m", "streameval.cli", "demo", "--json", "--store", store_url],
         capture_output=True,
         text=True,
         timeout=300,
@@ -53,7 +53,7 @@ def test_demo_prints_a_readable_table(tmp_path):
         [
             sys.executable,
             "-m",
-            "streameval.core.cli",
+            "streameval.cli",
             "demo",
             "--store",
             f"sqlite:///{tmp_path}/d.db",

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from streameval.core.store.store import Store
-from streameval.scorer.api import create_app
-from streameval.scorer.cli import report
-from streameval.scorer.dashboard import STATIC_DIR
-from streameval.scorer.html_report import report_data
+from streameval.scorer.service.api import create_app
+from streameval.scorer.service.cli import report
+from streameval.scorer.service.dashboard import STATIC_DIR
+from streameval.scorer.service.html_report import report_data
 from tests.test_scorer_report import mixed_run
 
 HOSTILE = "</script><script>alert(1)</script>"

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from streameval.core.benchmark.records import ProactiveRecord, Trigger
 from streameval.core.store.store import Store
 from streameval.scorer.eventlog import SessionLog, store_run
-from streameval.scorer.judges import (
+from streameval.scorer.judging.judges import (
     TEMPLATE_VERSION,
     JudgeError,
     JudgeRequest,

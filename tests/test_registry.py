@@ -79,7 +79,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def streameval(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "streameval.core.cli", *args],
+        [sys.executable, "-m", "streameval.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,

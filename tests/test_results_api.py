@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from streameval.core.store.store import Store
-from streameval.scorer.api import create_app
+from streameval.scorer.service.api import create_app
 from tests.test_scorer_report import mixed_run
 
 

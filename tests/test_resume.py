@@ -15,7 +15,7 @@ FRAMES_PER_SESSION = {"t:qa:1": 13, "t:qa:2": 7, "t:pro:1": 18}
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "streameval.core.cli", *args]
+    return [sys.executable, "-m", "streameval.cli", *args]
 
 
 def wait_for(predicate, timeout_s: float = 60.0) -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streameval.scorer.aggregate import (
+from streameval.scorer.metrics.aggregate import bootstrap_counts, summarise
+from streameval.scorer.metrics.statistic import (
     FieldTable,
     Mean,
     Quantile,
     Ratio,
     Sum,
     _weighted_quantile,
-    bootstrap_counts,
-    summarise,
 )
 from streameval.scorer.profiles import PROFILES
 

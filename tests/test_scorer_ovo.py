@@ -7,7 +7,7 @@ import pytest
 
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord, Trigger
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
-from streameval.scorer.ovo import (
+from streameval.scorer.metrics.ovo import (
     category_of,
     choice_correct,
     count_correct,

@@ -8,7 +8,7 @@ import pytest
 from streameval.core.benchmark.records import ProactiveRecord, Trigger
 from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, memory_source
-from streameval.scorer.proactive import (
+from streameval.scorer.metrics.proactive import (
     BEFORE_WINDOW,
     IN_WINDOW,
     NO_OUTPUT,

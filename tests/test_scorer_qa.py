@@ -7,10 +7,10 @@ import pytest
 from streameval.core.benchmark.records import QARecord
 from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, memory_source
+from streameval.scorer.metrics.qa import evaluate_qa
+from streameval.scorer.metrics.workload import evaluate_workload
 from streameval.scorer.profiles import PROFILES
-from streameval.scorer.qa import evaluate_qa
 from streameval.scorer.report import evaluate_source, scores_of
-from streameval.scorer.workload import evaluate_workload
 
 PAPER = PROFILES["trace-paper-v1"]
 STRICT = PROFILES["trace-strict"]

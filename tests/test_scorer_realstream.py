@@ -7,9 +7,9 @@ import pytest
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, memory_source
-from streameval.scorer.judges import ExactJudge
+from streameval.scorer.judging.judges import ExactJudge
+from streameval.scorer.metrics.realstream import evaluate_realstream, verbosity_multiplier
 from streameval.scorer.profiles import PROFILES
-from streameval.scorer.realstream import evaluate_realstream, verbosity_multiplier
 from streameval.scorer.report import evaluate_source, scores_of
 
 PROFILE = PROFILES["realstream"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from streameval.cli import app
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
-from streameval.core.cli import app
 from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.scorer.compare import compare_runs, compare_sources
@@ -304,7 +304,7 @@ def test_scoring_imports_without_fastapi() -> None:
     code = (
         "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None\n"
         "import streameval.scorer.report, streameval.scorer.compare\n"
-        "import streameval.scorer.timeline, streameval.scorer.cli\n"
+        "import streameval.scorer.service.timeline, streameval.scorer.service.cli\n"
         "print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -7,9 +7,13 @@ import pytest
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
+from streameval.scorer.metrics.streamingbench import (
+    contains_output,
+    evaluate_streamingbench,
+    first_label,
+)
 from streameval.scorer.profiles import PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
-from streameval.scorer.streamingbench import contains_output, evaluate_streamingbench, first_label
 
 SB = PROFILES["streamingbench"]
 SB_RUN = {"profile": "streamingbench-polling", "pacing": "logical"}

@@ -4,13 +4,19 @@ Submitted images count every image occurrence of the submission kinds (replays i
 unique frames are the distinct frame ids among them; replayed occurrences the difference;
 dropped frames = delivered frames - unique submitted frames. A count the adapter did not
 report is missing (None), never zero.
+
+The family (`WORKLOAD`) reports each count's sum over the records that reported it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 
 from streameval.scorer.episodes import SessionTrace
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation, number
+from streameval.scorer.metrics.statistic import Statistic, Sum
+from streameval.scorer.profiles import ScoringProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +71,38 @@ def _input_tokens(trace: SessionTrace) -> int | None:
     if not counts or any(count is None for count in counts):
         return None
     return sum(counts)
+
+
+# The counts reported as metrics (model calls are kept per record only).
+_SUMMED = (
+    "submitted_images",
+    "unique_submitted_frames",
+    "replayed_occurrences",
+    "delivered_frames",
+    "dropped_frames",
+    "core_dropped_frames",
+    "output_tokens",
+    "input_tokens",
+)
+
+
+class WorkloadFamily(MetricFamily[WorkloadResult]):
+    name = "workload"
+    member = "wl_n"
+    constants = ("submission_kinds",)
+    always_evaluated = True  # every record shows what its adapter did
+
+    def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> WorkloadResult:
+        return evaluate_workload(evaluation.trace, profile.submission_kinds)
+
+    def fields(
+        self, result: WorkloadResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        counts = {f"wl_{name}": number(value) for name, value in asdict(result).items()}
+        return {"wl_n": 1.0, **counts}
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        return {name: Sum(f"wl_{name}", "wl_n", "records") for name in _SUMMED}
+
+
+WORKLOAD = WorkloadFamily()

@@ -1,7 +1,8 @@
 """The dashboard: a single-page app (static/, plain HTML, CSS and JavaScript, no build step)
 that the results API serves under /ui/, and the helpers behind the endpoints it adds to the
 API: live run progress (progress.py) and frame thumbnails from the frame cache (frames.py).
-The same page, with its data inlined, is the static report (scorer/html_report.py)."""
+The same page, with its data inlined, is the static report (scorer/service/html_report.py).
+"""
 
 from pathlib import Path
 

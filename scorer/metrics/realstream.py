@@ -19,18 +19,25 @@ the answer under the profile's option parser (1 or 0), not a judge.
 
 The multiplier is computed in exact fractions: 0.2 * floor(5 * 3/5) must be 0.6, not
 0.6000000000000001.
+
+The family (`REALSTREAM`) reports the mean score (in percent) and its terms over its records,
+the output tokens per response turn, and the score per token.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.scorer.episodes import Episode, SessionTrace, timed_answers
-from streameval.scorer.judges import JudgeRequest
+from streameval.scorer.judging.judges import JudgeRequest
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.statistic import Combined, Mean, Ratio, Statistic
 from streameval.scorer.parsing import OPTION_PARSERS, gold_label, option_labels
 from streameval.scorer.profiles import ScoringProfile
 
@@ -82,7 +89,7 @@ class RealstreamResult:
     def requests(self) -> list[JudgeRequest]:
         return [request for _, request in self.pairs]
 
-    def apply(self, scores: dict[JudgeRequest, float], profile: ScoringProfile) -> None:
+    def apply(self, scores: Mapping[JudgeRequest, float], profile: ScoringProfile) -> None:
         self.best = [0.0] * len(self.truth_steps)
         judged = [(trigger, scores[request]) for trigger, request in self.pairs]
         for trigger, score in judged + self.fixed:
@@ -189,3 +196,98 @@ def _repeats(answered: list[Episode], steps_of: list[int], profile: ScoringProfi
     for episode, step in zip(answered, steps_of, strict=True):
         by_step.setdefault(step, set()).add(profile.normalise(episode.text))
     return any(by_step[step] & by_step.get(step + 1, set()) for step in by_step)
+
+
+class RealstreamFamily(MetricFamily[RealstreamResult]):
+    name = "realstream"
+    member = "rs_n"
+    constants = (
+        "rs_far_task_types",
+        "rs_far_delta_steps",
+        "rs_other_delta_steps",
+        "rs_early_penalty",
+        "rs_rate_threshold",
+        "rs_rate_bins",
+        "rs_rate_slope",
+        "rs_multiplier_floor",
+        "rs_repetition_multiplier",
+        "rs_floor_score_at_zero",
+        "rs_semantic_task_types",
+        "option_parser",
+        "normalisation",
+        "silence_tokens",
+        "exact_match_accepted_facts",
+    )
+    judged = True
+    headline = "score"
+
+    def evaluate(
+        self, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> RealstreamResult | None:
+        """Every proactive record; a QA record only in a frame-level run (its question's
+        step is then a RealStreamEval turn)."""
+        record, trace = evaluation.record, evaluation.trace
+        if isinstance(record, ProactiveRecord):
+            return evaluate_realstream(trace, record, profile)
+        return evaluate_realstream_qa(trace, record, profile) if evaluation.frame_level else None
+
+    def requests(self, result: RealstreamResult) -> list[JudgeRequest]:
+        return result.requests()
+
+    def apply(
+        self,
+        result: RealstreamResult,
+        scores: Mapping[JudgeRequest, float],
+        profile: ScoringProfile,
+    ) -> None:
+        result.apply(scores, profile)
+
+    def fields(
+        self, result: RealstreamResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        return {
+            "rs_n": 1.0,
+            "rs_score": result.score,
+            "rs_quality": result.quality,
+            "rs_rate": result.answer_rate,
+            "rs_multiplier": result.multiplier,
+            "rs_early": float(result.early),
+            "rs_tokens": float(result.tokens),
+            "rs_token_turns": float(result.token_turns),
+        }
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        score = Mean("rs_score", "rs_n", "records", scale=100.0)
+        tokens = Ratio("rs_tokens", "rs_token_turns", "response turns")
+        return {
+            "score": score,
+            "quality": Mean("rs_quality", "rs_n", "records"),
+            "answer_rate": Mean("rs_rate", "rs_n", "records"),
+            "multiplier": Mean("rs_multiplier", "rs_n", "records"),
+            "early_penalty_rate": Mean("rs_early", "rs_n", "records"),
+            "tokens_per_response_turn": tokens,
+            "per_token_score": Combined(score, tokens, "/", like=score),
+        }
+
+    def details(
+        self, result: RealstreamResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> dict[str, Any]:
+        return {
+            "far": result.far,
+            "delta_steps": result.delta,
+            "steps": result.steps,
+            "response_steps": sorted(set(result.response_steps)),
+            "answer_rate": result.answer_rate,
+            "truth_steps": result.truth_steps,
+            "best_judgement": result.best,
+            "quality": result.quality,
+            "multiplier": result.multiplier,
+            "early_penalty": result.early_penalty,
+            "repeated": result.repeated,
+            "score": result.score,
+            "output_tokens": result.tokens,
+            "token_turns": result.token_turns,
+        }
+
+
+REALSTREAM = RealstreamFamily()

@@ -1,4 +1,4 @@
-"""Command-line entry points, registered on the `streameval` app by core_server/cli.py:
+"""The scorer's commands, which the one `streameval` command (streameval/cli.py) includes:
 
     streameval score RUN_ID [--profile P] [--json] [--store URL]
     streameval score --events FILE.jsonl
@@ -22,8 +22,10 @@ from rich.console import Console
 from streameval.core.paths import resolve_store_url
 from streameval.core.store.store import Store, StoreError
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judges import LLMJudge, LLMJudgeConfig
+from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
 from streameval.scorer.profiles import PROFILES, ScoringProfile, get_profile, scoring_profile_for
+
+app = typer.Typer(help="Score, compare and serve results.", pretty_exceptions_enable=False)
 
 StoreOption = Annotated[
     str | None,
@@ -82,6 +84,7 @@ def _judge(url: str | None, model: str | None) -> LLMJudge | None:
     return LLMJudge(LLMJudgeConfig(base_url=url, model=model or ""))
 
 
+@app.command()
 def score(
     run_id: Annotated[str | None, typer.Argument(help="The stored run to score.")] = None,
     events: Annotated[
@@ -128,6 +131,7 @@ def score(
         scores.render(Console())
 
 
+@app.command()
 def compare(
     run_a: Annotated[str, typer.Argument(help="The baseline run (A).")],
     run_b: Annotated[str, typer.Argument(help="The run compared with it (B).")],
@@ -154,6 +158,7 @@ def compare(
         comparison.render(Console())
 
 
+@app.command()
 def report(
     run_id: Annotated[str, typer.Argument(help="The stored run to report.")],
     html: Annotated[
@@ -179,7 +184,7 @@ def report(
 ) -> None:
     """Write a run's static HTML report (metrics, records, timelines) that opens without a
     server."""
-    from streameval.scorer.html_report import write_report
+    from streameval.scorer.service.html_report import write_report
 
     try:
         chosen = _profile(profile, tolerance)
@@ -197,6 +202,7 @@ def report(
     )
 
 
+@app.command("results-api")
 def results_api(
     host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8800,
@@ -207,7 +213,7 @@ def results_api(
     """Serve the read-only results API (JSON, OpenAPI docs at /docs) and the dashboard (/)."""
     import uvicorn
 
-    from streameval.scorer.api import create_app
+    from streameval.scorer.service.api import create_app
 
     try:
         app = create_app(resolve_store_url(store), _judge(judge_url, judge_model))

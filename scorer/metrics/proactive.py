@@ -11,17 +11,24 @@ its onset before the window start is `before_window` (consumed, scores 0); else 
 An in-window assignment has two delays, each on its own clock: on the runtime clock
 (TRACE's) and in video seconds (onset video time minus the window start); the profile says
 which are reported.
+
+The family (`PROACTIVE`) reports over windows: in-window accuracy, miss and before-window
+rates, median response delays and redundant responses; over answered episodes the false
+alarm rate; over records the completion rate.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streameval.core.benchmark.records import ProactiveRecord, Trigger
 from streameval.scorer.episodes import Episode, SessionTrace
-from streameval.scorer.judges import JudgeRequest
+from streameval.scorer.judging.judges import JudgeRequest
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.statistic import Quantile, Ratio, Statistic, Sum
 from streameval.scorer.profiles import ScoringProfile
 
 IN_WINDOW, BEFORE_WINDOW, NO_OUTPUT = "in_window", "before_window", "no_output"
@@ -130,7 +137,7 @@ class ProactiveResult:
     def requests(self) -> list[JudgeRequest]:
         return [outcome.request for outcome in self.windows if outcome.request is not None]
 
-    def apply(self, scores: dict[JudgeRequest, float]) -> None:
+    def apply(self, scores: Mapping[JudgeRequest, float]) -> None:
         for outcome in self.windows:
             if outcome.request is not None:
                 outcome.score = scores[outcome.request]
@@ -193,3 +200,122 @@ def runtime_delay(trace: SessionTrace, window: Window, episode: Episode) -> floa
     if position == len(trace.frame_t) or episode.onset_ns < trace.frame_ns[position]:
         return None
     return (episode.onset_ns - trace.frame_ns[position]) / 1e9
+
+
+DELAY_CLOCKS = ("runtime", "video")
+
+
+def delay_metric(clock: str) -> str:
+    """A response delay's name says its clock: two clocks never share one name."""
+    return f"median_response_delay_{clock}_s"
+
+
+class ProactiveFamily(MetricFamily[ProactiveResult]):
+    name = "proactive"
+    member = "pr_n"
+    constants = (
+        "tolerance_s",
+        "normalisation",
+        "silence_tokens",
+        "semantic_task_types",
+        "exact_match_accepted_facts",
+        "response_delay_clocks",
+    )
+    judged = True
+    headline = "in_window_accuracy"
+    timing = frozenset(delay_metric(clock) for clock in DELAY_CLOCKS)
+
+    def evaluate(
+        self, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> ProactiveResult | None:
+        record = evaluation.record
+        if not isinstance(record, ProactiveRecord):
+            return None
+        return evaluate_proactive(evaluation.trace, record, profile)
+
+    def requests(self, result: ProactiveResult) -> list[JudgeRequest]:
+        return result.requests()
+
+    def apply(
+        self,
+        result: ProactiveResult,
+        scores: Mapping[JudgeRequest, float],
+        profile: ScoringProfile,
+    ) -> None:
+        result.apply(scores)
+
+    def fields(
+        self, result: ProactiveResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        windows = len(result.windows)
+        in_window = result.count(IN_WINDOW)
+        fields: Fields = {
+            "pr_n": 1.0,
+            "pr_finished": float(evaluation.status == "finished"),
+            "pr_windows": float(windows),
+            "pr_score": result.score_sum,
+            "pr_in_window": float(in_window),
+            "pr_missed": float(windows - in_window),
+            "pr_before": float(result.count(BEFORE_WINDOW)),
+            "pr_answered": float(len(result.answered)),
+            "pr_false_alarms": float(sum(result.false_alarm)),
+            "pr_redundant": float(result.redundant),
+        }
+        for clock in profile.response_delay_clocks:
+            delays = (getattr(outcome, f"delay_{clock}_s") for outcome in result.windows)
+            fields[f"pr_delays_{clock}"] = [delay for delay in delays if delay is not None]
+        return fields
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        delays = {
+            delay_metric(clock): Quantile(
+                f"pr_delays_{clock}", 0.5, "pr_in_window", "in-window windows"
+            )
+            for clock in DELAY_CLOCKS
+            if clock in profile.response_delay_clocks
+        }
+        return {
+            "in_window_accuracy": Ratio("pr_score", "pr_windows", "windows"),
+            "miss_rate": Ratio("pr_missed", "pr_windows", "windows"),
+            "before_window_rate": Ratio("pr_before", "pr_windows", "windows"),
+            "false_alarm_rate": Ratio("pr_false_alarms", "pr_answered", "answered episodes"),
+            **delays,
+            "redundant_responses": Sum("pr_redundant", "pr_windows", "windows"),
+            "completion_rate": Ratio("pr_finished", "pr_n", "records"),
+        }
+
+    def details(
+        self, result: ProactiveResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> dict[str, Any]:
+        windows = []
+        for outcome in result.windows:
+            episode = None if outcome.episode is None else result.answered[outcome.episode]
+            windows.append(
+                {
+                    "trigger": outcome.window.trigger,
+                    "trigger_type": outcome.window.trigger_type,
+                    "start": outcome.window.start,
+                    "end": outcome.window.end,
+                    "answer": outcome.window.answer,
+                    "assignment": outcome.assignment,
+                    "response_id": None if episode is None else episode.response_id,
+                    "onset_t": None if episode is None else episode.onset_t,
+                    "prediction": None if episode is None else episode.text,
+                    "score": outcome.score,
+                    "delay_runtime_s": outcome.delay_runtime_s,
+                    "delay_video_s": outcome.delay_video_s,
+                    "answered_inside": outcome.onsets_inside,
+                }
+            )
+        return {
+            "windows": windows,
+            "score_sum": result.score_sum,
+            "answered_episodes": len(result.answered),
+            "unanswered_episodes": result.unanswered_episodes,
+            "false_alarms": sum(result.false_alarm),
+            "tail_responses": sum(result.tail),
+            "redundant": result.redundant,
+        }
+
+
+PROACTIVE = ProactiveFamily()

@@ -1,9 +1,9 @@
 """A run as one static HTML file that opens without a server: `streameval report RUN --html F`.
 
-The file is the dashboard itself (scorer/dashboard/static) with its style sheet and scripts
-inlined and the run's data embedded as JSON in the shapes the results API serves: the run,
-its metrics under one scoring profile, every record's result, and the records' timelines and
-benchmark annotations. The dashboard reads that JSON instead of calling the API, so the
+The file is the dashboard itself (scorer/service/dashboard/static) with its style sheet and
+scripts inlined and the run's data embedded as JSON in the shapes the results API serves: the
+run, its metrics under one scoring profile, every record's result, and the records' timelines
+and benchmark annotations. The dashboard reads that JSON instead of calling the API, so the
 report shows the same pages, tables, exports and timelines. Frame thumbnails are embedded
 only when asked for (they make the file larger); without them the timelines show frame ticks.
 """
@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from streameval.core.store.store import Store
-from streameval.scorer.api import RunDetail, run_detail
-from streameval.scorer.dashboard import STATIC_DIR
-from streameval.scorer.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
-from streameval.scorer.judges import Judge
+from streameval.scorer.judging.judges import Judge
 from streameval.scorer.profiles import ScoringProfile, get_profile
 from streameval.scorer.report import cached_in, profile_report, score_run
+from streameval.scorer.service.api import RunDetail, run_detail
+from streameval.scorer.service.dashboard import STATIC_DIR
+from streameval.scorer.service.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
+from streameval.scorer.service.timeline import record_timeline
 from streameval.scorer.source import store_source
-from streameval.scorer.timeline import record_timeline
 
 SCHEMA = "streameval-report/1"
 DEFAULT_MAX_TIMELINES = 1000

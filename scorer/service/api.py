@@ -5,7 +5,7 @@ Served by `streameval results-api`.
 Scores are computed on request and kept (a few runs per profile) until the run gains events
 or changes status, so a dashboard can page through records without rescoring.
 
-The same app serves the dashboard (scorer/dashboard/static) under /ui/, and / leads there.
+The same app serves the dashboard (scorer/service/dashboard/static) under /ui/, and / leads there.
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ from pydantic import BaseModel
 
 from streameval.core.store.store import RunInfo, Store, StoreError
 from streameval.scorer.compare import Comparison, compare_runs
-from streameval.scorer.dashboard import STATIC_DIR
-from streameval.scorer.dashboard.frames import FrameIndex, FramesUnavailable, RunFrames, thumbnail
-from streameval.scorer.dashboard.progress import RateMeter, RunProgress, run_progress
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judges import Judge
+from streameval.scorer.judging.judges import Judge
 from streameval.scorer.profiles import PROFILES, ProfileError
 from streameval.scorer.report import (
     ProfileReport,
@@ -36,8 +33,16 @@ from streameval.scorer.report import (
     profile_report,
     score_run,
 )
+from streameval.scorer.service.dashboard import STATIC_DIR
+from streameval.scorer.service.dashboard.frames import (
+    FrameIndex,
+    FramesUnavailable,
+    RunFrames,
+    thumbnail,
+)
+from streameval.scorer.service.dashboard.progress import RateMeter, RunProgress, run_progress
+from streameval.scorer.service.timeline import RecordTimeline, record_timeline
 from streameval.scorer.source import store_source
-from streameval.scorer.timeline import RecordTimeline, record_timeline
 
 T = TypeVar("T")
 DEFAULT_PROFILE = "trace-paper-v1"

@@ -11,10 +11,18 @@ from pydantic import BaseModel
 
 from streameval.scorer.episodes import assemble_one
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judges import ExactJudge, Judge
+from streameval.scorer.judging.judges import ExactJudge, Judge
+from streameval.scorer.metrics.family import RecordEvaluation
+from streameval.scorer.metrics.proactive import PROACTIVE
+from streameval.scorer.metrics.record import (
+    apply_judgements,
+    details,
+    evaluate_record,
+    judge_requests,
+    parse_record,
+)
 from streameval.scorer.profiles import ScoringProfile, get_profile, is_frame_level
-from streameval.scorer.record import RecordEvaluation, details, evaluate_record, parse_record
-from streameval.scorer.source import RawEvent, RunSource, payload_of
+from streameval.scorer.source import EventRow, RunSource, payload_of
 
 
 class FramePoint(BaseModel):
@@ -72,8 +80,8 @@ def record_timeline(
     rows = list(source.events(record_id))
     trace = assemble_one(record_id, rows)
     evaluation = evaluate_record(record, trace, profile, is_frame_level(source.protocol))
-    scores, _ = (judge or ExactJudge()).judge(evaluation.requests())
-    evaluation.apply(scores, profile)
+    scores, _ = (judge or ExactJudge()).judge(judge_requests(evaluation))
+    apply_judgements(evaluation, scores, profile)
     origin = rows[0][3] if rows else 0
 
     def since(ns: int | None) -> float | None:
@@ -93,13 +101,13 @@ def record_timeline(
         task_at_s=since(trace.task_ns),
         steps_t=trace.step_t,
         frames=_frames(rows, origin),
-        windows=[] if result["proactive"] is None else result["proactive"]["windows"],
+        windows=[] if result[PROACTIVE.name] is None else result[PROACTIVE.name]["windows"],
         episodes=_episodes(evaluation, profile, since),
         result=result,
     )
 
 
-def _frames(rows: list[RawEvent], origin: int) -> list[FramePoint]:
+def _frames(rows: list[EventRow], origin: int) -> list[FramePoint]:
     frames = []
     for row in rows:
         if row[2] in ("frame_sent", "frame_dropped"):
@@ -122,7 +130,7 @@ def _episodes(
     profile: ScoringProfile,
     since: Callable[[int | None], float | None],
 ) -> list[EpisodePoint]:
-    proactive = evaluation.proactive
+    proactive = evaluation.result(PROACTIVE)
     answered_at: dict[int, int] = {}  # id(episode) -> position among answered episodes
     taken: dict[int | None, tuple[str | None, int | None]] = {}  # position -> (assignment, trigger)
     if proactive is not None:

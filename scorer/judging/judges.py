@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judge_cache import CachedVerdict, JudgeCache
+from streameval.scorer.judging.cache import CachedVerdict, JudgeCache
 from streameval.scorer.parsing import normalise, normalise_extended
 
 TEMPLATE_VERSION = "streameval-judge-v1"

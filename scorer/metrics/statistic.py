@@ -1,26 +1,22 @@
-"""Aggregation: every metric overall, per task type and per source benchmark, with its
-population, coverage and a 95% bootstrap confidence interval clustered by video.
+"""The statistics a metric family reports, each over the fields its records contribute.
 
-Each record contributes named fields (NaN = missing or not in that metric's population)
-and lists (e.g. the response delays of its windows). A metric is a statistic over those:
-a ratio of sums, a mean or sum over observed records, a quantile, a mean of group means
-(OVO-Bench's total), or a product/quotient of two statistics. The bootstrap resamples
-videos with replacement (seeded per slice, so a slice's interval does not depend on what
-else was scored); every statistic that is a sum over records is then one matrix product
-over per-video sums.
+Each record contributes named fields (NaN = missing or not in that metric's population) and
+lists (e.g. the response delays of its windows); a `FieldTable` holds them for one slice of
+records, with each record's video. A statistic is a ratio of sums over those (`Ratio`), a
+mean or sum over observed records (`Mean`, `Sum`), a quantile (`Quantile`), a mean of group
+means (`MacroMean`, OVO-Bench's total), or a product/quotient of two statistics
+(`Combined`). Each gives its estimate, its population and observed count, and its bootstrap
+replicates: every statistic that is a sum over records is one matrix product over per-video
+sums (aggregate.py draws the resamples).
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from streameval.scorer.ovo import CATEGORY_NAMES, OVO_FIELD_PREFIX
-from streameval.scorer.profiles import ScoringProfile
 
 
 class FieldTable:
@@ -83,16 +79,6 @@ class FieldTable:
 
     def per_cluster(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.cluster, weights=values, minlength=self.clusters)
-
-
-@dataclass(frozen=True)
-class Metric:
-    value: float | None
-    population: int
-    observed: int
-    coverage: float | None
-    ci95: tuple[float, float] | None
-    unit: str
 
 
 def _total(values: np.ndarray) -> float:
@@ -336,217 +322,3 @@ class Combined:
 
 
 Statistic = Ratio | Mean | Sum | Quantile | MacroMean | Combined
-
-
-DELAY_CLOCKS = ("runtime", "video")
-
-
-def delay_metric(clock: str) -> str:
-    """A response delay's name says its clock: two clocks never share one name."""
-    return f"median_response_delay_{clock}_s"
-
-
-def _catalog() -> dict[str, dict[str, Statistic]]:
-    qa: dict[str, Statistic] = {
-        "accuracy": Ratio("qa_correct", "qa_n", "records"),
-        "completion_rate": Ratio("qa_finished", "qa_n", "records"),
-        "invalid_output_rate": Ratio("qa_invalid", "qa_n", "records"),
-    }
-    for name, field in (("ttft_s", "qa_ttft"), ("latency_s", "qa_latency")):
-        qa[f"{name}_p50"] = Quantile(field, 0.5, "qa_timed_n", "records")
-        qa[f"{name}_p95"] = Quantile(field, 0.95, "qa_timed_n", "records")
-        qa[f"{name}_max"] = Quantile(field, 1.0, "qa_timed_n", "records", interval=False)
-    proactive: dict[str, Statistic] = {
-        "in_window_accuracy": Ratio("pr_score", "pr_windows", "windows"),
-        "miss_rate": Ratio("pr_missed", "pr_windows", "windows"),
-        "before_window_rate": Ratio("pr_before", "pr_windows", "windows"),
-        "false_alarm_rate": Ratio("pr_false_alarms", "pr_answered", "answered episodes"),
-        **{
-            delay_metric(clock): Quantile(
-                f"pr_delays_{clock}", 0.5, "pr_in_window", "in-window windows"
-            )
-            for clock in DELAY_CLOCKS
-        },
-        "redundant_responses": Sum("pr_redundant", "pr_windows", "windows"),
-        "completion_rate": Ratio("pr_finished", "pr_n", "records"),
-    }
-    workload: dict[str, Statistic] = {
-        name: Sum(f"wl_{name}", "wl_n", "records")
-        for name in (
-            "submitted_images",
-            "unique_submitted_frames",
-            "replayed_occurrences",
-            "delivered_frames",
-            "dropped_frames",
-            "core_dropped_frames",
-            "output_tokens",
-            "input_tokens",
-        )
-    }
-    score = Mean("rs_score", "rs_n", "records", scale=100.0)
-    tokens = Ratio("rs_tokens", "rs_token_turns", "response turns")
-    realstream: dict[str, Statistic] = {
-        "score": score,
-        "quality": Mean("rs_quality", "rs_n", "records"),
-        "answer_rate": Mean("rs_rate", "rs_n", "records"),
-        "multiplier": Mean("rs_multiplier", "rs_n", "records"),
-        "early_penalty_rate": Mean("rs_early", "rs_n", "records"),
-        "tokens_per_response_turn": tokens,
-        "per_token_score": Combined(score, tokens, "/", like=score),
-    }
-    ars = Mean("rd_ars", "rd_n", "records")
-    accuracy = Ratio("rd_acc", "rd_acc_n", "targets")
-    readiness: dict[str, Statistic] = {
-        "evidence_coverage": Ratio("rd_n", "rd_all", "records"),
-        "ars": ars,
-        "early_penalty": Mean("rd_ep", "rd_n", "records"),
-        "late_penalty": Mean("rd_lp", "rd_n", "records"),
-        "accuracy": accuracy,
-        "acc_e": Combined(accuracy, ars, "*", like=ars),
-    }
-    ovo: dict[str, Statistic] = {"total": MacroMean(OVO_FIELD_PREFIX, CATEGORY_NAMES, "records")}
-    for category in CATEGORY_NAMES:
-        ovo[category] = MacroMean(OVO_FIELD_PREFIX, (category,), "records")
-    ovo["completion_rate"] = Ratio("ovo_finished", "ovo_n", "records")
-    ovo["unanswered_rate"] = Ratio("ovo_unanswered", "ovo_questions", "questions")
-    streamingbench: dict[str, Statistic] = {
-        "accuracy": Ratio("sb_correct", "sb_items", "questions and targets", scale=100.0),
-        "qa_accuracy": Ratio("sb_qa_correct", "sb_qa_n", "questions", scale=100.0),
-        "proactive_accuracy": Ratio("sb_hits", "sb_targets", "targets", scale=100.0),
-        "completion_rate": Ratio("sb_finished", "sb_n", "records"),
-    }
-    return {
-        "qa": qa,
-        "proactive": proactive,
-        "workload": workload,
-        "realstream": realstream,
-        "readiness": readiness,
-        "ovo": ovo,
-        "streamingbench": streamingbench,
-    }
-
-
-CATALOG = _catalog()
-# The field every record of a family has (1.0): it decides whether a slice has the family.
-FAMILY_MEMBER = {
-    "qa": "qa_n",
-    "proactive": "pr_n",
-    "workload": "wl_n",
-    "realstream": "rs_n",
-    "readiness": "rd_all",
-    "ovo": "ovo_n",
-    "streamingbench": "sb_n",
-}
-
-
-def metrics_of(family: str, profile: ScoringProfile) -> dict[str, Statistic]:
-    """The family's metrics this profile reports: a response delay only on the profile's
-    clocks."""
-    left_out = {delay_metric(c) for c in DELAY_CLOCKS if c not in profile.response_delay_clocks}
-    return {name: stat for name, stat in CATALOG[family].items() if name not in left_out}
-
-
-def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.ndarray | None:
-    """How often each video is drawn in each resample (resamples x videos), or None when
-    an interval cannot be formed (fewer than two videos, or no resamples asked for)."""
-    if clusters < 2 or profile.bootstrap_resamples == 0:
-        return None
-    rng = np.random.default_rng([profile.bootstrap_seed, zlib.crc32(key.encode("utf-8"))])
-    resamples = profile.bootstrap_resamples
-    draws = rng.integers(0, clusters, size=(resamples, clusters))
-    flat = draws + np.arange(resamples)[:, None] * clusters
-    counts = np.bincount(flat.ravel(), minlength=resamples * clusters)
-    return counts.reshape(resamples, clusters).astype(float)
-
-
-def interval(replicates: np.ndarray, level: float) -> tuple[float, float] | None:
-    finite = replicates[np.isfinite(replicates)]
-    if finite.size == 0:
-        return None
-    tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.percentile(finite, [tail, 100.0 - tail])
-    return float(low), float(high)
-
-
-def summarise(
-    table: FieldTable, families: Sequence[str], profile: ScoringProfile, key: str
-) -> dict[str, dict[str, Metric]]:
-    """Every metric of each family that has records in this slice (a metric whose own
-    population is empty, e.g. false alarms without answered episodes, has no value)."""
-    counts = bootstrap_counts(table.clusters, profile, key)
-    result: dict[str, dict[str, Metric]] = {}
-    for family in families:
-        if not np.any(~np.isnan(table.column(FAMILY_MEMBER[family]))):
-            continue
-        metrics = {}
-        for name, statistic in metrics_of(family, profile).items():
-            population = statistic.population(table)
-            observed = statistic.observed(table)
-            value = statistic.estimate(table)
-            ci = None
-            if counts is not None and value is not None:
-                ci = interval(statistic.replicates(table, counts), profile.ci_level)
-            metrics[name] = Metric(
-                value=value,
-                population=population,
-                observed=observed,
-                coverage=observed / population if population else None,
-                ci95=ci,
-                unit=statistic.unit,
-            )
-        result[family] = metrics
-    return result
-
-
-@dataclass(frozen=True)
-class Difference:
-    a: float | None
-    b: float | None
-    diff: float | None  # b - a
-    ci95: tuple[float, float] | None
-    population_a: int
-    population_b: int
-    unit: str
-
-
-# Metrics measured on the Core's clock: their meaning depends on the run's pacing.
-TIMING_PREFIXES = ("ttft_s_", "latency_s_", "median_response_delay_")
-
-
-def is_timing(name: str) -> bool:
-    return name.startswith(TIMING_PREFIXES)
-
-
-def compare_tables(
-    table_a: FieldTable,
-    table_b: FieldTable,
-    families: Sequence[str],
-    profile: ScoringProfile,
-    key: str,
-    subtract: Callable[[str], bool] = lambda _name: True,
-) -> dict[str, dict[str, Difference]]:
-    """Paired differences B - A; the two tables hold the same records in the same order, so
-    one set of video resamples serves both runs. A metric `subtract` refuses keeps both
-    values and gets no difference (measured on different clocks or protocols)."""
-    counts = bootstrap_counts(table_a.clusters, profile, key)
-    result: dict[str, dict[str, Difference]] = {}
-    for family in families:
-        diffs = {}
-        for name, statistic in metrics_of(family, profile).items():
-            population_a, population_b = (
-                statistic.population(table_a),
-                statistic.population(table_b),
-            )
-            if population_a == 0 and population_b == 0:
-                continue
-            a, b = statistic.estimate(table_a), statistic.estimate(table_b)
-            diff = None if a is None or b is None or not subtract(name) else b - a
-            ci = None
-            if counts is not None and diff is not None:
-                replicated = statistic.replicates(table_b, counts) - statistic.replicates(
-                    table_a, counts
-                )
-                ci = interval(replicated, profile.ci_level)
-            diffs[name] = Difference(a, b, diff, ci, population_a, population_b, statistic.unit)
-        result[family] = diffs
-    return result

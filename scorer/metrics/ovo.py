@@ -13,17 +13,24 @@ answered by the last episode of that probe's own task id after the probe was ask
 question without an answer (no closed episode, a silent decision, a silence token, a failed
 or never-run session) scores 0 and stays in the denominator. A proactive record without
 probes is not scorable here (OVO-Bench asks forward tasks only as probes): no result.
+
+The family (`OVO`) reports, in percent, the total (mean of the category means, each the mean
+of its task accuracies) and each category's mean, with the completion and unanswered rates.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from streameval.core.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
 from streameval.core.store.events import probe_task_id
 from streameval.scorer.episodes import Episode, SessionTrace, prediction
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.statistic import MacroMean, Ratio, Statistic
 from streameval.scorer.parsing import gold_label
 from streameval.scorer.profiles import ScoringProfile
 
@@ -130,3 +137,46 @@ def evaluate_ovo(
         gold = gold_label(probe.answer) if rule == "choice" else probe.answer
         answers.append(_answer(task_id, probe.t, rule, gold, response))
     return OvoResult(category, tuple(answers))
+
+
+class OvoFamily(MetricFamily[OvoResult]):
+    name = "ovo"
+    member = "ovo_n"
+    constants = ("normalisation", "silence_tokens")
+    headline = "total"
+
+    def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> OvoResult | None:
+        return evaluate_ovo(evaluation.trace, evaluation.record, profile)
+
+    def fields(
+        self, result: OvoResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        group = f"{OVO_FIELD_PREFIX}{result.category}/{evaluation.record.task_type}"
+        return {
+            "ovo_n": 1.0,
+            "ovo_finished": float(evaluation.status == "finished"),
+            "ovo_questions": float(len(result.answers)),
+            "ovo_unanswered": float(result.unanswered),
+            group: result.score,
+        }
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        categories = {
+            category: MacroMean(OVO_FIELD_PREFIX, (category,), "records")
+            for category in CATEGORY_NAMES
+        }
+        return {
+            "total": MacroMean(OVO_FIELD_PREFIX, CATEGORY_NAMES, "records"),
+            **categories,
+            "completion_rate": Ratio("ovo_finished", "ovo_n", "records"),
+            "unanswered_rate": Ratio("ovo_unanswered", "ovo_questions", "questions"),
+        }
+
+    def details(
+        self, result: OvoResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> dict[str, Any]:
+        answers = [asdict(answer) for answer in result.answers]
+        return {"category": result.category, "score": result.score, "answers": answers}
+
+
+OVO = OvoFamily()

@@ -8,14 +8,21 @@ scheduled runtime under wall-clock pacing (so Core lag counts against the system
 spec). TTFT runs to the first token of the first episode after dispatch, latency to the
 completion of the prediction. TRACE observes both over the queries that produced a response
 or a decision (the profile's `latency_population`).
+
+The family (`QA`) reports accuracy, completion and invalid outputs over every QA record, and
+TTFT and latency quantiles over the timed ones.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from streameval.core.benchmark.records import QARecord
 from streameval.scorer.episodes import Episode, SessionTrace, prediction
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation, number
+from streameval.scorer.metrics.statistic import Quantile, Ratio, Statistic
 from streameval.scorer.parsing import OPTION_PARSERS, gold_label, option_labels
 from streameval.scorer.profiles import ScoringProfile
 
@@ -87,3 +94,55 @@ def _answer_t(trace: SessionTrace, prediction: Episode) -> float | None:
     if trace.wall_clock:
         return prediction.onset_t
     return trace.task_t
+
+
+# The timed metrics (on the Core's runtime clock) and the field each is a quantile of.
+_TIMED = {"ttft_s": "qa_ttft", "latency_s": "qa_latency"}
+_QUANTILES = {"p50": 0.5, "p95": 0.95, "max": 1.0}
+
+
+class QAFamily(MetricFamily[QAResult]):
+    name = "qa"
+    member = "qa_n"
+    constants = ("option_parser", "normalisation", "silence_tokens", "latency_population")
+    always_evaluated = True  # a QA record's prediction and parse are shown under any profile
+    headline = "accuracy"
+    timing = frozenset(f"{stem}_{q}" for stem in _TIMED for q in _QUANTILES)
+
+    def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> QAResult | None:
+        record = evaluation.record
+        if not isinstance(record, QARecord):
+            return None
+        return evaluate_qa(evaluation.trace, record, profile)
+
+    def fields(
+        self, result: QAResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        # NaN: not in the TTFT/latency population.
+        timed = profile.latency_population == "records" or result.responded
+        return {
+            "qa_n": 1.0,
+            "qa_correct": float(result.correct),
+            "qa_finished": float(evaluation.status == "finished"),
+            "qa_invalid": float(result.invalid),
+            "qa_ttft": number(result.ttft_s),
+            "qa_latency": number(result.latency_s),
+            "qa_timed_n": 1.0 if timed else math.nan,
+        }
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        statistics: dict[str, Statistic] = {
+            "accuracy": Ratio("qa_correct", "qa_n", "records"),
+            "completion_rate": Ratio("qa_finished", "qa_n", "records"),
+            "invalid_output_rate": Ratio("qa_invalid", "qa_n", "records"),
+        }
+        for stem, field in _TIMED.items():
+            for name, q in _QUANTILES.items():
+                # The bootstrap of a maximum says nothing: no interval for it.
+                statistics[f"{stem}_{name}"] = Quantile(
+                    field, q, "qa_timed_n", "records", interval=q < 1.0
+                )
+        return statistics
+
+
+QA = QAFamily()

@@ -12,18 +12,25 @@ the answered episodes in onset order, one each (a StreamingBench record has one 
 target is a hit when its episode's onset lies within ±`sb_hit_tolerance_s` (2 s, inclusive)
 of the target time (the trigger's point, or a state interval's start) and the normalised
 expected output occurs in the normalised answer ("+3" in "the score is now +3").
+
+The family (`STREAMINGBENCH`) reports, in percent, the pooled accuracy over questions and
+targets, the QA and the proactive accuracy, with the completion rate.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.scorer.episodes import SessionTrace, timed_answers
+from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.qa import predicted
+from streameval.scorer.metrics.statistic import Ratio, Statistic
 from streameval.scorer.parsing import clean, gold_label, normalise_extended, option_labels
 from streameval.scorer.profiles import ScoringProfile
-from streameval.scorer.qa import predicted
 
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
 # Binary fractions: 17.1 - 15.1 is 2.0000000000000018; a boundary must not move with them.
@@ -91,3 +98,50 @@ def evaluate_streamingbench(
             )
         )
     return SbResult(targets=tuple(targets))
+
+
+class StreamingbenchFamily(MetricFamily[SbResult]):
+    name = "streamingbench"
+    member = "sb_n"
+    constants = ("sb_hit_tolerance_s", "normalisation", "silence_tokens")
+    headline = "accuracy"
+
+    def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> SbResult:
+        return evaluate_streamingbench(evaluation.trace, evaluation.record, profile)
+
+    def fields(
+        self, result: SbResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> Fields:
+        """A QA record is one question; a proactive record, one item per target."""
+        common = {"sb_n": 1.0, "sb_finished": float(evaluation.status == "finished")}
+        if isinstance(evaluation.record, QARecord):
+            correct = float(result.correct)
+            return common | {
+                "sb_qa_n": 1.0,
+                "sb_qa_correct": correct,
+                "sb_items": 1.0,
+                "sb_correct": correct,
+            }
+        targets, hits = float(len(result.targets)), float(result.hits)
+        return common | {
+            "sb_targets": targets,
+            "sb_hits": hits,
+            "sb_items": targets,
+            "sb_correct": hits,
+        }
+
+    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
+        return {
+            "accuracy": Ratio("sb_correct", "sb_items", "questions and targets", scale=100.0),
+            "qa_accuracy": Ratio("sb_qa_correct", "sb_qa_n", "questions", scale=100.0),
+            "proactive_accuracy": Ratio("sb_hits", "sb_targets", "targets", scale=100.0),
+            "completion_rate": Ratio("sb_finished", "sb_n", "records"),
+        }
+
+    def details(
+        self, result: SbResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> dict[str, Any]:
+        return asdict(result) | {"hits": result.hits}
+
+
+STREAMINGBENCH = StreamingbenchFamily()

@@ -1,0 +1,77 @@
+"""The one `streameval` command: the Core's commands (core_server/cli.py), the scorer's
+(scorer/service/cli.py), and the demo, which needs both: it runs, then scores.
+
+The composition lives here, above both, so that the Core never imports the scorer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from streameval.core import cli as core_cli
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.paths import default_cache_dir, resolve_store_url
+from streameval.core.store.store import Store
+from streameval.scorer.report import score_run
+from streameval.scorer.service import cli as scorer_cli
+
+app = typer.Typer(
+    help="Condition-aware evaluation of streaming video understanding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(core_cli.app)
+app.add_typer(scorer_cli.app)
+
+
+@app.command()
+def demo(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    store: core_cli.StoreOption = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
+) -> None:
+    """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
+    cache = cache_dir or default_cache_dir()
+    try:
+        with (
+            AdapterProcess("reference") as adapter,
+            Store(resolve_store_url(store, cache)) as opened,
+        ):
+            config = RunConfig(
+                benchmark="synthetic",
+                benchmark_seed=seed,
+                endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
+                cache_dir=str(cache),
+            )
+            summary = core_cli.execute(config, opened, show_progress=not as_json)
+            scores = score_run(opened, summary.run_id)
+    except core_cli.USER_ERRORS as exc:
+        raise core_cli.fail(str(exc)) from None
+    if as_json:
+        print(
+            json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": scores.to_json()})
+        )
+        return
+    out = Console(soft_wrap=True)
+    scores.render(out)
+    out.print(
+        f"{summary.finished} sessions finished, {summary.failed} failed; store {opened.url}\n"
+        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}\n"
+        "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
+        highlight=False,
+    )
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
