@@ -1,14 +1,15 @@
 """Metric families declare themselves: the registry is all the scorer knows of them.
 
-A toy family registered by a fixture alone is evaluated, aggregated overall and per slice,
-and shown per record; the built-in families' declarations agree with the profiles and with
-what their records contribute.
+The toy family of docs/metrics.md, registered by a fixture alone, is evaluated, aggregated
+overall and per slice, and shown per record; the built-in families' declarations agree with
+the profiles and with what their records contribute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
 from dataclasses import fields as dataclass_fields
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,43 +18,31 @@ from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
 from streameval.scorer.metrics.aggregate import CONSTANTS as AGGREGATION_CONSTANTS
-from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.family import MetricFamily
 from streameval.scorer.metrics.record import fields
 from streameval.scorer.metrics.registry import FAMILIES, evaluated, judges_content
-from streameval.scorer.metrics.statistic import Ratio, Statistic
 from streameval.scorer.profiles import PROFILES, ProfileError, ScoringProfile
 from streameval.scorer.report import evaluate_source, scores_of
 
 PAPER = PROFILES["trace-paper-v1"]
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
 
-class AnsweredFamily(MetricFamily[bool]):
-    """A toy family: whether the record's own task got any answer."""
-
-    name = "answered"
-    member = "an_n"
-    constants = ("normalisation", "silence_tokens")
-
-    def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> bool:
-        episodes = evaluation.trace.own_episodes
-        return any(episode.closed and profile.is_answer(episode.text) for episode in episodes)
-
-    def fields(self, result: bool, evaluation: RecordEvaluation, profile: ScoringProfile) -> Fields:
-        return {"an_n": 1.0, "an_yes": float(result)}
-
-    def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
-        return {"answered_rate": Ratio("an_yes", "an_n", "records")}
-
-    def details(
-        self, result: bool, evaluation: RecordEvaluation, profile: ScoringProfile
-    ) -> dict[str, Any]:
-        return {"answered": result}
+def documented_family() -> MetricFamily[Any]:
+    """The example of docs/metrics.md's "Adding a metric family", run as written."""
+    section = DOCS.read_text().split("## Adding a metric family", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None, "the section has no example"
+    namespace: dict[str, Any] = {}
+    exec(compile(code.group(1), f"{DOCS}:example", "exec"), namespace)
+    return namespace["ANSWERED"]
 
 
 @pytest.fixture
 def answered(monkeypatch: pytest.MonkeyPatch) -> ScoringProfile:
-    """The toy family, registered; a profile that reports it besides TRACE's families."""
-    family = AnsweredFamily()
+    """The documented toy family (whether a record's own task got any answer), registered;
+    a profile that reports it besides TRACE's families."""
+    family = documented_family()
     monkeypatch.setitem(FAMILIES, family.name, family)
     return PAPER.with_overrides(families=(*PAPER.families, family.name))
 
