@@ -41,8 +41,8 @@ class ScoringProfile:
     name: str
     version: str
     description: str
-    # The metric families it reports, by name (scorer/metrics/registry.py resolves them: the
-    # families read these constants, so this module cannot import them).
+    # The metric families it reports, by name. scorer/metrics/registry.py resolves the names:
+    # it imports the families, whose modules import this one, so this one names them only.
     families: tuple[str, ...]
     protocols: tuple[str, ...]  # protocol profiles whose runs it is meant for
 
