@@ -128,7 +128,7 @@ class ReadinessFamily(MetricFamily[ReadinessResult]):
     name = "readiness"
     member = "rd_all"
     constants = ("ars_gamma_e", "ars_gamma_l", "ars_epsilon")
-    requires = ("qa", "proactive")
+    requires = (QA.name, PROACTIVE.name)
     headline = "acc_e"
 
     def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> ReadinessResult:
