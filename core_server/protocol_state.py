@@ -152,7 +152,8 @@ class ProtocolState:
 
     def accept(self, message: AdapterMessage, arrived_ns: int, video_t: float | None) -> Reaction:
         """Judge one parsed adapter message that arrived at `arrived_ns` (video time
-        `video_t`). The state changes only when the message is accepted."""
+        `video_t`). A refused message changes nothing, except that a hello of another
+        protocol version is still kept: the session's outcome names the adapter it met."""
         try:
             if self.hello is None and not isinstance(message, Hello):
                 raise _out_of_order(f"{message.type} before hello")

@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from streameval.adapters.protocol import (
+    Hello,
     ProtocolError,
     ProtocolViolation,
     RunConditions,
@@ -129,13 +130,12 @@ class SessionDriver:
     async def _run(self) -> None:
         self.ws = ws = await connect_adapter(self.endpoint_url, self.connect_timeout_s)
         receiver = _Receiver(ws, self.recorder, self.protocol, self.waits, self.clock)
-        await self._handshake(ws, receiver)
+        hello = await self._handshake(ws, receiver)
         stream = SessionStream(ws, self.plan, self.recorder, self.protocol, self.waits, self.clock)
-        assert self.protocol.hello is not None
         pacing = pacing_for(
             self.conditions.pacing,
             speed=self.conditions.speed,
-            initiation=self.protocol.hello.conditions.initiation,
+            initiation=hello.conditions.initiation,
             clock=self.clock,
         )
         receiving = asyncio.create_task(receiver.run(self.plan.session_id))
@@ -148,7 +148,7 @@ class SessionDriver:
                 await receiving
         self.waits.check()
 
-    async def _handshake(self, ws: ClientConnection, receiver: _Receiver) -> None:
+    async def _handshake(self, ws: ClientConnection, receiver: _Receiver) -> Hello:
         """Read the hello (the state machine refuses anything else), check the declared
         conditions against the profile, send session_start."""
         try:
@@ -187,6 +187,7 @@ class SessionDriver:
             conditions=self.conditions.model_dump(),
             record_ids=record_ids,
         )
+        return hello
 
     async def _close(self, ws: ClientConnection) -> None:
         """session_end, then a short grace for session_closed: an adapter that does not
@@ -271,15 +272,17 @@ class _Receiver:
             self.waits.resolve(reaction.resolves)
 
     async def violate(self, violation: ProtocolViolation) -> NoReturn:
-        await self.report(violation)
-        self.waits.check()
-        raise AssertionError("unreachable: a reported violation fails the session")
+        """Report the violation, then raise the session's (first) failure."""
+        failure = await self.report(violation)
+        raise self.waits.failure or failure
 
-    async def report(self, violation: ProtocolViolation) -> None:
+    async def report(self, violation: ProtocolViolation) -> SessionFailure:
         """Fail the session at stage `protocol`, tell the adapter why and close (1002)."""
         reason = f"{violation.code}: {violation.message}"
-        self.waits.fail(SessionFailure(FailureStage.PROTOCOL, reason, ADAPTER))
+        failure = SessionFailure(FailureStage.PROTOCOL, reason, ADAPTER)
+        self.waits.fail(failure)
         with contextlib.suppress(Exception):
             error = ProtocolError(code=violation.code, message=violation.message)
             await self.ws.send(error.model_dump_json())
             await self.ws.close(1002, violation.code)
+        return failure
