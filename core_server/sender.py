@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from streameval.adapters.protocol import (
     FrameHeader,
@@ -20,14 +20,12 @@ from streameval.adapters.protocol import (
 )
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.pacing import VideoClock
+from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState
 from streameval.core.recorder import Recorder
 from streameval.core.store.events import EventKind, probe_task_id
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
-
-if TYPE_CHECKING:  # session imports this module
-    from streameval.core.session import SessionPlan
 
 
 class Socket(Protocol):

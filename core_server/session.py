@@ -31,12 +31,12 @@ from streameval.adapters.protocol import (
     SessionStart,
     parse_adapter_message,
 )
-from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.benchmark.records import ProactiveRecord
 from streameval.core.config import Profile
 from streameval.core.connection import closed_failure, closed_reason, connect_adapter
 from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.frames import VideoFrames
 from streameval.core.pacing import VideoClock, pacing_for
+from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import (
     AdapterMessage,
     Awaited,
@@ -47,7 +47,6 @@ from streameval.core.protocol_state import (
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
 from streameval.core.store.events import ADAPTER, INFRASTRUCTURE, Event, EventKind
-from streameval.core.timeline import Timeline
 from streameval.core.waiting import Waits
 
 __all__ = [
@@ -72,15 +71,6 @@ class SessionOutcome:
     reason: str | None = None
     cause: str | None = None  # infrastructure | adapter | input, for a failed session
     adapter: dict[str, Any] | None = None  # the adapter's hello, once it arrived
-
-
-@dataclass(frozen=True)
-class SessionPlan:
-    run_id: str
-    session_id: str
-    record: QARecord | ProactiveRecord
-    timeline: Timeline
-    frames: VideoFrames
 
 
 class SessionDriver:

@@ -17,10 +17,10 @@ from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.frames import FrameRef
 from streameval.core.pacing import LogicalPacing, VideoClock, WallClockPacing, pacing_for
+from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
-from streameval.core.session import SessionPlan
 from streameval.core.store.events import Event, EventKind
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
