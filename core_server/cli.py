@@ -22,7 +22,7 @@ from rich.text import Text
 from streameval.core.adapter_process import AdapterProcessError
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.benchmark.loader import BenchmarkError
-from streameval.core.config import PROFILES, EndpointConfig, RunConfig
+from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.frames import VideoDecodeError
 from streameval.core.paths import resolve_store_url
 from streameval.core.runner import (
@@ -148,7 +148,7 @@ def run(
     task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
     task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many records.")] = None,
-    profile: Annotated[str, typer.Option(help=f"One of {', '.join(PROFILES)}.")] = "trace",
+    profile: Annotated[str, typer.Option(help=f"One of {', '.join(PROTOCOL_PROFILES)}.")] = "trace",
     pacing: Annotated[str, typer.Option(help="logical or wall_clock.")] = "logical",
     speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
     fps: Annotated[float | None, typer.Option(help="Sampling rate (profile's by default).")] = None,
@@ -382,7 +382,7 @@ def profiles() -> None:
     table = Table()
     for column in ("profile", "fps", "QA history (s)", "proactive lead (s)", "pacing", "what"):
         table.add_column(column)
-    for profile in PROFILES.values():
+    for profile in PROTOCOL_PROFILES.values():
         table.add_row(
             profile.name,
             f"{profile.fps:g}",

@@ -37,7 +37,7 @@ class EndpointConfig(BaseModel):
         return base.removesuffix("/").removesuffix("/ws")
 
 
-class Profile(BaseModel):
+class ProtocolProfile(BaseModel):
     """A named protocol profile: how the timeline is delivered and what adapters it admits.
 
     `qa_history_s` and `proactive_lead_s` are the seconds of video delivered before the
@@ -76,10 +76,10 @@ class Profile(BaseModel):
 
 SELF_INITIATED = ("autonomous", "polled")
 
-PROFILES: dict[str, Profile] = {
+PROTOCOL_PROFILES: dict[str, ProtocolProfile] = {
     profile.name: profile
     for profile in (
-        Profile(
+        ProtocolProfile(
             name="trace",
             description="TRACE standard: 1 fps, QA frames from evidence anchor - 10 s, "
             "proactive frames from instruction - 5 s, self-initiated proactive output "
@@ -89,7 +89,7 @@ PROFILES: dict[str, Profile] = {
             proactive_lead_s=5.0,
             proactive_initiation=SELF_INITIATED,
         ),
-        Profile(
+        ProtocolProfile(
             name="trace-full-prefix",
             description="TRACE with the whole legal prefix delivered for QA",
             fps=1.0,
@@ -97,7 +97,7 @@ PROFILES: dict[str, Profile] = {
             proactive_lead_s=5.0,
             proactive_initiation=SELF_INITIATED,
         ),
-        Profile(
+        ProtocolProfile(
             name="trace-autonomous",
             description="TRACE restricted to natively stateful, autonomous proactive systems",
             fps=1.0,
@@ -106,7 +106,7 @@ PROFILES: dict[str, Profile] = {
             proactive_initiation=("autonomous",),
             proactive_state=("native",),
         ),
-        Profile(
+        ProtocolProfile(
             name="realstream",
             description="RealStreamEval frame-level multi-turn protocol: 0.5 fps from the "
             "video's start, logical pacing, a Silent-or-respond decision at every step, "
@@ -118,7 +118,7 @@ PROFILES: dict[str, Profile] = {
             pacing="logical",
             frame_level_steps=True,
         ),
-        Profile(
+        ProtocolProfile(
             name="ovo-offline",
             description="OVO-Bench's own protocol: the legal prefix up to each question; "
             "forward-active tasks asked as their probes, one by one",
@@ -129,7 +129,7 @@ PROFILES: dict[str, Profile] = {
             pacing="logical",
             probe_questions=True,
         ),
-        Profile(
+        ProtocolProfile(
             name="streamingbench-polling",
             description="StreamingBench's own protocol: the prefix up to the question; "
             "proactive tasks polled every second from the instruction on",
@@ -172,20 +172,20 @@ class RunConfig(BaseModel):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, name: str) -> str:
-        if name not in PROFILES:
-            raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+        if name not in PROTOCOL_PROFILES:
+            raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROTOCOL_PROFILES)}")
         return name
 
     @model_validator(mode="after")
     def _pacing_fits_profile(self) -> RunConfig:
-        required = PROFILES[self.profile].pacing
+        required = PROTOCOL_PROFILES[self.profile].pacing
         if required is not None and self.pacing != required:
             raise ValueError(f"profile {self.profile} needs {required} pacing, not {self.pacing}")
         return self
 
     def resolved(self) -> RunConfig:
         """Fill every profile default in, so the stored configuration is explicit."""
-        profile = PROFILES[self.profile]
+        profile = PROTOCOL_PROFILES[self.profile]
         return self.model_copy(
             update={
                 "fps": self.fps if self.fps is not None else profile.fps,

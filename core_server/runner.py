@@ -26,7 +26,7 @@ import httpx
 from streameval.adapters.protocol import AdapterConditions
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from streameval.core.config import PROFILES, EndpointConfig, RunConfig
+from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
 from streameval.core.session import SessionDriver, SessionOutcome, SessionPlan
 from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
@@ -99,7 +99,7 @@ async def check_endpoint(endpoint: EndpointConfig, config: RunConfig, has_proact
     except (httpx.HTTPError, ValueError) as exc:
         raise RunError(f"adapter endpoint {endpoint.url} is not reachable: {exc}") from None
     conditions = AdapterConditions.model_validate(info["conditions"])
-    conflict = PROFILES[config.profile].conflicts(conditions, has_proactive)
+    conflict = PROTOCOL_PROFILES[config.profile].conflicts(conditions, has_proactive)
     if conflict:
         raise RunError(f"adapter {info.get('adapter')} at {endpoint.url}: {conflict}")
     return info
@@ -165,7 +165,7 @@ class RunExecutor:
         self.progress = progress
         # Called with the number of sessions to run, once the checks passed and they start.
         self.on_start: StartCallback | None = None
-        self.profile = PROFILES[self.config.profile]
+        self.profile = PROTOCOL_PROFILES[self.config.profile]
         self.rules = ImageRules(
             fps=self.config.fps,
             max_width=self.config.max_width,

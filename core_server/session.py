@@ -32,7 +32,7 @@ from streameval.adapters.protocol import (
     parse_adapter_message,
 )
 from streameval.core.benchmark.records import ProactiveRecord
-from streameval.core.config import Profile
+from streameval.core.config import ProtocolProfile
 from streameval.core.connection import closed_failure, closed_reason, connect_adapter
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.pacing import VideoClock, pacing_for
@@ -82,7 +82,7 @@ class SessionDriver:
         *,
         endpoint_url: str,
         conditions: RunConditions,
-        profile: Profile,
+        profile: ProtocolProfile,
         response_timeout_s: float,
         connect_timeout_s: float,
         sink: Callable[[Event], None],

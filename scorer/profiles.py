@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from streameval.core.config import PROFILES as PROTOCOL_PROFILES
+from streameval.core.config import PROTOCOL_PROFILES
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.parsing import is_answer, normalise, normalise_extended
 
@@ -174,7 +174,7 @@ EXTENDED_RULES: dict[str, Any] = {
     "latency_population": "records",
 }
 
-PROFILES: dict[str, ScoringProfile] = {
+SCORING_PROFILES: dict[str, ScoringProfile] = {
     profile.name: profile
     for profile in (
         ScoringProfile(
@@ -269,7 +269,7 @@ def scoring_profile_for(protocol: str) -> str:
     """The scoring profile that, with this protocol profile, reproduces a published
     protocol (trace-paper-v1 for a protocol no profile names)."""
     return next(
-        (profile.name for profile in PROFILES.values() if protocol in profile.protocols),
+        (profile.name for profile in SCORING_PROFILES.values() if protocol in profile.protocols),
         "trace-paper-v1",
     )
 
@@ -278,8 +278,8 @@ def get_profile(name: str | ScoringProfile) -> ScoringProfile:
     if isinstance(name, ScoringProfile):
         return name
     try:
-        return PROFILES[name]
+        return SCORING_PROFILES[name]
     except KeyError:
         raise ProfileError(
-            f"unknown scoring profile {name!r}; known: {', '.join(PROFILES)}"
+            f"unknown scoring profile {name!r}; known: {', '.join(SCORING_PROFILES)}"
         ) from None

@@ -25,7 +25,7 @@ from typing import Any
 
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import QARecord, Record
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import score_exported
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -159,7 +159,7 @@ def record() -> None:
             text = recorder(f"sqlite:///{directory / name}.db", directory / name)
             with gzip.open(GOLDEN / f"{name}.jsonl.gz", "wt", encoding="utf-8") as handle:
                 handle.write(text)
-            frozen = {profile: scores(name, profile, directory) for profile in PROFILES}
+            frozen = {profile: scores(name, profile, directory) for profile in SCORING_PROFILES}
             with gzip.open(GOLDEN / f"{name}.scores.json.gz", "wt", encoding="utf-8") as handle:
                 json.dump(frozen, handle, sort_keys=True)
 

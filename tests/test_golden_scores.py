@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from tests.golden_runs import RUNS, SAMPLE, golden_scores, scores
 
 
@@ -20,6 +20,6 @@ def test_a_frozen_run_scores_as_recorded(name: str, tmp_path: Path) -> None:
     if name == "trace_sample" and not SAMPLE.is_dir():
         pytest.skip(f"the TRACE release sample is not at {SAMPLE}")
     expected = golden_scores(name)
-    assert sorted(expected) == sorted(PROFILES)
-    for profile in PROFILES:
+    assert sorted(expected) == sorted(SCORING_PROFILES)
+    for profile in SCORING_PROFILES:
         assert scores(name, profile, tmp_path) == expected[profile], profile

@@ -21,10 +21,10 @@ from streameval.scorer.metrics.aggregate import CONSTANTS as AGGREGATION_CONSTAN
 from streameval.scorer.metrics.family import MetricFamily
 from streameval.scorer.metrics.record import fields
 from streameval.scorer.metrics.registry import FAMILIES, evaluated, judges_content
-from streameval.scorer.profiles import PROFILES, ProfileError, ScoringProfile
+from streameval.scorer.profiles import SCORING_PROFILES, ProfileError, ScoringProfile
 from streameval.scorer.report import evaluate_source, scores_of
 
-PAPER = PROFILES["trace-paper-v1"]
+PAPER = SCORING_PROFILES["trace-paper-v1"]
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
 
@@ -116,7 +116,7 @@ def test_an_unknown_family_is_a_profile_error_when_the_profile_is_used() -> None
 
 
 def test_every_profile_reports_registered_families() -> None:
-    for profile in PROFILES.values():
+    for profile in SCORING_PROFILES.values():
         assert set(profile.families) <= set(FAMILIES), profile.name
 
 
@@ -141,7 +141,7 @@ def test_every_constant_is_read_by_a_declared_reader() -> None:
 
 
 def test_headlines_and_timing_metrics_are_metrics_of_their_family() -> None:
-    both_clocks = PROFILES["trace-extended"]  # reports every timing metric
+    both_clocks = SCORING_PROFILES["trace-extended"]  # reports every timing metric
     for family in FAMILIES.values():
         names = set(family.statistics(both_clocks))
         assert family.headline is None or family.headline in names, family.name
@@ -149,7 +149,7 @@ def test_headlines_and_timing_metrics_are_metrics_of_their_family() -> None:
 
 
 def test_judgements_are_asked_only_by_profiles_with_a_judged_family() -> None:
-    asked = {name: judges_content(profile) for name, profile in PROFILES.items()}
+    asked = {name: judges_content(profile) for name, profile in SCORING_PROFILES.items()}
     assert asked == {
         "trace-paper-v1": True,
         "trace-strict": True,
@@ -181,7 +181,7 @@ def test_every_result_contributes_its_family_member_field() -> None:
     log.finish()
     source = memory_source([qa, proactive], [asked_session(qa, "B", [1, 2, 3]), log])
     seen = set()
-    for profile in PROFILES.values():
+    for profile in SCORING_PROFILES.values():
         run = evaluate_source(source, profile)
         for evaluation in run.evaluations:
             scalars, _ = fields(evaluation, profile)

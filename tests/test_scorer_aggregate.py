@@ -14,9 +14,9 @@ from streameval.scorer.metrics.statistic import (
     Sum,
     _weighted_quantile,
 )
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 
-PROFILE = PROFILES["trace-paper-v1"]
+PROFILE = SCORING_PROFILES["trace-paper-v1"]
 
 
 def qa_table(correct: list[int], videos: list[str]) -> FieldTable:

@@ -14,10 +14,10 @@ from streameval.scorer.metrics.ovo import (
     probe_rule,
     yes_no_correct,
 )
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import RunScores, evaluate_source, scores_of
 
-OVO = PROFILES["ovo-offline"]
+OVO = SCORING_PROFILES["ovo-offline"]
 OVO_RUN = {"profile": "ovo-offline", "pacing": "logical"}
 
 
@@ -249,7 +249,7 @@ def test_tasks_without_an_ovo_category_form_the_other_category() -> None:
 
 
 def test_a_probe_session_under_trace_paper_v1_sees_no_proactive_response() -> None:
-    scores = scored(PROFILES["trace-paper-v1"])
+    scores = scored(SCORING_PROFILES["trace-paper-v1"])
     records = {record.record_id: record for record in scores.records}
     rec = records["rec-1"].proactive
     assert [w["assignment"] for w in rec["windows"]] == ["no_output"]

@@ -16,11 +16,11 @@ from streameval.scorer.metrics.proactive import (
     build_windows,
     evaluate_proactive,
 )
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
 
-PROFILE = PROFILES["trace-paper-v1"]
-EXTENDED = PROFILES["trace-extended"]
+PROFILE = SCORING_PROFILES["trace-paper-v1"]
+EXTENDED = SCORING_PROFILES["trace-extended"]
 
 
 def point(t: float, answer: str = "x") -> Trigger:

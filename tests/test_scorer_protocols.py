@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from streameval.core.config import PROFILES as PROTOCOLS
+from streameval.core.config import PROTOCOL_PROFILES as PROTOCOLS
 from streameval.scorer.eventlog import memory_source
-from streameval.scorer.profiles import PROFILES, is_frame_level, scoring_profile_for
+from streameval.scorer.profiles import SCORING_PROFILES, is_frame_level, scoring_profile_for
 from streameval.scorer.report import evaluate_source, scores_of
 from tests.test_scorer_report import mixed_logs, mixed_records
 
@@ -21,7 +21,7 @@ def test_every_protocol_has_the_scoring_profile_that_reproduces_it() -> None:
         "ovo-offline": "ovo-offline",
         "streamingbench-polling": "streamingbench",
     }
-    named = {protocol for profile in PROFILES.values() for protocol in profile.protocols}
+    named = {protocol for profile in SCORING_PROFILES.values() for protocol in profile.protocols}
     assert named <= set(PROTOCOLS)
     assert [name for name in PROTOCOLS if is_frame_level(name)] == ["realstream"]
     assert not is_frame_level(None)
@@ -34,9 +34,9 @@ def scored(profile: str, config: dict):
     return scores_of(evaluate_source(source, profile))
 
 
-@pytest.mark.parametrize("profile", list(PROFILES))
+@pytest.mark.parametrize("profile", list(SCORING_PROFILES))
 def test_the_protocol_is_recorded_and_a_mismatch_noted(profile: str) -> None:
-    meant = PROFILES[profile].protocols
+    meant = SCORING_PROFILES[profile].protocols
     for protocol in PROTOCOLS:
         scores = scored(profile, {"profile": protocol, "pacing": "logical"})
         assert scores.protocol == protocol

@@ -9,12 +9,12 @@ from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, memory_source
 from streameval.scorer.metrics.qa import evaluate_qa
 from streameval.scorer.metrics.workload import evaluate_workload
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
 
-PAPER = PROFILES["trace-paper-v1"]
-STRICT = PROFILES["trace-strict"]
-EXTENDED = PROFILES["trace-extended"]
+PAPER = SCORING_PROFILES["trace-paper-v1"]
+STRICT = SCORING_PROFILES["trace-strict"]
+EXTENDED = SCORING_PROFILES["trace-extended"]
 S = 1_000_000_000
 
 

@@ -9,10 +9,10 @@ import pytest
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
 from streameval.scorer.metrics.readiness import early_penalty, late_penalty
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
 
-PROFILE = PROFILES["readiness"]  # γ_e = 2, γ_l = 0.5, ε = 1e-6
+PROFILE = SCORING_PROFILES["readiness"]  # γ_e = 2, γ_l = 0.5, ε = 1e-6
 TAU = 10.0
 
 

@@ -9,10 +9,10 @@ from streameval.scorer.episodes import assemble_one
 from streameval.scorer.eventlog import SessionLog, memory_source
 from streameval.scorer.judging.judges import ExactJudge
 from streameval.scorer.metrics.realstream import evaluate_realstream, verbosity_multiplier
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
 
-PROFILE = PROFILES["realstream"]
+PROFILE = SCORING_PROFILES["realstream"]
 
 
 @pytest.mark.parametrize(

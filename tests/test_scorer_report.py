@@ -15,7 +15,7 @@ from streameval.core.store.store import Store
 from streameval.scorer.compare import compare_runs, compare_sources
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source, store_run
-from streameval.scorer.profiles import PROFILES, ProfileError, get_profile
+from streameval.scorer.profiles import SCORING_PROFILES, ProfileError, get_profile
 from streameval.scorer.report import evaluate_source, score_exported, score_run, scores_of
 
 runner = CliRunner()
@@ -116,7 +116,7 @@ def test_store_and_export_give_identical_scores(store: Store, tmp_path: Path) ->
     path = tmp_path / "run-a.jsonl"
     with path.open("w") as handle:
         export_jsonl(store, "run-a", handle)
-    for name in PROFILES:
+    for name in SCORING_PROFILES:
         stored = score_run(store, "run-a", name).to_json(include_records=True)
         exported = score_exported(path, name).to_json(include_records=True)
         assert stored == exported, name

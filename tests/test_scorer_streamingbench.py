@@ -12,10 +12,10 @@ from streameval.scorer.metrics.streamingbench import (
     evaluate_streamingbench,
     first_label,
 )
-from streameval.scorer.profiles import PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, scores_of
 
-SB = PROFILES["streamingbench"]
+SB = SCORING_PROFILES["streamingbench"]
 SB_RUN = {"profile": "streamingbench-polling", "pacing": "logical"}
 LABELS = ("A", "B", "C", "D")
 

@@ -24,7 +24,7 @@ from streameval.core.store.store import RunInfo, Store, StoreError
 from streameval.scorer.compare import Comparison, compare_runs
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import Judge
-from streameval.scorer.profiles import PROFILES, ProfileError
+from streameval.scorer.profiles import SCORING_PROFILES, ProfileError
 from streameval.scorer.report import (
     ProfileReport,
     RecordResult,
@@ -47,7 +47,7 @@ from streameval.scorer.source import store_source
 T = TypeVar("T")
 DEFAULT_PROFILE = "trace-paper-v1"
 _KEPT_SCORES = 8  # scored (run, profile) pairs kept in memory
-ProfileParam = Annotated[str, Query(description=f"scoring profile: {', '.join(PROFILES)}")]
+ProfileParam = Annotated[str, Query(description=f"scoring profile: {', '.join(SCORING_PROFILES)}")]
 Offset = Annotated[int, Query(ge=0)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 ThumbnailWidth = Annotated[int, Query(ge=16, le=960, description="maximum width in pixels")]
@@ -183,7 +183,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     @app.get("/profiles", response_model=list[ProfileReport], tags=["profiles"])
     def profiles() -> list[ProfileReport]:
         """Every scoring profile with all its constants."""
-        return [profile_report(profile) for profile in PROFILES.values()]
+        return [profile_report(profile) for profile in SCORING_PROFILES.values()]
 
     @app.get("/runs", response_model=Page[RunSummary], tags=["runs"])
     def runs(offset: Offset = 0, limit: Limit = 50) -> dict[str, Any]:

@@ -23,7 +23,12 @@ from streameval.core.paths import resolve_store_url
 from streameval.core.store.store import Store, StoreError
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
-from streameval.scorer.profiles import PROFILES, ScoringProfile, get_profile, scoring_profile_for
+from streameval.scorer.profiles import (
+    SCORING_PROFILES,
+    ScoringProfile,
+    get_profile,
+    scoring_profile_for,
+)
 
 app = typer.Typer(help="Score, compare and serve results.", pretty_exceptions_enable=False)
 
@@ -32,7 +37,7 @@ StoreOption = Annotated[
     typer.Option("--store", help="Store URL (default: $STREAMEVAL_STORE or ~/.cache/streameval)."),
 ]
 ProfileOption = Annotated[
-    str, typer.Option("--profile", help=f"Scoring profile: {', '.join(PROFILES)}.")
+    str, typer.Option("--profile", help=f"Scoring profile: {', '.join(SCORING_PROFILES)}.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 ToleranceOption = Annotated[
@@ -95,7 +100,7 @@ def score(
         str | None,
         typer.Option(
             "--profile",
-            help=f"Scoring profile: {', '.join(PROFILES)} (default: the one matching the "
+            help=f"Scoring profile: {', '.join(SCORING_PROFILES)} (default: the one matching the "
             "run's protocol profile, trace-paper-v1 for trace runs).",
         ),
     ] = None,
