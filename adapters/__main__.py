@@ -12,8 +12,8 @@ import contextlib
 import logging
 import sys
 
-from streameval.adapters.config import AdapterConfigError
-from streameval.adapters.registry import AdapterLoadError, build_adapter
+from streameval.adapters.errors import AdapterSetupError
+from streameval.adapters.registry import build_adapter
 from streameval.adapters.server import serve
 
 READY_PREFIX = "streameval-adapter listening on"
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         run_adapter(args.name, args.host, args.port, args.config, args.options)
-    except (AdapterLoadError, AdapterConfigError) as exc:
+    except AdapterSetupError as exc:
         sys.exit(f"error: {exc}")
     except OSError as exc:
         sys.exit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}")

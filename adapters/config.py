@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from streameval.adapters.errors import AdapterSetupError
+
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 
@@ -27,7 +29,7 @@ class AdapterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
-class AdapterConfigError(ValueError):
+class AdapterConfigError(AdapterSetupError, ValueError):
     """A configuration the user gave that cannot be read or does not validate."""
 
 

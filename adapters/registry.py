@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from streameval.adapters.config import AdapterConfigError, load_config, validate_config
+from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import Adapter
 
 ENTRY_POINT_GROUP = "streameval.adapters"
@@ -37,7 +38,7 @@ ADAPTERS: dict[str, str] = {
 _EXTRAS = {"torch": "transformers", "transformers": "transformers", "vllm": "vllm"}
 
 
-class AdapterLoadError(Exception):
+class AdapterLoadError(AdapterSetupError):
     """An adapter that cannot be served: unknown, not importable, or badly configured."""
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from streameval.adapters.__main__ import READY_PREFIX
 from streameval.adapters.protocol import WS_PATH
+from streameval.core.errors import CoreError
 
 
-class AdapterProcessError(Exception):
+class AdapterProcessError(CoreError):
     """The adapter process did not come up; the message carries its last output."""
 
 

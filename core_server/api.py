@@ -17,9 +17,9 @@ from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from streameval.core.benchmark.loader import BenchmarkError
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunError, RunExecutor
+from streameval.core.errors import CoreError
+from streameval.core.runner import RunExecutor
 from streameval.core.store.store import Store, StoreError
 
 TOKEN_ENV = "STREAMEVAL_API_TOKEN"
@@ -102,7 +102,7 @@ def create_app(store_url: str, token: str) -> FastAPI:
         executor = RunExecutor(config, store)
         try:
             run_id = await executor.prepare()
-        except (RunError, BenchmarkError, StoreError) as exc:
+        except CoreError as exc:
             raise HTTPException(422, str(exc)) from None
         tasks[run_id] = asyncio.create_task(executor.execute(run_id))
         return _status(store, run_id)

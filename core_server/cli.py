@@ -19,16 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from streameval.core.adapter_process import AdapterProcessError
 from streameval.core.benchmark.data_cli import data_app
-from streameval.core.benchmark.loader import BenchmarkError
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
-from streameval.core.frames import VideoDecodeError
 from streameval.core.paths import resolve_store_url
 from streameval.core.runner import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
-    RunError,
     RunExecutor,
     RunSummary,
     adapter_identity,
@@ -36,6 +32,7 @@ from streameval.core.runner import (
 )
 from streameval.core.session import SessionOutcome
 from streameval.core.store.store import Store, StoreError
+from streameval.errors import UserError
 
 app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
@@ -49,8 +46,6 @@ StoreOption = Annotated[
     str | None,
     typer.Option("--store", help="Store URL (sqlite:///file.db or postgresql+psycopg://...)."),
 ]
-
-USER_ERRORS = (RunError, StoreError, BenchmarkError, VideoDecodeError, AdapterProcessError)
 
 
 def fail(message: str) -> typer.Exit:
@@ -232,7 +227,7 @@ def run(
                 allow_adapter_change=allow_adapter_change,
             )
             _print_summary(summary, opened, as_json)
-    except USER_ERRORS as exc:
+    except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
         raise fail(_first_validation_error(exc)) from None

@@ -52,6 +52,8 @@ import av
 from av.video.reformatter import VideoReformatter
 from PIL import Image
 
+from streameval.core.errors import CoreError
+
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "index.json"
@@ -81,14 +83,14 @@ _CLOCKWISE = {
 }
 
 
-class VideoDecodeError(Exception):
+class VideoDecodeError(CoreError):
     """A video cannot be used: missing, unreadable, corrupt, truncated or without video.
 
     The message is one line, "<path>: <what is wrong>".
     """
 
 
-class ImageRulesError(ValueError):
+class ImageRulesError(CoreError, ValueError):
     """Image rules out of range (fps, width cap or JPEG quality)."""
 
 

@@ -27,6 +27,7 @@ from streameval.adapters.protocol import AdapterConditions
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.errors import CoreError
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
 from streameval.core.session import SessionDriver, SessionOutcome, SessionPlan
 from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
@@ -51,7 +52,7 @@ EXIT_ALL_FAILED = 3  # every session failed: the run's status is `failed`
 EXIT_INTERRUPTED = 130  # Ctrl-C; the run is `interrupted` and can be resumed
 
 
-class RunError(Exception):
+class RunError(CoreError):
     """A run that cannot start (bad configuration, unreachable or incompatible adapter)."""
 
 

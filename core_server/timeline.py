@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.errors import CoreError
 from streameval.core.frames import FrameRef, VideoFrames
 
 ItemKind = Literal["frame", "question", "instruction", "step"]
@@ -36,7 +37,7 @@ class Timeline:
         return sum(1 for item in self.items if item.kind == "frame")
 
 
-class TimelineError(ValueError):
+class TimelineError(CoreError, ValueError):
     """A record whose times cannot be streamed from its video (e.g. past the video's end)."""
 
 

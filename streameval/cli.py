@@ -18,6 +18,7 @@ from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.paths import default_cache_dir, resolve_store_url
 from streameval.core.store.store import Store
+from streameval.errors import UserError
 from streameval.scorer.report import score_run
 from streameval.scorer.service import cli as scorer_cli
 
@@ -52,7 +53,7 @@ def demo(
             )
             summary = core_cli.execute(config, opened, show_progress=not as_json)
             scores = score_run(opened, summary.run_id)
-    except core_cli.USER_ERRORS as exc:
+    except UserError as exc:
         raise core_cli.fail(str(exc)) from None
     if as_json:
         print(

@@ -20,15 +20,16 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from streameval.core.benchmark.records import Benchmark, Record
+from streameval.core.errors import CoreError
 
 T = TypeVar("T")
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(CoreError):
     """A benchmark that cannot be loaded; the message names the file and the problem."""
 
 
-class EntryError(ValueError):
+class EntryError(CoreError, ValueError):
     """One source entry that cannot be converted; the message names the field."""
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from streameval.core.errors import CoreError
 from streameval.core.store.store import RunInfo, SessionInfo, Store
 from streameval.events import Event, PayloadError, read_payload
 
@@ -68,7 +69,7 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 _LINE_ORDER = ("run", "record", "session", "event")
 
 
-class ExportFormatError(Exception):
+class ExportFormatError(CoreError):
     """A JSONL export is malformed; the message names the file and line."""
 
 

@@ -38,6 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from streameval.core.errors import CoreError
 from streameval.core.store import models
 from streameval.events import Event, PayloadError, read_payload
 
@@ -56,7 +57,7 @@ _VERSIONED_PACKAGES = (
 )
 
 
-class StoreError(Exception):
+class StoreError(CoreError):
     """A store operation failed; the message names the run, session or URL involved."""
 
 

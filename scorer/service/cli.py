@@ -20,7 +20,8 @@ import typer
 from rich.console import Console
 
 from streameval.core.paths import resolve_store_url
-from streameval.core.store.store import Store, StoreError
+from streameval.core.store.store import Store
+from streameval.errors import UserError
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
 from streameval.scorer.profiles import (
@@ -128,7 +129,7 @@ def score(
                 protocol = opened.get_run(run_id).config.get("profile", "")
                 name = profile or scoring_profile_for(protocol)
                 scores = score_run(opened, run_id, _profile(name, tolerance), judge)
-    except (ScoreError, StoreError) as exc:
+    except UserError as exc:
         raise _fail(str(exc)) from None
     if as_json:
         print(json.dumps(scores.to_json(include_records=records)))
@@ -155,7 +156,7 @@ def compare(
         judge = _judge(judge_url, judge_model)
         with Store(resolve_store_url(store)) as opened:
             comparison = compare_runs(opened, run_a, run_b, chosen, judge)
-    except (ScoreError, StoreError) as exc:
+    except UserError as exc:
         raise _fail(str(exc)) from None
     if as_json:
         print(json.dumps(comparison.model_dump(mode="json")))
@@ -196,7 +197,7 @@ def report(
         judge = _judge(judge_url, judge_model)
         with Store(resolve_store_url(store)) as opened:
             written = write_report(opened, run_id, html, chosen, judge, max_timelines, thumbnails)
-    except (ScoreError, StoreError) as exc:
+    except UserError as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"cannot write {html}: {exc.strerror or exc}") from None
@@ -222,6 +223,6 @@ def results_api(
 
     try:
         app = create_app(resolve_store_url(store), _judge(judge_url, judge_model))
-    except (ScoreError, StoreError) as exc:
+    except UserError as exc:
         raise _fail(str(exc)) from None
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,8 @@
+"""The root of the Core's user errors (benchmarks, videos, runs, the store, adapters it
+starts); every one of them is a `CoreError`."""
+
+from streameval.errors import UserError
+
+
+class CoreError(UserError):
+    """A run, benchmark, video or store problem the user can fix."""
