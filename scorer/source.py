@@ -20,7 +20,7 @@ from sqlalchemy import Engine, Text, cast, select
 from streameval.core.store import models
 from streameval.core.store.export import ExportedRun, read_jsonl
 from streameval.core.store.store import Store
-from streameval.events import EventPayload, PayloadError, read_payload
+from streameval.events import JSON_PAYLOAD_READERS, EventPayload, PayloadError, read_payload
 from streameval.scorer.errors import ScoreError
 
 EventRow = tuple[str, int, str, int, float | None, EventPayload]
@@ -101,15 +101,23 @@ def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator
             cursor.close()
 
 
-def _typed_rows(run_id: str, rows: list[tuple[Any, ...]]) -> Iterator[EventRow]:
+def _typed_rows(run_id: str, rows: list[tuple[Any, ...]]) -> list[EventRow]:
     """The store's rows with their payload's JSON text validated into its kind's model."""
-    row: tuple[Any, ...] = ()
+    read = JSON_PAYLOAD_READERS
+    try:  # the fast path: one validator call per row
+        return [(s, seq, k, ns, t, read[k](text)) for s, seq, k, ns, t, text in rows]
+    except (KeyError, ValueError):  # an unknown kind; a ValidationError is a ValueError
+        return [_typed_row(run_id, row) for row in rows]
+
+
+def _typed_row(run_id: str, row: tuple[Any, ...]) -> EventRow:
+    """One row the slow way: an older Core's payload upgraded, a bad one named."""
+    session_id, seq, kind, runtime_ns, video_t, text = row
     try:
-        for row in rows:
-            session_id, seq, kind, runtime_ns, video_t, text = row
-            yield session_id, seq, kind, runtime_ns, video_t, read_payload(kind, text)
+        payload = read_payload(kind, text)
     except PayloadError as exc:
-        raise ScoreError(f"run {run_id!r} session {row[0]!r} event {row[1]}: {exc}") from None
+        raise ScoreError(f"run {run_id!r} session {session_id!r} event {seq}: {exc}") from None
+    return session_id, seq, kind, runtime_ns, video_t, payload
 
 
 def exported_source(exported: ExportedRun) -> RunSource:

@@ -26,7 +26,7 @@ import inspect
 import json
 import sys
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -337,8 +337,18 @@ PAYLOAD_MODELS: Mapping[EventKind, type[EventPayload]] = types.MappingProxyType(
 )
 # Keyed by the kind's plain string too: readers look kinds up as the store returns them.
 _KINDS: dict[str, EventKind] = {kind.value: kind for kind in EventKind}
+_MODEL_OF: dict[str, type[EventPayload]] = {kind.value: m for kind, m in PAYLOAD_MODELS.items()}
 # The models' core validators, called directly: the cheapest way in (no per-call wrapper).
 _VALIDATORS = {kind.value: model.__pydantic_validator__ for kind, model in PAYLOAD_MODELS.items()}
+
+
+# Each kind's JSON validator (a payload's JSON text to its model), for readers of many rows:
+# one call per row is the cheapest validation there is. A row that fails (ValidationError, or
+# KeyError for an unknown kind) should be read again with `read_payload`, which upgrades a
+# payload of an older Core or raises a PayloadError naming the field.
+JSON_PAYLOAD_READERS: Mapping[str, Callable[[str | bytes], EventPayload]] = types.MappingProxyType(
+    {kind: validator.validate_json for kind, validator in _VALIDATORS.items()}
+)
 
 
 class PayloadError(ValueError):
@@ -360,13 +370,19 @@ def _payload_error(kind: str, exc: ValidationError) -> PayloadError:
     elif first["type"] == "extra_forbidden":
         message = f"{kind} payload has unknown field {field!r}"
     elif not field:  # the payload itself is not an object
-        message = f"{kind} payload: {first['msg']}, got {first['input']!r}"
+        message = f"{kind} payload: {first['msg']}, got {_short(first['input'])}"
     else:
-        message = f"{kind} payload, field {field!r}: {first['msg']}, got {first['input']!r}"
+        message = f"{kind} payload, field {field!r}: {first['msg']}, got {_short(first['input'])}"
     if len(errors) > 1:
         more = len(errors) - 1
         message += f" (and {more} more problem{'s' if more > 1 else ''})"
     return PayloadError(kind, field or None, message)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value's repr for a one-line message: a long text or list is cut."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def event_kind(kind: str) -> EventKind:
@@ -379,7 +395,7 @@ def event_kind(kind: str) -> EventKind:
 
 def validate_payload(kind: str, payload: EventPayload | Mapping[str, Any]) -> EventPayload:
     """A payload as written: its kind's model, or a mapping validated into it."""
-    model = PAYLOAD_MODELS[event_kind(kind)]
+    model = _MODEL_OF[event_kind(kind)]
     if type(payload) is model:
         return payload
     if isinstance(payload, EventPayload):
@@ -425,7 +441,7 @@ def _upgraded(kind: str, data: Mapping[str, Any] | str | bytes) -> dict[str, Any
 # --------------------------------------------------------------------------- the event
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """One recorded event, keyed (run_id, session_id, seq).
 
@@ -434,7 +450,9 @@ class Event:
     video time the Core's timeline had reached at that moment (the last frame sent), so
     onsets can be mapped under both pacings. `kind` may be given as a string and `payload` as
     a mapping: both are validated when the event is created (PayloadError), and the event
-    holds the EventKind and its typed payload.
+    holds the EventKind and its typed payload (frozen). The event itself is not frozen: a
+    frozen dataclass costs 3x as much to create, and readers create millions; treat it as
+    a record all the same.
     """
 
     run_id: str
@@ -446,9 +464,12 @@ class Event:
     payload: EventPayload
 
     def __post_init__(self) -> None:
-        kind = event_kind(self.kind)
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "payload", validate_payload(kind, self.payload))
+        kind = _KINDS.get(self.kind)
+        # Readers pass the payload they validated (read_payload): only its type is checked.
+        if kind is None or type(self.payload) is not _MODEL_OF[kind]:
+            kind = event_kind(self.kind)
+            self.payload = validate_payload(kind, self.payload)
+        self.kind = kind
 
 
 # --------------------------------------------------------------------------- documentation

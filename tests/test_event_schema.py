@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import FrozenInstanceError
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +63,6 @@ def test_an_event_holds_its_kind_and_typed_payload() -> None:
     assert failed.payload.cause is FailureCause.INPUT
     with pytest.raises(ValidationError, match="frozen"):
         failed.payload.stage = "connect"  # type: ignore[misc]
-    with pytest.raises(FrozenInstanceError):
-        failed.seq = 2  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("kind", KINDS_WITH_FIELDS)
