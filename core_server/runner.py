@@ -28,8 +28,10 @@ from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.errors import CoreError
+from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
-from streameval.core.session import SessionDriver, SessionOutcome, SessionPlan
+from streameval.core.plan import SessionPlan
+from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
 from streameval.core.store.store import SessionInfo, Store
 from streameval.core.store.writer import EventWriter
@@ -346,8 +348,9 @@ class RunExecutor:
             frames = await self.cache.aget(video_root / record.video_path, self.rules)
             timeline = self._timeline(record, frames)
         except (VideoDecodeError, TimelineError) as exc:
-            outcome = SessionOutcome(session_id, "failed", "frames", str(exc), INPUT)
-            failed = {"stage": "frames", "reason": str(exc), "cause": INPUT}
+            stage = FailureStage.FRAMES.value
+            outcome = SessionOutcome(session_id, "failed", stage, str(exc), INPUT)
+            failed = {"stage": stage, "reason": str(exc), "cause": INPUT}
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:

@@ -49,15 +49,6 @@ from streameval.core.sender import SessionStream
 from streameval.core.store.events import ADAPTER, INFRASTRUCTURE, Event, EventKind
 from streameval.core.waiting import Waits
 
-__all__ = [
-    "CLOSE_GRACE_S",
-    "FailureStage",
-    "SessionDriver",
-    "SessionFailure",
-    "SessionOutcome",
-    "SessionPlan",
-]
-
 CLOSE_GRACE_S = 5.0
 
 log = logging.getLogger("streameval.core")
