@@ -33,6 +33,7 @@ from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, Vid
 from streameval.core.plan import SessionPlan
 from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
+from streameval.core.store.models import RunStatus
 from streameval.core.store.store import SessionInfo, Store
 from streameval.core.store.writer import EventWriter
 from streameval.core.timeline import (
@@ -70,7 +71,7 @@ class RunSummary:
     failed: int = 0
     kept: int = 0
     retried: int = 0
-    status: str = "finished"
+    status: RunStatus = "finished"
     failed_total: int = 0
     failures: list[SessionOutcome] = field(default_factory=list)
 

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
@@ -57,7 +57,7 @@ log = logging.getLogger("streameval.core")
 @dataclass(frozen=True)
 class SessionOutcome:
     session_id: str
-    status: str  # finished | failed
+    status: Literal["finished", "failed"]
     stage: str | None = None
     reason: str | None = None
     cause: str | None = None  # infrastructure | adapter | input, for a failed session

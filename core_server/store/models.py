@@ -9,6 +9,7 @@ it is the contract with the scorer.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Literal, get_args
 
 from sqlalchemy import (
     JSON,
@@ -27,8 +28,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-RUN_STATUSES = ("created", "running", "finished", "interrupted", "failed")
-SESSION_STATUSES = ("pending", "running", "finished", "failed")
+RunStatus = Literal["created", "running", "finished", "interrupted", "failed"]
+SessionStatus = Literal["pending", "running", "finished", "failed"]
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -65,7 +65,7 @@ class StoreError(CoreError):
 class RunInfo:
     run_id: str
     created_at: datetime
-    status: str
+    status: models.RunStatus
     benchmark: str
     config: dict[str, Any]
     config_hash: str
@@ -79,7 +79,7 @@ class SessionInfo:
     run_id: str
     session_id: str
     record_ids: list[str]
-    status: str
+    status: models.SessionStatus
     attempt: int
     endpoint: str | None
     failure_stage: str | None
