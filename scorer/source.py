@@ -101,13 +101,20 @@ def _store_rows(engine: Engine, run_id: str, session_id: str | None) -> Iterator
             cursor.close()
 
 
-def _typed_rows(run_id: str, rows: list[tuple[Any, ...]]) -> list[EventRow]:
-    """The store's rows with their payload's JSON text validated into its kind's model."""
+def _typed_rows(run_id: str, rows: list[tuple[Any, ...]]) -> Iterator[EventRow]:
+    """The store's rows with their payload's JSON text validated into its kind's model.
+
+    One at a time: a batch of live payload models would survive the garbage collector's
+    young generation and make its collections cost more than the validation itself."""
     read = JSON_PAYLOAD_READERS
-    try:  # the fast path: one validator call per row
-        return [(s, seq, k, ns, t, read[k](text)) for s, seq, k, ns, t, text in rows]
-    except (KeyError, ValueError):  # an unknown kind; a ValidationError is a ValueError
-        return [_typed_row(run_id, row) for row in rows]
+    for row in rows:
+        session_id, seq, kind, runtime_ns, video_t, text = row
+        try:  # the fast path: one validator call
+            payload = read[kind](text)
+        except (KeyError, ValueError):  # an unknown kind; a ValidationError is a ValueError
+            yield _typed_row(run_id, row)
+        else:
+            yield session_id, seq, kind, runtime_ns, video_t, payload
 
 
 def _typed_row(run_id: str, row: tuple[Any, ...]) -> EventRow:
