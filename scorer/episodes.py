@@ -205,7 +205,7 @@ def _add(trace: SessionTrace, row: EventRow) -> None:
         trace.status = "finished"
     elif type(payload) is SessionFailedPayload:
         trace.status = "failed"
-        trace.failure_stage = payload.stage
+        trace.failure_stage = payload.stage.value
         trace.failure_reason = payload.reason
         trace.failure_cause = failure_cause(payload).value
     # session_end carries nothing the metrics read.

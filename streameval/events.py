@@ -73,11 +73,20 @@ class FailureCause(StrEnum):
     INPUT = "input"  # the Core could not use the record's video or timeline
 
 
+class FailureStage(StrEnum):
+    """Where in a session it failed (docs/protocol.md), as told by `stage` in a
+    `session_failed` payload and the sessions table's `failure_stage`."""
+
+    CONNECT = "connect"  # the endpoint refused or did not answer
+    HANDSHAKE = "handshake"  # no hello, or declared conditions the profile refuses
+    FRAMES = "frames"  # the record's video or timeline is unusable
+    PROTOCOL = "protocol"  # the adapter broke the protocol
+    STREAMING = "streaming"  # the connection was lost, or the Core itself broke
+    RESPONSE = "response"  # no ack, answer or decision within the response timeout
+    ADAPTER = "adapter"  # the adapter reported a fatal error
+
+
 # Named aliases (not bare Literals) so that the docs and the JSON Schema can name each set.
-FailureStage = TypeAliasType(
-    "FailureStage",
-    Literal["connect", "handshake", "frames", "protocol", "streaming", "response", "adapter"],
-)
 Pacing = TypeAliasType("Pacing", Literal["logical", "wall_clock"])
 WorkloadKind = TypeAliasType(
     "WorkloadKind", Literal["model_call", "state_commit", "drop", "replay"]
@@ -304,9 +313,9 @@ class AdapterErrorPayload(EventPayload):
 class SessionFailedPayload(EventPayload):
     """`stage`: see docs/protocol.md; `cause`: see Failure causes, below"""
 
-    stage: FailureStage
+    # Not strict: the Core passes stage and cause as plain strings, which become the enums.
+    stage: FailureStage = Field(strict=False)
     reason: str
-    # Not strict: the Core passes the cause as a plain string, which becomes the enum.
     cause: FailureCause = Field(strict=False)
 
 

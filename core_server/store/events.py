@@ -1,8 +1,9 @@
 """Transitional re-export of the event contract, which now lives in `streameval.events`.
 
-Import from `streameval.events`. This module only keeps the files being restructured in
-parallel working (core_server/session.py, core_server/runner.py, scorer/report.py,
-scorer/ovo.py); delete it once they import `streameval.events` themselves.
+Import from `streameval.events`. This module only keeps working the files that were being
+restructured in parallel when the contract moved: core_server/session.py, runner.py,
+connection.py, protocol_state.py, recorder.py, sender.py, waiting.py, scorer/report.py and
+scorer/metrics/ovo.py. Delete it once they import `streameval.events` themselves.
 """
 
 from __future__ import annotations
