@@ -14,7 +14,7 @@ from streameval.adapters.protocol import (
     WS_PATH,
 )
 from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.store.events import ADAPTER, INFRASTRUCTURE
+from streameval.events import FailureCause
 
 
 async def connect_adapter(endpoint_url: str, timeout_s: float) -> ClientConnection:
@@ -33,7 +33,7 @@ async def connect_adapter(endpoint_url: str, timeout_s: float) -> ClientConnecti
         reason = f"cannot connect to {endpoint_url}: {exc or type(exc).__name__}"
         if not urlsplit(endpoint_url).path.endswith(WS_PATH):
             reason += f" (adapters serve sessions at {WS_PATH}: ws://HOST:PORT{WS_PATH})"
-        raise SessionFailure(FailureStage.CONNECT, reason, INFRASTRUCTURE) from None
+        raise SessionFailure(FailureStage.CONNECT, reason, FailureCause.INFRASTRUCTURE) from None
 
 
 def closed_failure(exc: BaseException) -> SessionFailure:
@@ -41,7 +41,9 @@ def closed_failure(exc: BaseException) -> SessionFailure:
     protocol violation, which a rerun would repeat)."""
     oversized = isinstance(exc, ConnectionClosed) and exc.sent is not None and exc.sent.code == 1009
     return SessionFailure(
-        FailureStage.STREAMING, closed_reason(exc), ADAPTER if oversized else INFRASTRUCTURE
+        FailureStage.STREAMING,
+        closed_reason(exc),
+        FailureCause.ADAPTER if oversized else FailureCause.INFRASTRUCTURE,
     )
 
 

@@ -6,19 +6,7 @@ table), so a `FailureStage` member's value must never change.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-
-class FailureStage(StrEnum):
-    """Where in a session it failed (docs/protocol.md, "Rules the Core enforces")."""
-
-    CONNECT = "connect"  # the endpoint refused or did not answer
-    HANDSHAKE = "handshake"  # no hello, or declared conditions the profile refuses
-    STREAMING = "streaming"  # the connection was lost, or the Core itself broke
-    RESPONSE = "response"  # no ack, answer or decision within the response timeout
-    PROTOCOL = "protocol"  # the adapter broke the protocol
-    ADAPTER = "adapter"  # the adapter reported a fatal error
-    FRAMES = "frames"  # the record's video or timeline is unusable (raised by the runner)
+from streameval.events import FailureStage
 
 
 class SessionFailure(Exception):

@@ -29,7 +29,7 @@ from streameval.adapters.protocol import (
     Workload,
 )
 from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.store.events import ADAPTER, EventKind
+from streameval.events import EventKind, FailureCause
 
 AdapterMessage = (
     Hello
@@ -203,7 +203,9 @@ class ProtocolState:
             case ProtocolError():
                 # The adapter says the Core broke the protocol: a rerun would do the same.
                 reason = f"adapter reported protocol error {message.code}: {message.message}"
-                return Reaction(failure=SessionFailure(FailureStage.STREAMING, reason, ADAPTER))
+                return Reaction(
+                    failure=SessionFailure(FailureStage.STREAMING, reason, FailureCause.ADAPTER)
+                )
         raise TypeError(f"not an adapter message: {message!r}")
 
     def _hello(self, message: Hello, arrival: _Arrival) -> Reaction:
@@ -250,7 +252,9 @@ class ProtocolState:
         if not message.fatal:
             return Reaction(reported)
         reason = f"adapter error {message.code}: {message.message}"
-        return Reaction(reported, failure=SessionFailure(FailureStage.ADAPTER, reason, ADAPTER))
+        return Reaction(
+            reported, failure=SessionFailure(FailureStage.ADAPTER, reason, FailureCause.ADAPTER)
+        )
 
     def _check_task(self, task_id: str, what: str) -> None:
         if not self.known_tasks:

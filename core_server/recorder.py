@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from streameval.core.store.events import Event, EventKind
+from streameval.events import Event, EventKind
 
 
 class Recorder:

@@ -32,7 +32,6 @@ from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
 from streameval.core.plan import SessionPlan
 from streameval.core.session import SessionDriver, SessionOutcome
-from streameval.core.store.events import INFRASTRUCTURE, INPUT, Event, EventKind, failure_cause
 from streameval.core.store.models import RunStatus
 from streameval.core.store.store import SessionInfo, Store
 from streameval.core.store.writer import EventWriter
@@ -43,6 +42,7 @@ from streameval.core.timeline import (
     probe_timeline,
     qa_timeline,
 )
+from streameval.events import Event, EventKind, FailureCause, failure_cause
 
 ProgressCallback = Callable[[SessionOutcome, int, int], None]
 StartCallback = Callable[[int], None]
@@ -225,7 +225,7 @@ class RunExecutor:
         retry = {
             s.session_id
             for s in stored
-            if retry_failed and session_failure_cause(s) == INFRASTRUCTURE
+            if retry_failed and session_failure_cause(s) == FailureCause.INFRASTRUCTURE
         }
         todo = [
             s for s in stored if s.status not in ("finished", "failed") or s.session_id in retry
@@ -350,8 +350,8 @@ class RunExecutor:
             timeline = self._timeline(record, frames)
         except (VideoDecodeError, TimelineError) as exc:
             stage = FailureStage.FRAMES.value
-            outcome = SessionOutcome(session_id, "failed", stage, str(exc), INPUT)
-            failed = {"stage": stage, "reason": str(exc), "cause": INPUT}
+            outcome = SessionOutcome(session_id, "failed", stage, str(exc), FailureCause.INPUT)
+            failed = {"stage": stage, "reason": str(exc), "cause": FailureCause.INPUT}
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:

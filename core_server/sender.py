@@ -23,9 +23,9 @@ from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState
 from streameval.core.recorder import Recorder
-from streameval.core.store.events import EventKind, probe_task_id
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
+from streameval.events import EventKind, probe_task_id
 
 
 class Socket(Protocol):

@@ -46,8 +46,8 @@ from streameval.core.protocol_state import (
 )
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
-from streameval.core.store.events import ADAPTER, INFRASTRUCTURE, Event, EventKind
 from streameval.core.waiting import Waits
+from streameval.events import Event, EventKind, FailureCause
 
 CLOSE_GRACE_S = 5.0
 
@@ -136,10 +136,12 @@ class SessionDriver:
             raw = await asyncio.wait_for(ws.recv(), self.connect_timeout_s)
         except TimeoutError:
             stage = FailureStage.HANDSHAKE
-            raise SessionFailure(stage, "adapter sent no hello", INFRASTRUCTURE) from None
+            raise SessionFailure(
+                stage, "adapter sent no hello", FailureCause.INFRASTRUCTURE
+            ) from None
         except ConnectionClosed as exc:
             stage = FailureStage.HANDSHAKE
-            raise SessionFailure(stage, closed_reason(exc), INFRASTRUCTURE) from None
+            raise SessionFailure(stage, closed_reason(exc), FailureCause.INFRASTRUCTURE) from None
         arrived = time.monotonic_ns()
         try:
             receiver.accept(parse_adapter_message(raw), arrived)
@@ -151,7 +153,7 @@ class SessionDriver:
         conflict = self.profile.conflicts(hello.conditions, proactive)
         if conflict:
             reason = f"declared conditions: {conflict}"
-            raise SessionFailure(FailureStage.HANDSHAKE, reason, ADAPTER)
+            raise SessionFailure(FailureStage.HANDSHAKE, reason, FailureCause.ADAPTER)
         record_ids = [self.plan.record.record_id]
         start = SessionStart(
             run_id=self.plan.run_id,
@@ -231,11 +233,15 @@ class _Receiver:
         except Exception as exc:  # a bug here must fail the session, never hang it
             log.exception("session %s: error handling an adapter message", session_id)
             stage = FailureStage.STREAMING
-            self.waits.fail(SessionFailure(stage, f"core error: {exc!r}", INFRASTRUCTURE))
+            self.waits.fail(
+                SessionFailure(stage, f"core error: {exc!r}", FailureCause.INFRASTRUCTURE)
+            )
         else:
             if not self.protocol.ending:
                 reason = "adapter closed the connection"
-                self.waits.fail(SessionFailure(FailureStage.STREAMING, reason, INFRASTRUCTURE))
+                self.waits.fail(
+                    SessionFailure(FailureStage.STREAMING, reason, FailureCause.INFRASTRUCTURE)
+                )
         if self.protocol.ending and self.waits.failure is None:
             self.waits.resolve(Resolution(Awaited.CLOSED))
 
@@ -260,7 +266,7 @@ class _Receiver:
     async def report(self, violation: ProtocolViolation) -> SessionFailure:
         """Fail the session at stage `protocol`, tell the adapter why and close (1002)."""
         reason = f"{violation.code}: {violation.message}"
-        failure = SessionFailure(FailureStage.PROTOCOL, reason, ADAPTER)
+        failure = SessionFailure(FailureStage.PROTOCOL, reason, FailureCause.ADAPTER)
         self.waits.fail(failure)
         with contextlib.suppress(Exception):
             error = ProtocolError(code=violation.code, message=violation.message)

@@ -11,7 +11,7 @@ import asyncio
 
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.protocol_state import Awaited, Resolution
-from streameval.core.store.events import INFRASTRUCTURE
+from streameval.events import FailureCause
 
 
 class Waits:
@@ -43,7 +43,9 @@ class Waits:
             await asyncio.wait_for(future, self.response_timeout_s)
         except TimeoutError:
             reason = f"no {what} within {self.response_timeout_s:g}s"
-            raise SessionFailure(FailureStage.RESPONSE, reason, INFRASTRUCTURE) from None
+            raise SessionFailure(
+                FailureStage.RESPONSE, reason, FailureCause.INFRASTRUCTURE
+            ) from None
         self.check()
 
     def check(self) -> None:

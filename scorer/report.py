@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
-from streameval.core.store.events import INFRASTRUCTURE
 from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import Store
+from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.cache import JudgeCache
@@ -330,7 +330,7 @@ def _infrastructure_failures(run: EvaluatedRun) -> int:
     return sum(
         1
         for e in run.evaluations
-        if e.status == "failed" and e.trace.failure_cause == INFRASTRUCTURE
+        if e.status == "failed" and e.trace.failure_cause == FailureCause.INFRASTRUCTURE
     )
 
 

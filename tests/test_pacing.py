@@ -21,9 +21,9 @@ from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
-from streameval.core.store.events import Event, EventKind
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
+from streameval.events import Event, EventKind
 
 S = 1_000_000_000  # ns per second
 

@@ -32,7 +32,7 @@ from streameval.core.protocol_state import (
     Resolution,
     hello_payload,
 )
-from streameval.core.store.events import EventKind
+from streameval.events import EventKind
 
 CONDITIONS = AdapterConditions(state="native", initiation="polled", model_name="m")
 HELLO = Hello(adapter="a", adapter_version="1.2", conditions=CONDITIONS)
@@ -385,7 +385,7 @@ def test_what_a_resolution_satisfies(delivered, expected, match):
 
 
 def test_failure_stages_are_the_recorded_strings():
-    assert [stage.value for stage in FailureStage] == [
+    assert {stage.value for stage in FailureStage} == {
         "connect",
         "handshake",
         "streaming",
@@ -393,7 +393,7 @@ def test_failure_stages_are_the_recorded_strings():
         "protocol",
         "adapter",
         "frames",
-    ]
+    }
     assert f"{FailureStage.PROTOCOL}" == "protocol"
     assert str(SessionFailure(FailureStage.RESPONSE, "no answer", "infrastructure")) == (
         "response: no answer"

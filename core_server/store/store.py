@@ -422,11 +422,13 @@ class Store:
             values["started_at"] = _now()
         elif status in ("finished", "failed"):
             values["finished_at"] = _now()
+        # str(): a stage or cause may come as a StrEnum member, which a database driver
+        # could adapt by its name; the column holds its value.
         optional = {
             "endpoint": endpoint,
-            "failure_stage": stage,
+            "failure_stage": None if stage is None else str(stage),
             "failure_reason": reason,
-            "failure_cause": cause,
+            "failure_cause": None if cause is None else str(cause),
             "adapter": adapter,
         }
         values.update({key: value for key, value in optional.items() if value is not None})

@@ -27,7 +27,7 @@ from typing import Any
 
 from streameval.core.benchmark.ovo_bench import CATEGORIES, CATEGORY_OF
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
-from streameval.core.store.events import probe_task_id
+from streameval.events import probe_task_id
 from streameval.scorer.episodes import Episode, SessionTrace, prediction
 from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation
 from streameval.scorer.metrics.statistic import MacroMean, Ratio, Statistic

@@ -3,7 +3,7 @@
 `sessions.adapter` keeps the adapter's hello (adapter, adapter_version, protocol, declared
 conditions) so a run that mixed adapters says which one served each session;
 `sessions.failure_cause` says whether a failed session failed for infrastructure, adapter or
-input reasons (`streameval.core.store.events.failure_cause`), so a resume can retry only the
+input reasons (`streameval.events.failure_cause`), so a resume can retry only the
 infrastructure failures.
 
 Revision ID: 0003
