@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 import zlib
 
-from streameval.adapters.protocol import AdapterConditions, Question, Step
 from streameval.adapters.sdk import Adapter, Responder, Session
+from streameval.protocol import AdapterConditions, Question, Step
 
 
 def _conditions(model: str) -> AdapterConditions:

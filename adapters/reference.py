@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 
-from streameval.adapters.protocol import AdapterConditions, Instruction, Question, Step
 from streameval.adapters.reference_policy import ReferencePolicy
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 
 class ReferenceAdapter(Adapter):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from streameval.adapters.protocol import (
+from streameval.protocol import (
     AdapterConditions,
     Instruction,
     Question,

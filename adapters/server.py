@@ -12,7 +12,8 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from streameval.adapters.protocol import (
+from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
@@ -31,7 +32,6 @@ from streameval.adapters.protocol import (
     decode_frame,
     parse_core_message,
 )
-from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 
 log = logging.getLogger("streameval.adapter")
 

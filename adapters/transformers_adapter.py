@@ -34,14 +34,14 @@ from streameval.adapters.hf.chat import (
     ChatFormat,
 )
 from streameval.adapters.hf.text import IncrementalText
-from streameval.adapters.protocol import (
+from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.protocol import (
     AdapterConditions,
     AdapterError,
     Instruction,
     Question,
     Step,
 )
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
 
 if TYPE_CHECKING:
     from streameval.adapters.hf.model import EncodedFrame, StreamState

@@ -31,14 +31,14 @@ from pydantic import Field, field_validator
 
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig
-from streameval.adapters.protocol import (
+from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.protocol import (
     AdapterConditions,
     AdapterError,
     Instruction,
     Question,
     Step,
 )
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
 
 log = logging.getLogger("streameval.adapter.video_chat")
 # Proactive prompts name this many of the model's earlier responses, so it need not repeat.

@@ -13,8 +13,8 @@ from types import TracebackType
 from typing import Any
 
 from streameval.adapters.__main__ import READY_PREFIX
-from streameval.adapters.protocol import WS_PATH
 from streameval.core.errors import CoreError
+from streameval.protocol import WS_PATH
 
 
 class AdapterProcessError(CoreError):

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from streameval.adapters.protocol import AdapterConditions, RunConditions
 from streameval.core.paths import default_cache_dir
+from streameval.protocol import AdapterConditions, RunConditions
 
 Pacing = Literal["logical", "wall_clock"]
 

@@ -7,14 +7,14 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from streameval.adapters.protocol import (
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.events import FailureCause
+from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
     WS_PATH,
 )
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.events import FailureCause
 
 
 async def connect_adapter(endpoint_url: str, timeout_s: float) -> ClientConnection:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from streameval.adapters.protocol import (
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.events import EventKind, FailureCause
+from streameval.protocol import (
     PROTOCOL_VERSION,
     AdapterError,
     FrameAck,
@@ -28,8 +30,6 @@ from streameval.adapters.protocol import (
     Silent,
     Workload,
 )
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.events import EventKind, FailureCause
 
 AdapterMessage = (
     Hello

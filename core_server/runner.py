@@ -23,7 +23,6 @@ from pathlib import Path
 
 import httpx
 
-from streameval.adapters.protocol import AdapterConditions
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
@@ -43,6 +42,7 @@ from streameval.core.timeline import (
     qa_timeline,
 )
 from streameval.events import Event, EventKind, FailureCause, failure_cause
+from streameval.protocol import AdapterConditions
 
 ProgressCallback = Callable[[SessionOutcome, int, int], None]
 StartCallback = Callable[[int], None]

@@ -11,13 +11,6 @@ import asyncio
 import time
 from typing import Protocol
 
-from streameval.adapters.protocol import (
-    FrameHeader,
-    Instruction,
-    Question,
-    Step,
-    encode_frame,
-)
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
@@ -26,6 +19,13 @@ from streameval.core.recorder import Recorder
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
 from streameval.events import EventKind, probe_task_id
+from streameval.protocol import (
+    FrameHeader,
+    Instruction,
+    Question,
+    Step,
+    encode_frame,
+)
 
 
 class Socket(Protocol):

@@ -22,15 +22,6 @@ from typing import Any, Literal, NoReturn
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from streameval.adapters.protocol import (
-    Hello,
-    ProtocolError,
-    ProtocolViolation,
-    RunConditions,
-    SessionEnd,
-    SessionStart,
-    parse_adapter_message,
-)
 from streameval.core.benchmark.records import ProactiveRecord
 from streameval.core.config import ProtocolProfile
 from streameval.core.connection import closed_failure, closed_reason, connect_adapter
@@ -48,6 +39,15 @@ from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
 from streameval.core.waiting import Waits
 from streameval.events import Event, EventKind, FailureCause
+from streameval.protocol import (
+    Hello,
+    ProtocolError,
+    ProtocolViolation,
+    RunConditions,
+    SessionEnd,
+    SessionStart,
+    parse_adapter_message,
+)
 
 CLOSE_GRACE_S = 5.0
 

@@ -91,7 +91,7 @@ Pacing = TypeAliasType("Pacing", Literal["logical", "wall_clock"])
 WorkloadKind = TypeAliasType(
     "WorkloadKind", Literal["model_call", "state_commit", "drop", "replay"]
 )
-# The conditions an adapter declares in its hello (adapters/protocol.py AdapterConditions).
+# The conditions an adapter declares in its hello (streameval/protocol.py AdapterConditions).
 AdapterState = TypeAliasType("AdapterState", Literal["native", "non-native"])
 Initiation = TypeAliasType("Initiation", Literal["autonomous", "polled", "query"])
 Boundary = TypeAliasType("Boundary", Literal["model+adapter", "full-system"])
@@ -146,7 +146,7 @@ class EventPayload(BaseModel):
 
 
 class SessionConditions(EventPayload):
-    """The conditions the Core announced (adapters/protocol.py RunConditions)."""
+    """The conditions the Core announced (streameval/protocol.py RunConditions)."""
 
     profile: str
     pacing: Pacing
@@ -159,7 +159,7 @@ class SessionConditions(EventPayload):
 
 
 class DeclaredConditions(EventPayload):
-    """The conditions an adapter declared (adapters/protocol.py AdapterConditions)."""
+    """The conditions an adapter declared (streameval/protocol.py AdapterConditions)."""
 
     state: AdapterState
     initiation: Initiation
@@ -288,7 +288,7 @@ class SilentPayload(EventPayload):
 
 
 class WorkloadPayload(EventPayload):
-    """what the adapter did (adapters/protocol.py Workload); counts it did not report are
+    """what the adapter did (streameval/protocol.py Workload); counts it did not report are
     `null`"""
 
     kind: WorkloadKind

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from streameval.adapters.protocol import AdapterConditions, Instruction, Question, Step
 from streameval.adapters.sdk import Adapter, Responder, Session
+from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 # Set in the adapter's environment: the process dies at the question of this task.
 CRASH_AT_ENV = "STREAMEVAL_TEST_CRASH_AT"

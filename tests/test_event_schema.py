@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from streameval.adapters.protocol import AdapterConditions, RunConditions, Workload
 from streameval.core.store.export import ExportFormatError, export_jsonl, read_jsonl
 from streameval.core.store.store import Store, StoreError
 from streameval.events import (
@@ -30,6 +29,7 @@ from streameval.events import (
     validate_payload,
     with_markdown,
 )
+from streameval.protocol import AdapterConditions, RunConditions, Workload
 from tests.event_examples import EXAMPLES, example, example_events
 from tests.test_store import RUN, new_run
 

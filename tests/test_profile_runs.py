@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from streameval.adapters.baselines import AlwaysAdapter, RandomChoiceAdapter, SilentAdapter
-from streameval.adapters.protocol import Question, Step
 from streameval.adapters.sdk import Adapter, Responder
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import load_benchmark
@@ -35,6 +34,7 @@ from streameval.core.benchmark.validate import trigger_bounds
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.store.store import Store
 from streameval.events import probe_task_id
+from streameval.protocol import Question, Step
 from streameval.scorer.profiles import scoring_profile_for
 from streameval.scorer.report import RunScores, score_run
 from tests.test_data_cli import execute, write_video

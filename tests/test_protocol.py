@@ -9,7 +9,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from streameval.adapters.baselines import AlwaysAdapter
-from streameval.adapters.protocol import (
+from streameval.adapters.server import serve
+from streameval.protocol import (
     FrameHeader,
     ProtocolViolation,
     RunConditions,
@@ -18,7 +19,6 @@ from streameval.adapters.protocol import (
     encode_frame,
     parse_adapter_message,
 )
-from streameval.adapters.server import serve
 
 CONDITIONS = RunConditions(
     profile="trace",

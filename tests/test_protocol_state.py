@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import pytest
 
-from streameval.adapters.protocol import (
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.protocol_state import (
+    Awaited,
+    ProtocolState,
+    Reaction,
+    Record,
+    Resolution,
+    hello_payload,
+)
+from streameval.events import EventKind
+from streameval.protocol import (
     PROTOCOL_VERSION,
     AdapterConditions,
     AdapterError,
@@ -23,16 +33,6 @@ from streameval.adapters.protocol import (
     Silent,
     Workload,
 )
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.protocol_state import (
-    Awaited,
-    ProtocolState,
-    Reaction,
-    Record,
-    Resolution,
-    hello_payload,
-)
-from streameval.events import EventKind
 
 CONDITIONS = AdapterConditions(state="native", initiation="polled", model_name="m")
 HELLO = Hello(adapter="a", adapter_version="1.2", conditions=CONDITIONS)

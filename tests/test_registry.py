@@ -31,7 +31,7 @@ PLUGIN = """
 from pydantic import Field
 
 from streameval.adapters.config import AdapterConfig
-from streameval.adapters.protocol import AdapterConditions
+from streameval.protocol import AdapterConditions
 from streameval.adapters.sdk import Adapter
 
 

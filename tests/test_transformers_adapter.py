@@ -34,7 +34,6 @@ import torch  # noqa: E402
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
 from streameval.adapters.hf.chat import AFTER_ANSWER, ASSISTANT_TURN  # noqa: E402
 from streameval.adapters.hf.text import IncrementalText  # noqa: E402
-from streameval.adapters.protocol import Question, RunConditions, Step  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
 from streameval.adapters.sdk import Frame, Responder, Session  # noqa: E402
 from streameval.adapters.transformers_adapter import (  # noqa: E402
@@ -46,6 +45,7 @@ from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
+from streameval.protocol import Question, RunConditions, Step  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 

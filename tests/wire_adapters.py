@@ -10,8 +10,8 @@ import json
 import os
 import time
 
-from streameval.adapters.protocol import AdapterConditions, Instruction, Question, Step
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 _POLLED = AdapterConditions(state="native", initiation="polled", model_name="test")
 
