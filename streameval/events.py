@@ -40,6 +40,8 @@ from typing_extensions import TypeAliasType
 
 
 class EventKind(StrEnum):
+    """Every kind of recorded event (the `kind` column); each has one payload model."""
+
     # Core side: what the Core sent, when.
     SESSION_START = "session_start"
     FRAME_SENT = "frame_sent"
@@ -124,8 +126,8 @@ def failure_cause(payload: SessionFailedPayload | Mapping[str, Any]) -> FailureC
         return FailureCause(cause)
     stage = payload.get("stage")
     if stage == "handshake":
-        reason = payload.get("reason") or ""
-        if reason.startswith("declared conditions"):
+        reason = payload.get("reason")
+        if isinstance(reason, str) and reason.startswith("declared conditions"):
             return FailureCause.ADAPTER
         return FailureCause.INFRASTRUCTURE
     return _CAUSE_OF_STAGE.get(str(stage), FailureCause.ADAPTER)
