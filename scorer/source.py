@@ -24,7 +24,6 @@ from streameval.events import JSON_PAYLOAD_READERS, EventPayload, PayloadError, 
 from streameval.scorer.errors import ScoreError
 
 EventRow = tuple[str, int, str, int, float | None, EventPayload]
-RawEvent = EventRow  # the former name, still imported by scorer/timeline.py
 _FETCH_ROWS = 5000
 # The run fields that describe how a run was produced (stored with every score).
 RUN_FIELDS = ("run_id", "status", "benchmark", "config", "config_hash", "conditions", "versions")
@@ -32,7 +31,7 @@ RUN_FIELDS = ("run_id", "status", "benchmark", "config", "config_hash", "conditi
 
 def payload_of(event: EventRow) -> dict[str, Any]:
     """The row's payload as a dict, for readers not yet reading the typed payload
-    (scorer/timeline.py); read `event[5]`'s attributes instead."""
+    (scorer/service/timeline.py); read `event[5]`'s attributes instead."""
     return event[5].model_dump()
 
 
