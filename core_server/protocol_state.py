@@ -19,6 +19,7 @@ from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
     PROTOCOL_VERSION,
     AdapterError,
+    AdapterMessage,
     FrameAck,
     Hello,
     ProtocolError,
@@ -29,19 +30,6 @@ from streameval.protocol import (
     SessionClosed,
     Silent,
     Workload,
-)
-
-AdapterMessage = (
-    Hello
-    | FrameAck
-    | ResponseStart
-    | ResponseDelta
-    | ResponseFinal
-    | Silent
-    | Workload
-    | AdapterError
-    | SessionClosed
-    | ProtocolError
 )
 
 
