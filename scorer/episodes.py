@@ -90,8 +90,7 @@ class SessionTrace:
     session_id: str
     pacing: str | None = None  # "logical" | "wall_clock", from session_start
     speed: float = 1.0
-    # The adapter_hello payload as a dict: scorer/report.py reads it with .get().
-    adapter: dict | None = None
+    adapter: AdapterHelloPayload | None = None  # the adapter's hello
     # The record's own task (question or instruction), once sent.
     task_kind: str | None = None  # "qa" | "proactive"
     task_t: float | None = None
@@ -198,7 +197,7 @@ def _add(trace: SessionTrace, row: EventRow) -> None:
         trace.pacing = payload.conditions.pacing
         trace.speed = float(payload.conditions.speed or 1.0)
     elif type(payload) is AdapterHelloPayload:
-        trace.adapter = payload.model_dump(mode="json")
+        trace.adapter = payload
     elif type(payload) is AdapterErrorPayload:
         trace.adapter_errors += 1
     elif type(payload) is SessionFinishedPayload:

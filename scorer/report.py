@@ -340,8 +340,8 @@ def _adapters(run: EvaluatedRun) -> list[AdapterUse]:
     for evaluation in run.evaluations:
         hello = evaluation.trace.adapter
         if hello is not None:
-            identity = {key: hello.get(key) for key in ("adapter", "adapter_version")}
-            identity["conditions"] = hello.get("conditions") or {}
+            identity = {"adapter": hello.adapter, "adapter_version": hello.adapter_version}
+            identity["conditions"] = hello.conditions.model_dump(mode="json")
             uses[json.dumps(identity, sort_keys=True)] += 1
     return [AdapterUse(**json.loads(key), sessions=count) for key, count in sorted(uses.items())]
 

@@ -29,12 +29,6 @@ _FETCH_ROWS = 5000
 RUN_FIELDS = ("run_id", "status", "benchmark", "config", "config_hash", "conditions", "versions")
 
 
-def payload_of(event: EventRow) -> dict[str, Any]:
-    """The row's payload as a dict, for readers not yet reading the typed payload
-    (scorer/service/timeline.py); read `event[5]`'s attributes instead."""
-    return event[5].model_dump()
-
-
 @dataclass
 class RunSource:
     run: dict[str, Any]  # RUN_FIELDS

@@ -22,7 +22,7 @@ from streameval.scorer.metrics.record import (
     parse_record,
 )
 from streameval.scorer.profiles import ScoringProfile, get_profile, is_frame_level
-from streameval.scorer.source import EventRow, RunSource, payload_of
+from streameval.scorer.source import EventRow, RunSource
 
 
 class FramePoint(BaseModel):
@@ -111,12 +111,12 @@ def _frames(rows: list[EventRow], origin: int) -> list[FramePoint]:
     frames = []
     for row in rows:
         if row[2] in ("frame_sent", "frame_dropped"):
-            payload = payload_of(row)
-            lag = payload.get("lag_ns")
+            payload = row[5]
+            lag = payload.lag_ns
             frames.append(
                 FramePoint(
-                    index=payload["index"],
-                    t=payload["t"],
+                    index=payload.index,
+                    t=payload.t,
                     at_s=(row[3] - origin) / 1e9,
                     lag_ms=None if lag is None else lag / 1e6,
                     dropped=row[2] == "frame_dropped",
