@@ -1,4 +1,4 @@
-"""The LLM judge's verdict cache (scorer/judge_cache.py describes the same table).
+"""The LLM judge's verdict cache (scorer/judging/cache.py describes the same table).
 
 Revision ID: 0002
 Revises: 0001
