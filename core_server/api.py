@@ -2,6 +2,7 @@
 
 Every route needs `Authorization: Bearer <token>`; the server binds to loopback unless told
 otherwise, because starting a run makes the Core open connections on the user's behalf.
+Registered endpoints live in the store (table `adapter_endpoints`), so they outlive a restart.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class RunStatus(BaseModel):
 
 def create_app(store_url: str, token: str) -> FastAPI:
     store = Store(store_url)
-    registry: dict[str, EndpointConfig] = {}
     tasks: dict[str, asyncio.Task] = {}
 
     def authorize(
@@ -82,23 +82,25 @@ def create_app(store_url: str, token: str) -> FastAPI:
     @app.post("/adapters", status_code=201)
     def register_adapter(registration: AdapterRegistration) -> AdapterRegistration:
         try:
-            registry[registration.name] = EndpointConfig(
-                url=registration.url, concurrency=registration.concurrency
-            )
+            endpoint = EndpointConfig(url=registration.url, concurrency=registration.concurrency)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
+        try:
+            store.register_adapter_endpoint(registration.name, endpoint.url, endpoint.concurrency)
+        except StoreError as exc:
+            raise _unavailable(exc) from None
         return registration
 
     @app.get("/adapters")
     def list_adapters() -> list[AdapterRegistration]:
         return [
             AdapterRegistration(name=name, url=e.url, concurrency=e.concurrency)
-            for name, e in registry.items()
+            for name, e in _registered(store).items()
         ]
 
     @app.post("/runs", status_code=202)
     async def start_run(request: RunRequest) -> RunStatus:
-        config = _config_for(request, registry)
+        config = _config_for(request, store)
         executor = RunExecutor(config, store)
         try:
             run_id = await executor.prepare()
@@ -117,7 +119,8 @@ def create_app(store_url: str, token: str) -> FastAPI:
     return app
 
 
-def _config_for(request: RunRequest, registry: dict[str, EndpointConfig]) -> RunConfig:
+def _config_for(request: RunRequest, store: Store) -> RunConfig:
+    registry = _registered(store)
     unknown = [name for name in request.adapters if name not in registry]
     if unknown:
         raise HTTPException(422, f"unregistered adapters: {unknown}")
@@ -133,6 +136,30 @@ def _config_for(request: RunRequest, registry: dict[str, EndpointConfig]) -> Run
         return RunConfig(endpoints=endpoints, **{"benchmark": "synthetic", **request.overrides})
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
+
+
+def _registered(store: Store) -> dict[str, EndpointConfig]:
+    """The registered endpoints by name, read from the store on every request so a restarted
+    Core (or another worker on the same store) sees the same ones."""
+    try:
+        stored = store.adapter_endpoints()
+    except StoreError as exc:
+        raise _unavailable(exc) from None
+    registered: dict[str, EndpointConfig] = {}
+    for row in stored:
+        try:
+            registered[row.name] = EndpointConfig(url=row.url, concurrency=row.concurrency)
+        except ValueError:
+            # Validated when registered, so only a row written around the API gets here;
+            # pydantic's multi-line message would not fit one line of `detail`.
+            raise HTTPException(
+                500, f"stored adapter endpoint {row.name!r} is invalid: re-register it"
+            ) from None
+    return registered
+
+
+def _unavailable(exc: StoreError) -> HTTPException:
+    return HTTPException(503, f"adapter registry unavailable: {exc}")
 
 
 def _status(store: Store, run_id: str) -> RunStatus:

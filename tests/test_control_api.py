@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.api import create_app
+from streameval.core.store.store import Store
 from tests.timeline_fixtures import write_benchmark
 
 TOKEN = "s3cret-token"
@@ -61,3 +63,75 @@ def test_register_an_adapter_start_a_run_and_follow_it(tmp_path):
         assert status["sessions"] == {"finished": 3}
         assert len(status["config_hash"]) == 64
         assert client.get("/runs/nope", headers=auth).status_code == 404
+
+
+def test_registered_adapters_survive_a_restart_of_the_api(tmp_path):
+    benchmark = write_benchmark(tmp_path / "bench")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
+    with AdapterProcess("always") as adapter:
+        with TestClient(create_app(store_url, TOKEN)) as first:
+            for url, concurrency in (("ws://127.0.0.1:1/ws", 1), (adapter.url, 3)):
+                registered = first.post(
+                    "/adapters",
+                    json={"name": "always", "url": url, "concurrency": concurrency},
+                    headers=auth,
+                )
+                assert registered.status_code == 201, registered.text
+            other = {"name": "b.other-1", "url": "wss://example.invalid/ws", "concurrency": 1}
+            assert first.post("/adapters", json=other, headers=auth).status_code == 201
+
+        with TestClient(create_app(store_url, TOKEN)) as second:
+            assert second.get("/adapters", headers=auth).json() == [
+                {"name": "always", "url": adapter.url, "concurrency": 3},
+                other,
+            ]
+            started = second.post(
+                "/runs",
+                json={
+                    "adapters": ["always"],
+                    "overrides": {"benchmark": str(benchmark), "cache_dir": str(tmp_path / "c")},
+                },
+                headers=auth,
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            deadline = time.monotonic() + 60
+            while True:
+                status = second.get(f"/runs/{run_id}", headers=auth).json()
+                if status["status"] == "finished" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert status["status"] == "finished"
+            assert status["sessions"] == {"finished": 3}
+    with Store(store_url) as store:
+        assert store.get_run(run_id).config["endpoints"] == [{"url": adapter.url, "concurrency": 3}]
+        assert {s.endpoint for s in store.sessions(run_id)} == {adapter.url}
+
+
+def test_a_store_failure_is_a_one_line_503(tmp_path):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
+    with TestClient(create_app(store_url, TOKEN)) as client:
+        with Store(store_url) as store, store.engine.begin() as conn:
+            conn.execute(text("DROP TABLE adapter_endpoints"))
+        listed = client.get("/adapters", headers=auth)
+        assert (listed.status_code, listed.json()) == (
+            503,
+            {
+                "detail": "adapter registry unavailable: cannot list adapter endpoints: "
+                "no such table: adapter_endpoints"
+            },
+        )
+        registered = client.post(
+            "/adapters", json={"name": "a", "url": "ws://127.0.0.1:1/ws"}, headers=auth
+        )
+        assert (registered.status_code, registered.json()) == (
+            503,
+            {
+                "detail": "adapter registry unavailable: cannot register adapter endpoint 'a': "
+                "no such table: adapter_endpoints"
+            },
+        )
+        started = client.post("/runs", json={"adapters": ["a"]}, headers=auth)
+        assert started.status_code == 503

@@ -20,6 +20,7 @@ from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QAR
 from streameval.core.store import models
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
+    AdapterEndpoint,
     SessionInfo,
     Store,
     StoreError,
@@ -404,6 +405,28 @@ def test_reset_session_deletes_only_its_events_and_bumps_attempt(store: Store) -
     assert s2.attempt == 0
     store.append_events([make_event("s1", 0)])  # a resumed session starts again at seq 0
     assert store.count_events(RUN) == 6
+
+
+# --- adapter endpoints ------------------------------------------------------------------------
+
+
+def test_adapter_endpoints_are_replaced_by_name_listed_by_name_and_kept(store_url: str) -> None:
+    before = datetime.now(UTC)
+    with Store(store_url) as store:
+        assert store.adapter_endpoints() == []
+        first_b = store.register_adapter_endpoint("b", "ws://b:1/ws", 2)
+        a = store.register_adapter_endpoint("a", "ws://a:1/ws", 4)
+        b = store.register_adapter_endpoint("b", "ws://b2:7/ws", 8)
+        assert store.adapter_endpoints() == [a, b]
+        pk = inspect(store.engine).get_pk_constraint("adapter_endpoints")
+    assert (pk["name"], pk["constrained_columns"]) == ("pk_adapter_endpoints", ["name"])
+    assert a == AdapterEndpoint("a", "ws://a:1/ws", 4, a.registered_at)
+    assert b == AdapterEndpoint("b", "ws://b2:7/ws", 8, b.registered_at)
+    assert b.registered_at.tzinfo == UTC
+    assert before <= first_b.registered_at <= a.registered_at <= b.registered_at
+    assert b.registered_at <= datetime.now(UTC)
+    with Store(store_url) as reopened:
+        assert reopened.adapter_endpoints() == [a, b]
 
 
 # --- the writer -------------------------------------------------------------------------------

@@ -123,3 +123,13 @@ events = Table(
     ),
     Index("ix_events_run_id_kind", "run_id", "kind"),
 )
+
+# Endpoints registered with the control API (POST /adapters), kept across Core restarts.
+adapter_endpoints = Table(
+    "adapter_endpoints",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("registered_at", UTCDateTime(), nullable=False),
+)

@@ -92,6 +92,16 @@ class SessionInfo:
     failure_cause: str | None = None
 
 
+@dataclass(frozen=True)
+class AdapterEndpoint:
+    """An adapter endpoint registered with the control API under a name runs can use."""
+
+    name: str
+    url: str
+    concurrency: int
+    registered_at: datetime
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of a value: sorted keys, no spaces, UTF-8, no NaN/Infinity."""
     return json.dumps(
@@ -175,6 +185,10 @@ def _run_info(row: Row[Any]) -> RunInfo:
 
 def _session_info(row: Row[Any]) -> SessionInfo:
     return SessionInfo(**row._asdict())
+
+
+def _adapter_endpoint(row: Row[Any]) -> AdapterEndpoint:
+    return AdapterEndpoint(**row._asdict())
 
 
 def _event_row(event_: Event) -> dict[str, Any]:
@@ -504,6 +518,25 @@ class Store:
             return conn.execute(
                 select(func.count()).select_from(table).where(table.c.run_id == run_id)
             ).scalar_one()
+
+    # --- adapter endpoints ------------------------------------------------------------------
+
+    def register_adapter_endpoint(self, name: str, url: str, concurrency: int) -> AdapterEndpoint:
+        """Store an endpoint under `name`, replacing one already registered under it."""
+        endpoint = AdapterEndpoint(name, url, concurrency, registered_at=_now())
+        table = models.adapter_endpoints
+        # Delete then insert in one transaction: an upsert is spelled differently on SQLite
+        # and PostgreSQL, and this spelling is the same on both.
+        with self._transaction(f"cannot register adapter endpoint {name!r}") as conn:
+            conn.execute(delete(table).where(table.c.name == name))
+            conn.execute(insert(table).values(**asdict(endpoint)))
+        return endpoint
+
+    def adapter_endpoints(self) -> list[AdapterEndpoint]:
+        table = models.adapter_endpoints
+        with self._transaction("cannot list adapter endpoints") as conn:
+            rows = conn.execute(select(table).order_by(table.c.name))
+            return [_adapter_endpoint(row) for row in rows]
 
     # --- helpers --------------------------------------------------------------------------------
 
