@@ -1,0 +1,183 @@
+"""docker-compose.yml's cpu profile brought up for real on a Docker engine, as a user would:
+the one-shot benchmark job runs, scores and exits 0; its results file equals what
+`streameval score` says inside the `core` container; the results API lists the run and
+serves its thumbnails; an adapter endpoint registered over the control API survives a
+restart of `core`, and a run started on it over HTTP is scored by the results API.
+
+Needs a Docker engine with Compose v2 (DOCKER_HOST) that can build the project's images:
+without one these tests skip and say so, or fail where STREAMEVAL_REQUIRE_DOCKER is set (CI,
+which starts an engine with .ci/start-docker.sh and names its build settings in COMPOSE_FILE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "compose-test-token"
+BUILD_AND_RUN_TIMEOUT_S = 1200
+
+
+def _engine_problem() -> str | None:
+    """Why no engine can be used here, or None when one answers."""
+    if shutil.which("docker") is None:
+        return "no docker command"
+    for check in (["docker", "info"], ["docker", "compose", "version"]):
+        done = subprocess.run(check, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            return f"`{' '.join(check)}` failed: {done.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Stack:
+    """One compose project of the cpu profile, with its own ports, folders and volumes."""
+
+    env: dict[str, str]
+    results_dir: Path
+
+    def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        command = ["docker", "compose", "--profile", "cpu", *args]
+        return subprocess.run(
+            command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def url(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.env[f'{service.upper()}_PORT']}"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    problem = _engine_problem()
+    if problem is not None:
+        if os.environ.get("STREAMEVAL_REQUIRE_DOCKER"):
+            pytest.fail(f"no usable Docker engine but STREAMEVAL_REQUIRE_DOCKER is set: {problem}")
+        pytest.skip(f"no usable Docker engine ({problem}); CI starts one with .ci/start-docker.sh")
+    root = tmp_path_factory.mktemp("compose")
+    for folder in ("benchmark", "videos", "results"):
+        (root / folder).mkdir()
+    env = {
+        **os.environ,
+        "COMPOSE_PROJECT_NAME": f"streameval-test-{uuid.uuid4().hex[:8]}",
+        "CORE_PORT": str(_free_port()),
+        "RESULTS_PORT": str(_free_port()),
+        "STREAMEVAL_API_TOKEN": TOKEN,
+        "BENCHMARK_DIR": str(root / "benchmark"),
+        "VIDEO_DIR": str(root / "videos"),
+        "RESULTS_DIR": str(root / "results"),
+    }
+    stack = Stack(env, root / "results")
+    try:
+        yield stack
+    finally:
+        stack.compose("down", "-v", "--remove-orphans")
+
+
+def _must(done: subprocess.CompletedProcess[str], what: str) -> str:
+    assert done.returncode == 0, f"{what} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"  # fmt: skip
+    return done.stdout
+
+
+def _poll(url: str, headers: dict[str, str] | None = None, until_s: float = 120) -> Any:
+    """GET url until the run it describes is no longer created or running."""
+    deadline = time.monotonic() + until_s
+    while True:
+        body = httpx.get(url, headers=headers, timeout=10).raise_for_status().json()
+        if body["status"] not in ("created", "running") or time.monotonic() > deadline:
+            return body
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def benchmark_run(stack: Stack) -> dict[str, Any]:
+    """The cpu profile's one-shot job, run to its exit code; then the services alone are
+    brought back up (the job stops them when it exits) for the checks that follow."""
+    done = stack.compose(
+        "up", "--build", "--exit-code-from", "benchmark", timeout=BUILD_AND_RUN_TIMEOUT_S
+    )
+    _must(done, "docker compose --profile cpu up --build --exit-code-from benchmark")
+    (results_file,) = stack.results_dir.glob("*.json")
+    _must(stack.compose("up", "-d", "--wait", "core", "results", "reference-adapter"), "up --wait")
+    return json.loads(results_file.read_text())
+
+
+def test_the_job_exits_0_with_scores_equal_to_streameval_score_in_core(
+    stack: Stack, benchmark_run: dict[str, Any]
+):
+    run_id = benchmark_run["run_id"]
+    assert benchmark_run["run_status"] == "finished"
+    assert benchmark_run["sessions"]["finished"] == benchmark_run["records_scored"] == 20
+    assert len(benchmark_run["records"]) == 20
+    inside = _must(
+        stack.compose("exec", "-T", "core", "streameval", "score", run_id, "--json"),
+        "streameval score inside core",
+    )
+    scores = json.loads(inside)
+    assert {key: value for key, value in benchmark_run.items() if key != "records"} == scores
+
+
+def test_the_results_api_lists_the_run_and_serves_its_thumbnails(
+    stack: Stack, benchmark_run: dict[str, Any]
+):
+    run_id = benchmark_run["run_id"]
+    results = stack.url("results")
+    listed = httpx.get(f"{results}/runs", timeout=10).raise_for_status().json()
+    assert run_id in [run["run_id"] for run in listed["items"]]
+    metrics = httpx.get(f"{results}/runs/{run_id}/metrics", timeout=60).raise_for_status()
+    assert metrics.json()["overall"] == benchmark_run["overall"]
+    # The frame cache the job filled is mounted into `results`: thumbnails work.
+    record_id = benchmark_run["records"][0]["record_id"]
+    frames = f"{results}/runs/{run_id}/records/{record_id}/frames"
+    index = httpx.get(frames, timeout=10).raise_for_status().json()
+    assert index["available"] is True, index
+    thumbnail = httpx.get(f"{frames}/0", params={"width": 64}, timeout=10)
+    assert thumbnail.status_code == 200
+    assert thumbnail.headers["content-type"] == "image/jpeg"
+    assert thumbnail.content[:2] == b"\xff\xd8"
+
+
+def test_an_endpoint_registered_over_http_survives_a_restart_and_runs(
+    stack: Stack, benchmark_run: dict[str, Any]
+):
+    core = stack.url("core")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    endpoint = {"name": "reference-2", "url": "ws://reference-adapter:8765/ws", "concurrency": 2}
+    assert httpx.post(f"{core}/adapters", json=endpoint, timeout=10).status_code == 401
+    registered = httpx.post(f"{core}/adapters", json=endpoint, headers=auth, timeout=10)
+    assert registered.status_code == 201, registered.text
+
+    _must(stack.compose("restart", "core"), "restart core")
+    _must(stack.compose("up", "-d", "--wait", "core"), "core healthy again")
+    listed = httpx.get(f"{core}/adapters", headers=auth, timeout=10).raise_for_status().json()
+    assert listed == [endpoint]
+
+    request = {"adapters": ["reference-2"], "overrides": {"limit": 4, "tasks": ["qa"]}}
+    started = httpx.post(f"{core}/runs", json=request, headers=auth, timeout=60)
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+    status = _poll(f"{core}/runs/{run_id}", headers=auth)
+    assert (status["status"], status["sessions"]) == ("finished", {"finished": 4})
+
+    metrics = httpx.get(f"{stack.url('results')}/runs/{run_id}/metrics", timeout=60)
+    body = metrics.raise_for_status().json()
+    assert (body["run_status"], body["records_scored"]) == ("finished", 4)
+    assert body["overall"]["qa"]["accuracy"]["value"] == 1.0
