@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 JOB_SCRIPT = REPO / "docker" / "benchmark-job.sh"
-VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::?-([^}]*))?\}")
+# The innermost ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:+alternative} of a value.
+VARIABLE = re.compile(r"\$\{(\w+)(?:(:?[-+])([^${}]*))?\}")
+ESCAPED_DOLLAR = "\0"
 
 
 def env_example() -> dict[str, str]:
@@ -41,21 +43,33 @@ def env_example() -> dict[str, str]:
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    """What Compose does to a value before using it: ${VAR}, ${VAR:-default}, $$ -> $."""
+    """What Compose does to a value before using it: nested ${VAR}, ${VAR:-default} and
+    ${VAR:+alternative} substituted from the inside out, then $$ -> $."""
 
     def substitute(match: re.Match) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        return env.get(match.group(1)) or (match.group(2) or "")
+        name, operator, word = match.groups()
+        value = env.get(name)
+        if operator == ":+":
+            return word if value else ""
+        if operator == ":-":
+            return value or word
+        if operator == "-":
+            return word if value is None else value
+        return value or ""
 
-    return VARIABLE.sub(substitute, text)
+    text = text.replace("$$", ESCAPED_DOLLAR)
+    while (substituted := VARIABLE.sub(substitute, text)) != text:
+        text = substituted
+    return text.replace(ESCAPED_DOLLAR, "$")
 
 
-def command_words(service: str) -> list[str]:
+def command_words(service: str, env: dict[str, str] | None = None) -> list[str]:
+    """The service's command as the container gets it, with .env.example's values."""
+    env = env_example() if env is None else env
     command = SERVICES[service]["command"]
     if isinstance(command, list):
-        return [interpolate(word, env_example()) for word in command]
-    return shlex.split(interpolate(command, env_example()))
+        return [interpolate(word, env) for word in command]
+    return shlex.split(interpolate(command, env))
 
 
 def dockerfile(path: Path) -> list[tuple[str, str]]:
@@ -134,61 +148,136 @@ def test_the_adapter_service_serves_the_documented_default():
     model = command_words("model")
     limit = json.loads(model[model.index("--limit-mm-per-prompt") + 1])
     assert limit["image"] >= adapter.config.qa_max_frames
-    assert model[model.index("--model") + 1] == adapter.config.model
+    # `vllm serve MODEL`: the model is the positional argument (`--model` is deprecated).
+    for name, variable in (("model", "MODEL"), ("judge", "JUDGE_MODEL")):
+        assert SERVICES[name]["entrypoint"] == ["vllm", "serve"]
+        assert command_words(name)[0] == env_example()[variable]
+        assert "--model" not in command_words(name)
+    assert model[0] == adapter.config.model
+
+
+def test_the_cpu_adapter_is_what_the_job_connects_to():
+    words = command_words("reference-adapter")
+    assert words[:4] == ["streameval", "adapter", "serve", "reference"]
+    build_adapter("reference", None, [])
+    job_url = SERVICES["benchmark"]["environment"]["ADAPTER_URL"]
+    # Under the cpu profile the name `adapter` is the reference adapter's alias.
+    assert job_url == f"ws://adapter:{words[words.index('--port') + 1]}/ws"
+    assert SERVICES["reference-adapter"]["networks"]["default"]["aliases"] == ["adapter"]
 
 
 # --------------------------------------------------------------------------- compose
 
 
-def test_services_and_their_dependencies():
-    assert set(SERVICES) == {
-        "postgres", "model", "judge", "adapter", "core", "results", "benchmark",
+def profiles() -> dict[str, set[str]]:
+    return {name: set(service.get("profiles", [])) for name, service in SERVICES.items()}
+
+
+def test_services_profiles_and_their_dependencies():
+    assert profiles() == {
+        "postgres": set(), "core": set(), "results": set(),
+        "benchmark": {"cpu", "gpu"}, "reference-adapter": {"cpu"},
+        "model": {"gpu"}, "adapter": {"gpu"}, "judge": {"judge"},
     }  # fmt: skip
     needs = {name: service.get("depends_on", {}) for name, service in SERVICES.items()}
     for name, dependencies in needs.items():
         for dependency, condition in dependencies.items():
-            assert condition == {"condition": "service_healthy"}, (name, dependency)
+            assert condition["condition"] == "service_healthy", (name, dependency)
             assert "healthcheck" in SERVICES[dependency], f"{dependency} has no health check"
     assert needs["adapter"].keys() == {"model"}
     assert needs["core"].keys() == needs["results"].keys() == {"postgres"}
-    # The job starts only when everything else is healthy, and runs once.
-    assert needs["benchmark"].keys() == set(SERVICES) - {"benchmark", "model"}
+    # The job waits for the services of whichever profiles are on, and runs once.
+    job = needs["benchmark"]
+    assert job.keys() == {"core", "results", "reference-adapter", "adapter", "judge"}
+    optional = {name for name, condition in job.items() if condition.get("required") is False}
+    assert optional == {"reference-adapter", "adapter", "judge"}
     assert SERVICES["benchmark"]["restart"] == "no" and "healthcheck" not in SERVICES["benchmark"]
     assert all("healthcheck" in s for n, s in SERVICES.items() if n != "benchmark")
 
 
-def test_ports_volumes_and_gpus():
-    env = env_example()
-    published = {
-        name: [interpolate(port, env) for port in service.get("ports", [])]
-        for name, service in SERVICES.items()
-    }
-    # Only the two APIs are published; each on the port its command listens on.
-    assert {name for name, ports in published.items() if ports} == {"core", "results"}
+def test_the_cpu_profile_needs_no_gpu_no_registry_image_and_no_judge():
+    cpu = [name for name, wanted in profiles().items() if not wanted or "cpu" in wanted]
+    assert sorted(cpu) == ["benchmark", "core", "postgres", "reference-adapter", "results"]
+    for name in cpu:
+        assert "deploy" not in SERVICES[name]
+        # Built from the project's Dockerfile, or the one registry image the CI stands in for.
+        assert "build" in SERVICES[name] or SERVICES[name]["image"] == "postgres:16"
+        assert SERVICES[name].get("build", {}).get("dockerfile", "docker/Dockerfile") == (
+            "docker/Dockerfile"
+        )
+
+
+def test_the_judge_is_used_and_waited_for_only_when_configured():
+    """No JUDGE_URL (the default): the scorer gets no judge settings, so the results API
+    starts and scores by exact match. With one, both settings reach it."""
+    for name in ("results", "benchmark"):
+        environment = SERVICES[name]["environment"]
+        unset = {key: interpolate(str(value), {}) for key, value in environment.items()}
+        assert unset["STREAMEVAL_JUDGE_URL"] == unset["STREAMEVAL_JUDGE_MODEL"] == ""
+        configured = {"JUDGE_URL": "http://judge:8000/v1"}
+        chosen = {key: interpolate(str(value), configured) for key, value in environment.items()}
+        assert chosen["STREAMEVAL_JUDGE_URL"] == "http://judge:8000/v1"
+        assert chosen["STREAMEVAL_JUDGE_MODEL"] == env_example()["JUDGE_MODEL"]
+    assert env_example()["JUDGE_URL"] == ""
+    # The judge runs only under its own profile; the job does not require it.
+    assert profiles()["judge"] == {"judge"}
+    assert SERVICES["benchmark"]["depends_on"]["judge"]["required"] is False
+
+
+def test_ports_publish_on_loopback_unless_told_otherwise():
     for name in ("core", "results"):
-        (mapping,) = published[name]
-        inside = mapping.split(":")[1]
+        (mapping,) = SERVICES[name]["ports"]
+        host, outside, inside = interpolate(mapping, {}).split(":")
+        assert (host, outside) == ("127.0.0.1", env_example()[f"{name.upper()}_PORT"])
         words = command_words(name)
         assert words[words.index("--port") + 1] == inside
-        assert mapping.split(":")[0] == env[f"{name.upper()}_PORT"]
+        assert interpolate(mapping, {"BIND_ADDRESS": "0.0.0.0"}).startswith("0.0.0.0:")
+    # Only the two APIs are published.
+    assert {name for name, service in SERVICES.items() if service.get("ports")} == {
+        "core",
+        "results",
+    }
+
+
+def test_volumes_and_the_frame_cache():
     named = set(COMPOSE["volumes"])
     for service in SERVICES.values():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             assert source in named or source.startswith("${"), volume
     assert "pgdata:/var/lib/postgresql/data" in SERVICES["postgres"]["volumes"]
-    for name, gpus in (("model", "MODEL_GPUS"), ("judge", "JUDGE_GPUS")):
+    # Whoever samples frames writes them to the cache; the results API reads them back for
+    # the dashboard's thumbnails.
+    for name, mode in (("core", ""), ("benchmark", ""), ("results", ":ro")):
+        cache = SERVICES[name]["environment"]["STREAMEVAL_CACHE_DIR"]
+        assert f"cache:{cache}{mode}" in SERVICES[name]["volumes"], name
+
+
+def test_gpu_lists_give_one_device_each():
+    for name, gpus, parallel in (
+        ("model", "MODEL_GPUS", "MODEL_TENSOR_PARALLEL"),
+        ("judge", "JUDGE_GPUS", "JUDGE_TENSOR_PARALLEL"),
+    ):
         (device,) = SERVICES[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-        assert device["device_ids"] == [f"${{{gpus}}}"]
-    for name in ("adapter", "core", "results", "benchmark"):
+        assert device == {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+        visible = SERVICES[name]["environment"]["CUDA_VISIBLE_DEVICES"]
+        assert interpolate(visible, {gpus: "0,1"}).split(",") == ["0", "1"]
+        assert interpolate(visible, {}) == env_example()[gpus]
+        words = command_words(name, {parallel: "2"})
+        assert words[words.index("--tensor-parallel-size") + 1] == "2"
+    for name in ("adapter", "core", "results", "benchmark", "reference-adapter"):
         assert "deploy" not in SERVICES[name]  # no GPU where none is needed
 
 
-def test_every_variable_is_documented_in_env_example():
+def test_every_variable_has_the_default_env_example_documents():
     text = (REPO / "docker-compose.yml").read_text()
-    used = {m.group(1) for m in VARIABLE.finditer(text) if m.group(1)}
-    assert used == set(env_example())
+    uses = re.findall(r"(?<!\$)\$\{(\w+)(:?[-+?]?)([^}$]*)", text)
+    assert {name for name, _, _ in uses} == set(env_example())
+    for name, operator, default in uses:
+        # A default everywhere: a user with no .env gets no "variable is not set" warning.
+        assert operator in (":-", ":+"), f"${{{name}}} has no default"
+        if operator == ":-":
+            assert default == env_example()[name], name
     # Shell variables inside health checks are escaped, so Compose leaves them alone.
     assert "$${POSTGRES_USER}" in text
 

@@ -93,7 +93,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def _must(done: subprocess.CompletedProcess[str], what: str) -> str:
-    assert done.returncode == 0, f"{what} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"  # fmt: skip
+    output = f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"{what} exited {done.returncode}:\n{output}"
     return done.stdout
 
 
