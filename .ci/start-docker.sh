@@ -31,7 +31,8 @@ install_plugins() {
     mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
     echo "deb $mirror trixie main" > "$apt/sources.list"
     local options=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=-"
-        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root -qq)
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
+        -o "APT::Sandbox::User=root" -qq)
     apt-get "${options[@]}" update >&2
     (cd "$apt/debs" && apt-get "${options[@]}" download docker-compose docker-buildx >&2)
     for deb in "$apt/debs"/*.deb; do dpkg-deb -x "$deb" "$apt/root"; done
@@ -45,6 +46,7 @@ dockerd --data-root "$ROOT/data" --exec-root "$ROOT/exec" --pidfile "$ROOT/docke
     -H "unix://$SOCKET" --iptables=false --ip6tables=false --ip-forward=false \
     --ip-masq=false --bridge=none --storage-driver=overlay2 \
     > "$ROOT/dockerd.log" 2>&1 &
+dockerd_pid=$!
 export DOCKER_HOST="unix://$SOCKET"
 for _ in $(seq 1 60); do
     if docker version >/dev/null 2>&1; then
@@ -58,4 +60,5 @@ for _ in $(seq 1 60); do
 done
 log "the engine did not start; its log:"
 tail -n 20 "$ROOT/dockerd.log" >&2
+kill "$dockerd_pid" 2>/dev/null || true
 exit 1
