@@ -1,8 +1,8 @@
 """docker-compose.yml's cpu profile brought up for real on a Docker engine, as a user would:
 the one-shot benchmark job runs, scores and exits 0; its results file equals what
 `streameval score` says inside the `core` container; the results API lists the run and
-serves its thumbnails; an adapter endpoint registered over the control API survives a
-restart of `core`, and a run started on it over HTTP is scored by the results API.
+serves its thumbnails; the README's three curl calls register an adapter endpoint with the
+control API (it survives a restart of `core`), start a run on it and read its metrics.
 
 Needs a Docker engine with Compose v2 (DOCKER_HOST) that can build the project's images:
 without one these tests skip and say so, or fail where STREAMEVAL_REQUIRE_DOCKER is set (CI,
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -156,29 +157,59 @@ def test_the_results_api_lists_the_run_and_serves_its_thumbnails(
     assert thumbnail.content[:2] == b"\xff\xd8"
 
 
-def test_an_endpoint_registered_over_http_survives_a_restart_and_runs(
+def readme_curls(stack: Stack, run_id: str = "RUN_ID") -> list[str]:
+    """The README's three curl calls (register, start a run, read its metrics), pointed at
+    this stack's ports and token."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### On a laptop: the cpu profile") :]
+    block = section[section.index("```bash\ndocker compose --profile cpu up -d") :]
+    block = block[: block.index("```", 3)].replace("\\\n", " ")
+    calls = [line.strip() for line in block.splitlines() if line.strip().startswith("curl ")]
+    replacements = {
+        "http://127.0.0.1:8700": stack.url("core"),
+        "http://127.0.0.1:8800": stack.url("results"),
+        "Bearer change-me": f"Bearer {TOKEN}",
+        "RUN_ID": run_id,
+    }
+    for old, new in replacements.items():
+        calls = [call.replace(old, new) for call in calls]
+    return calls
+
+
+def curl(call: str) -> Any:
+    done = subprocess.run(
+        [*shlex.split(call), "--silent", "--show-error", "--fail-with-body"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{call}: {done.stdout} {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def test_the_readmes_curl_calls_register_run_and_score_across_a_core_restart(
     stack: Stack, benchmark_run: dict[str, Any]
 ):
     core = stack.url("core")
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    endpoint = {"name": "reference-2", "url": "ws://reference-adapter:8765/ws", "concurrency": 2}
+    register, start, _ = readme_curls(stack)
+    endpoint = {"name": "my-adapter", "url": "ws://reference-adapter:8765/ws", "concurrency": 4}
     assert httpx.post(f"{core}/adapters", json=endpoint, timeout=10).status_code == 401
-    registered = httpx.post(f"{core}/adapters", json=endpoint, headers=auth, timeout=10)
-    assert registered.status_code == 201, registered.text
+    assert curl(register) == endpoint
 
+    # Registered endpoints live in the store: a restarted Core still knows them.
     _must(stack.compose("restart", "core"), "restart core")
     _must(stack.compose("up", "-d", "--wait", "core"), "core healthy again")
     listed = httpx.get(f"{core}/adapters", headers=auth, timeout=10).raise_for_status().json()
     assert listed == [endpoint]
 
-    request = {"adapters": ["reference-2"], "overrides": {"limit": 4, "tasks": ["qa"]}}
-    started = httpx.post(f"{core}/runs", json=request, headers=auth, timeout=60)
-    assert started.status_code == 202, started.text
-    run_id = started.json()["run_id"]
+    run_id = curl(start)["run_id"]
     status = _poll(f"{core}/runs/{run_id}", headers=auth)
     assert (status["status"], status["sessions"]) == ("finished", {"finished": 4})
 
-    metrics = httpx.get(f"{stack.url('results')}/runs/{run_id}/metrics", timeout=60)
-    body = metrics.raise_for_status().json()
-    assert (body["run_status"], body["records_scored"]) == ("finished", 4)
-    assert body["overall"]["qa"]["accuracy"]["value"] == 1.0
+    (read_metrics,) = [call for call in readme_curls(stack, run_id) if "/metrics" in call]
+    metrics = curl(read_metrics)
+    assert (metrics["run_id"], metrics["run_status"], metrics["records_scored"]) == (
+        run_id,
+        "finished",
+        4,
+    )
+    assert metrics["sessions"]["finished"] == 4
