@@ -10,7 +10,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import build_adapter
@@ -28,7 +31,18 @@ def run_adapter(
         print(f"{READY_PREFIX} {host}:{bound}", flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(adapter, host, port, ready=ready))
+        asyncio.run(_serve_until_terminated(serve(adapter, host, port, ready=ready)))
+
+
+async def _serve_until_terminated(serving: Coroutine[Any, Any, None]) -> None:
+    """SIGTERM (`docker stop`, Slurm, Kubernetes) ends the service cleanly with status 0.
+
+    A container's PID 1 gets no default action for SIGTERM, so without a handler the
+    adapter would only die by SIGKILL once the engine's grace period ran out."""
+    task = asyncio.ensure_future(serving)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def main(argv: list[str] | None = None) -> None:

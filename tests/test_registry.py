@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -241,6 +242,15 @@ def test_serving_with_a_bad_option_fails_fast_with_the_line():
     assert done.stderr.splitlines() == [
         "error: openai config: qa_max_frames: Input should be greater than or equal to 1 (got 0)"
     ]
+
+
+def test_sigterm_stops_a_served_adapter_cleanly():
+    """`docker stop` and schedulers send SIGTERM; the service ends with status 0 at once
+    (as a container's PID 1 it would otherwise wait for SIGKILL)."""
+    with AdapterProcess("always") as adapter:
+        assert adapter.process is not None
+        adapter.process.send_signal(signal.SIGTERM)
+        assert adapter.process.wait(timeout=5) == 0
 
 
 # --------------------------------------------------------------------------- presets
