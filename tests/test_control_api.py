@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import text
@@ -13,6 +15,27 @@ from streameval.core.store.store import Store
 from tests.timeline_fixtures import write_benchmark
 
 TOKEN = "s3cret-token"
+
+
+def run_to_the_end(client: TestClient, benchmark: Path, cache: Path) -> dict[str, Any]:
+    """Start a run on the registered `always` adapter and poll it until it ends."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    started = client.post(
+        "/runs",
+        json={
+            "adapters": ["always"],
+            "overrides": {"benchmark": str(benchmark), "cache_dir": str(cache)},
+        },
+        headers=auth,
+    )
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        status = client.get(f"/runs/{run_id}", headers=auth).json()
+        if status["status"] not in ("created", "running") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.1)
 
 
 def test_every_route_needs_the_bearer_token(tmp_path):
@@ -43,22 +66,7 @@ def test_register_an_adapter_start_a_run_and_follow_it(tmp_path):
         unknown = client.post("/runs", json={"adapters": ["nobody"]}, headers=auth)
         assert unknown.status_code == 422 and "nobody" in unknown.json()["detail"]
 
-        started = client.post(
-            "/runs",
-            json={
-                "adapters": ["always"],
-                "overrides": {"benchmark": str(benchmark), "cache_dir": str(tmp_path / "c")},
-            },
-            headers=auth,
-        )
-        assert started.status_code == 202, started.text
-        run_id = started.json()["run_id"]
-        deadline = time.monotonic() + 60
-        while True:
-            status = client.get(f"/runs/{run_id}", headers=auth).json()
-            if status["status"] == "finished" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        status = run_to_the_end(client, benchmark, tmp_path / "c")
         assert status["status"] == "finished"
         assert status["sessions"] == {"finished": 3}
         assert len(status["config_hash"]) == 64
@@ -86,22 +94,8 @@ def test_registered_adapters_survive_a_restart_of_the_api(tmp_path):
                 {"name": "always", "url": adapter.url, "concurrency": 3},
                 other,
             ]
-            started = second.post(
-                "/runs",
-                json={
-                    "adapters": ["always"],
-                    "overrides": {"benchmark": str(benchmark), "cache_dir": str(tmp_path / "c")},
-                },
-                headers=auth,
-            )
-            assert started.status_code == 202, started.text
-            run_id = started.json()["run_id"]
-            deadline = time.monotonic() + 60
-            while True:
-                status = second.get(f"/runs/{run_id}", headers=auth).json()
-                if status["status"] == "finished" or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            status = run_to_the_end(second, benchmark, tmp_path / "c")
+            run_id = status["run_id"]
             assert status["status"] == "finished"
             assert status["sessions"] == {"finished": 3}
     with Store(store_url) as store:
