@@ -90,7 +90,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         yield stack
     finally:
-        stack.compose("down", "-v", "--remove-orphans")
+        # Its containers, volumes and images go; the build cache stays for the next run.
+        stack.compose("down", "-v", "--remove-orphans", "--rmi", "local")
 
 
 def _must(done: subprocess.CompletedProcess[str], what: str) -> str:
