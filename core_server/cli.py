@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -29,9 +30,11 @@ from streameval.core.runner import (
     RunSummary,
     adapter_identity,
     identity_label,
+    stored_run_executor,
 )
 from streameval.core.session import SessionOutcome
 from streameval.core.store.store import Store, StoreError
+from streameval.core.worker import DEFAULT_LEASE_S, Worker, WorkerSummary, this_worker
 from streameval.errors import UserError
 
 app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
@@ -173,6 +176,14 @@ def run(
             "than the run used; the run then lists every adapter it used.",
         ),
     ] = False,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help="Only create the run (its sessions wait in the store) and print its id; "
+            "`streameval worker` processes run it (docs/scale.md).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run).
@@ -187,6 +198,8 @@ def run(
     if not resume and (retry_failed or allow_adapter_change):
         flag = "--retry-failed" if retry_failed else "--allow-adapter-change"
         raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
+    if detach and resume:
+        raise fail("--detach creates a new run: workers continue a stored one by itself")
     try:
         with Store(resolve_store_url(store, cache_dir)) as opened:
             if resume:
@@ -198,7 +211,7 @@ def run(
                     stored = stored.model_copy(update={"endpoints": endpoints})
                 config = stored
             else:
-                if not adapter_url:
+                if not adapter_url and not detach:
                     raise fail("give at least one --adapter-url (or use `streameval demo`)")
                 config = RunConfig(
                     benchmark=benchmark,
@@ -208,7 +221,9 @@ def run(
                     tasks=task or ["qa", "proactive"],
                     task_types=task_type or [],
                     limit=limit,
-                    endpoints=[EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url],
+                    endpoints=[
+                        EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url or []
+                    ],
                     profile=profile,
                     pacing=pacing,
                     speed=speed,
@@ -218,6 +233,9 @@ def run(
                     response_timeout_s=response_timeout,
                     **({"cache_dir": str(cache_dir)} if cache_dir else {}),
                 )
+            if detach:
+                _create_detached(config, opened, as_json)
+                return
             summary = execute(
                 config,
                 opened,
@@ -233,6 +251,20 @@ def run(
         raise fail(_first_validation_error(exc)) from None
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
+
+
+def _create_detached(config: RunConfig, store: Store, as_json: bool) -> None:
+    run_id = asyncio.run(RunExecutor(config, store).prepare())
+    sessions = len(store.sessions(run_id))
+    if as_json:
+        print(json.dumps({"run_id": run_id, "store": store.url, "sessions": sessions}))
+        return
+    print(run_id, flush=True)
+    console.print(
+        f"run {run_id}: {sessions} sessions wait for workers: streameval worker --store "
+        f"{store.url} --run {run_id} --adapter-url ws://127.0.0.1:PORT/ws",
+        highlight=False,
+    )
 
 
 def _first_validation_error(exc: ValueError) -> str:
@@ -273,6 +305,121 @@ def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
             f"{summary.run_id} failed[/yellow]",
             highlight=False,
         )
+
+
+# --------------------------------------------------------------------------- worker
+
+
+@app.command()
+def worker(
+    adapter_url: Annotated[
+        str,
+        typer.Option(
+            "--adapter-url",
+            help="This worker's adapter, usually beside it: ws://127.0.0.1:PORT/ws.",
+        ),
+    ],
+    store: StoreOption = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="Work on this run only (default: any run).")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Sessions in flight (1 keeps wall-clock timings faithful).")
+    ] = 1,
+    max_sessions: Annotated[
+        int | None, typer.Option(help="Stop after claiming this many sessions.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="When no session is left, wait for new runs.")
+    ] = False,
+    lease_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds before a dead worker's session may be run again elsewhere."),
+    ] = DEFAULT_LEASE_S,
+    video_root: Annotated[
+        Path | None, typer.Option(help="Where the benchmark's videos are on this machine.")
+    ] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="This machine's frame cache.")] = None,
+    allow_adapter_change: Annotated[
+        bool,
+        typer.Option(help="Accept an adapter identity the run has not used yet (recorded)."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Claim sessions of stored runs and run them against one adapter (docs/scale.md).
+
+    Exit status: 0 no session is left (or --max-sessions were claimed); 2 the worker could
+    not start (store, adapter, or an adapter the run did not use); 130 interrupted (the
+    sessions it held go back to the queue).
+    """
+    try:
+        endpoint = EndpointConfig(url=adapter_url, concurrency=concurrency)
+        if lease_timeout <= 0:
+            raise fail(f"--lease-timeout must be positive, got {lease_timeout:g}")
+        with Store(resolve_store_url(store, cache_dir)) as opened:
+            summary = _work(
+                opened, endpoint, run_id, max_sessions, follow, lease_timeout,
+                cache_dir, video_root, allow_adapter_change,
+            )  # fmt: skip
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    except ValueError as exc:
+        raise fail(_first_validation_error(exc)) from None
+    except asyncio.CancelledError:  # SIGTERM: the held sessions went back to the queue
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    body = {
+        "worker_id": summary.worker_id,
+        "host": summary.host,
+        "claimed": summary.claimed,
+        "finished": summary.finished,
+        "failed": summary.failed,
+        "lost": summary.lost,
+        "runs": sorted(summary.runs),
+    }
+    if as_json:
+        print(json.dumps(body), flush=True)
+    else:
+        console.print(
+            f"worker {summary.worker_id}: {summary.claimed} sessions claimed, "
+            f"{summary.finished} finished, {summary.failed} failed, {summary.lost} lost",
+            highlight=False,
+        )
+
+
+def _work(
+    store: Store,
+    endpoint: EndpointConfig,
+    run_id: str | None,
+    max_sessions: int | None,
+    follow: bool,
+    lease_s: float,
+    cache_dir: Path | None,
+    video_root: Path | None,
+    allow_adapter_change: bool,
+) -> WorkerSummary:
+    identity = this_worker()
+    executors: dict[str, RunExecutor] = {}
+
+    async def executor_for(run: str) -> RunExecutor:
+        if run not in executors:
+            executors[run] = await stored_run_executor(
+                store, run, endpoint, cache_dir=cache_dir, video_root=video_root,
+                identity=identity, lease_s=lease_s, allow_adapter_change=allow_adapter_change,
+            )  # fmt: skip
+        return executors[run]
+
+    async def go() -> WorkerSummary:
+        main = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+        if run_id is not None:
+            await executor_for(run_id)  # a refused adapter stops here, before any claim
+        worker = Worker(store, [endpoint], executor_for, identity=identity, lease_s=lease_s)
+        return await worker.run(run_id, max_sessions=max_sessions, follow=follow)
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 # --------------------------------------------------------------------------- store views

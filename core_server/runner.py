@@ -29,9 +29,11 @@ from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.errors import CoreError
 from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
+from streameval.core.paths import default_cache_dir
 from streameval.core.plan import SessionPlan
 from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.store.models import RunStatus
+from streameval.core.store.queue import WorkerIdentity
 from streameval.core.store.store import SessionInfo, Store
 from streameval.core.store.writer import EventWriter
 from streameval.core.timeline import (
@@ -41,6 +43,7 @@ from streameval.core.timeline import (
     probe_timeline,
     qa_timeline,
 )
+from streameval.core.worker import DEFAULT_LEASE_S, Worker, WorkerSummary, finish_run_if_done
 from streameval.events import Event, EventKind, FailureCause, failure_cause
 from streameval.protocol import AdapterConditions
 
@@ -163,10 +166,16 @@ class RunExecutor:
         config: RunConfig,
         store: Store,
         progress: ProgressCallback | None = None,
+        *,
+        identity: WorkerIdentity | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> None:
         self.config = config.resolved()
         self.store = store
         self.progress = progress
+        self.identity = identity
+        self.lease_s = lease_s
+        self._benchmark: Benchmark | None = None
         # Called with the number of sessions to run, once the checks passed and they start.
         self.on_start: StartCallback | None = None
         self.profile = PROTOCOL_PROFILES[self.config.profile]
@@ -243,6 +252,18 @@ class RunExecutor:
         summary.retried = len(retry)
         return summary
 
+    async def admit(self, run_id: str, allow_adapter_change: bool = False) -> None:
+        """Check this executor's endpoints against the run before working on it: reachable,
+        serving what its tasks need, and the adapter identity the run used (RunError)."""
+        if self._benchmark is None:
+            self._benchmark = self._load_benchmark()
+        records = [r for r in self._benchmark.records if r.record_id in self._run_records(run_id)]
+        infos = await self._check_endpoints(records)
+        self._check_identities(run_id, infos, allow_adapter_change)
+
+    def _run_records(self, run_id: str) -> set[str]:
+        return {rid for session in self.store.sessions(run_id) for rid in session.record_ids}
+
     def _load_benchmark(self) -> Benchmark:
         cache_dir = Path(self.config.cache_dir)
         return load_benchmark(
@@ -290,50 +311,52 @@ class RunExecutor:
         self.store.set_run_status(run_id, "running")
         if self.on_start is not None:
             self.on_start(len(records))
-        writer = EventWriter(self.store)
-        await writer.start()
-        queue: asyncio.Queue = asyncio.Queue()
-        for record in records:
-            queue.put_nowait(record)
-        video_root = Path(benchmark.video_root)
+        self._benchmark = benchmark
 
-        async def worker(endpoint: EndpointConfig) -> None:
-            while True:
-                try:
-                    record = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                outcome = await self._run_session(run_id, record, video_root, endpoint, writer)
-                if outcome.status == "finished":
-                    summary.finished += 1
-                else:
-                    summary.failed += 1
-                    summary.failures.append(outcome)
-                if self.progress is not None:
-                    self.progress(outcome, summary.finished + summary.failed, summary.total)
+        def report(outcome: SessionOutcome, _progress: WorkerSummary) -> None:
+            if outcome.status == "finished":
+                summary.finished += 1
+            else:
+                summary.failed += 1
+                summary.failures.append(outcome)
+            if self.progress is not None:
+                self.progress(outcome, summary.finished + summary.failed, summary.total)
 
-        workers = [
-            asyncio.create_task(worker(endpoint))
-            for endpoint in self.config.endpoints
-            for _ in range(endpoint.concurrency)
-        ]
+        worker = Worker(
+            self.store,
+            self.config.endpoints,
+            self._this_runner,
+            identity=self.identity,
+            lease_s=self.lease_s,
+            progress=report,
+        )
         try:
-            await asyncio.gather(*workers)
+            await worker.run(run_id)
         except BaseException:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            await writer.close()
             self.store.set_run_status(run_id, "interrupted")
             raise
-        await writer.close()
-        # The run's status comes from all of its sessions, those kept from before included.
-        sessions = self.store.sessions(run_id)
-        summary.failed_total = sum(s.status == "failed" for s in sessions)
-        all_failed = bool(sessions) and summary.failed_total == len(sessions)
-        summary.status = "failed" if all_failed else "finished"
-        self.store.set_run_status(run_id, summary.status)
+        # The run's status comes from all of its sessions, those kept from before included
+        # (still `running` only while workers elsewhere hold some of them).
+        summary.status = finish_run_if_done(self.store, run_id) or "running"
+        summary.failed_total = sum(s.status == "failed" for s in self.store.sessions(run_id))
         return summary
+
+    async def _this_runner(self, _run_id: str) -> RunExecutor:
+        return self
+
+    async def run_claimed(
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+    ) -> SessionOutcome:
+        """Run one session a worker claimed (its status is already `running`)."""
+        if self._benchmark is None:
+            self._benchmark = self._load_benchmark()
+        by_id = {r.record_id: r for r in self._benchmark.records}
+        missing = [rid for rid in session.record_ids if rid not in by_id]
+        if missing:
+            raise RunError(f"run {session.run_id}: the benchmark has no records {missing[:3]}")
+        record = by_id[session.record_ids[0]]
+        video_root = Path(self._benchmark.video_root)
+        return await self._run_session(session.run_id, record, video_root, endpoint, writer)
 
     async def _run_session(
         self,
@@ -344,7 +367,6 @@ class RunExecutor:
         writer: EventWriter,
     ) -> SessionOutcome:
         session_id = record.record_id
-        writer.put_session_status(run_id, session_id, "running", endpoint=endpoint.url)
         try:
             frames = await self.cache.aget(video_root / record.video_path, self.rules)
             timeline = self._timeline(record, frames)
@@ -391,3 +413,27 @@ class RunExecutor:
             tolerance_s=self.config.proactive_tolerance_s,
             steps_before_instruction=self.profile.frame_level_steps,
         )
+
+
+async def stored_run_executor(
+    store: Store,
+    run_id: str,
+    endpoint: EndpointConfig,
+    *,
+    cache_dir: Path | None = None,
+    video_root: Path | None = None,
+    identity: WorkerIdentity | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
+    allow_adapter_change: bool = False,
+) -> RunExecutor:
+    """An executor for a worker joining a stored run: the run's own configuration, with this
+    machine's endpoint, frame cache and (if given) video folder, admitted to the run."""
+    stored = RunConfig.model_validate(store.get_run(run_id).config)
+    local = {"endpoints": [endpoint], "cache_dir": str(cache_dir or default_cache_dir())}
+    if video_root is not None:
+        local["video_root"] = str(video_root)
+    executor = RunExecutor(
+        stored.model_copy(update=local), store, identity=identity, lease_s=lease_s
+    )
+    await executor.admit(run_id, allow_adapter_change)
+    return executor

@@ -122,6 +122,10 @@ def test_migration_creates_the_documented_schema(store: Store, store_url: str) -
             "finished_at",
             "adapter",
             "failure_cause",
+            "lease_owner",
+            "lease_expires_at",
+            "host",
+            "worker_id",
         ]
         assert schema.get_pk_constraint("events")["constrained_columns"] == [
             "run_id",

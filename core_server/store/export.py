@@ -132,9 +132,17 @@ def run_line(run: RunInfo) -> dict[str, Any]:
     return line
 
 
-# Session columns the export leaves out: the event log already carries them (the
-# `adapter_hello` event and the `cause` of `session_failed`), and the line format is fixed.
-_SESSION_COLUMNS_NOT_EXPORTED = ("adapter", "failure_cause")
+# Session columns the export leaves out, because the line format is fixed: the event log
+# already carries the first two (the `adapter_hello` event and the `cause` of
+# `session_failed`); the rest say which worker held the session (store/queue.py).
+_SESSION_COLUMNS_NOT_EXPORTED = (
+    "adapter",
+    "failure_cause",
+    "lease_owner",
+    "lease_expires_at",
+    "host",
+    "worker_id",
+)
 
 
 def session_line(session: SessionInfo) -> dict[str, Any]:

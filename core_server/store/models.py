@@ -103,7 +103,12 @@ sessions = Table(
     Column("finished_at", UTCDateTime(), nullable=True),
     Column("adapter", JSON, nullable=True),
     Column("failure_cause", String(20), nullable=True),
+    Column("lease_owner", String(200), nullable=True),
+    Column("lease_expires_at", UTCDateTime(), nullable=True),
+    Column("host", String(255), nullable=True),
+    Column("worker_id", String(200), nullable=True),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_sessions_run_id"),
+    Index("ix_sessions_run_id_status", "run_id", "status"),
 )
 
 events = Table(

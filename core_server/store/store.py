@@ -90,6 +90,12 @@ class SessionInfo:
     adapter: dict[str, Any] | None = None
     # For a failed session: infrastructure, adapter or input (events.failure_cause).
     failure_cause: str | None = None
+    # The worker holding the session while it runs, and until when (docs/scale.md).
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    # Where the session ran: the worker's machine and id.
+    host: str | None = None
+    worker_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,48 @@ def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
             )
 
 
+def reset_values() -> dict[str, Any]:
+    """A session's columns as a new attempt starts them: pending, nothing recorded."""
+    table = models.sessions
+    return {
+        "status": "pending",
+        "attempt": table.c.attempt + 1,
+        "endpoint": None,
+        "failure_stage": None,
+        "failure_reason": None,
+        "failure_cause": None,
+        "adapter": null(),  # SQL NULL; a bare None would store JSON null
+        "started_at": None,
+        "finished_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "host": None,
+        "worker_id": None,
+    }
+
+
+def delete_session_events(conn: Connection, run_id: str, session_id: str) -> None:
+    events = models.events
+    conn.execute(delete(events).where(events.c.run_id == run_id, events.c.session_id == session_id))
+
+
+def _sessions_not_held(conn: Connection, events: Sequence[Event], owner: str) -> set[str]:
+    """The batch's sessions whose lease `owner` does not hold. On PostgreSQL the held rows
+    stay share-locked until the batch commits, so no claim can reset them in between."""
+    table = models.sessions
+    wanted = {(event.run_id, event.session_id) for event in events}
+    held: set[tuple[str, str]] = set()
+    for run_id in {run for run, _ in wanted}:
+        ids = [session for run, session in wanted if run == run_id]
+        query = select(table.c.session_id).where(
+            table.c.run_id == run_id, table.c.session_id.in_(ids), table.c.lease_owner == owner
+        )
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update(read=True)
+        held.update((run_id, row.session_id) for row in conn.execute(query))
+    return {session for run, session in wanted - held}
+
+
 def _check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
     if status not in allowed:
         raise StoreError(f"invalid {what} status {status!r}; expected one of {', '.join(allowed)}")
@@ -317,7 +365,7 @@ class Store:
             conditions=dict(conditions or {}),
             finished_at=None,
         )
-        with self._transaction(f"cannot create run {run_id!r}") as conn:
+        with self.transaction(f"cannot create run {run_id!r}") as conn:
             if self._run_exists(conn, run_id):
                 raise StoreError(f"run {run_id!r} already exists in {self._display_url}")
             conn.execute(insert(models.runs).values(**asdict(info)))
@@ -334,14 +382,14 @@ class Store:
         self._update_run(run_id, {"conditions": conditions})
 
     def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
-        with self._transaction(f"cannot update run {run_id!r}") as conn:
+        with self.transaction(f"cannot update run {run_id!r}") as conn:
             table = models.runs
             result = conn.execute(table.update().where(table.c.run_id == run_id).values(**values))
             if result.rowcount == 0:
                 raise self._unknown_run(run_id)
 
     def get_run(self, run_id: str) -> RunInfo:
-        with self._transaction(f"cannot read run {run_id!r}") as conn:
+        with self.transaction(f"cannot read run {run_id!r}") as conn:
             row = conn.execute(select(models.runs).where(models.runs.c.run_id == run_id)).first()
         if row is None:
             raise self._unknown_run(run_id)
@@ -349,7 +397,7 @@ class Store:
 
     def list_runs(self) -> list[RunInfo]:
         table = models.runs
-        with self._transaction("cannot list runs") as conn:
+        with self.transaction("cannot list runs") as conn:
             rows = conn.execute(
                 select(table).order_by(table.c.created_at.desc(), table.c.run_id.desc())
             )
@@ -379,7 +427,7 @@ class Store:
 
     def records(self, run_id: str) -> list[dict[str, Any]]:
         table = models.run_records
-        with self._transaction(f"cannot read records of run {run_id!r}") as conn:
+        with self.transaction(f"cannot read records of run {run_id!r}") as conn:
             self._require_run(conn, run_id)
             rows = conn.execute(
                 select(table.c.record).where(table.c.run_id == run_id).order_by(table.c.record_id)
@@ -402,14 +450,14 @@ class Store:
     def _insert_for_run(
         self, run_id: str, table: Any, rows: list[dict[str, Any]], what: str
     ) -> None:
-        with self._transaction(f"cannot add {what} to run {run_id!r}") as conn:
+        with self.transaction(f"cannot add {what} to run {run_id!r}") as conn:
             self._require_run(conn, run_id)
             if rows:
                 conn.execute(insert(table), rows)
 
     def sessions(self, run_id: str) -> list[SessionInfo]:
         table = models.sessions
-        with self._transaction(f"cannot read sessions of run {run_id!r}") as conn:
+        with self.transaction(f"cannot read sessions of run {run_id!r}") as conn:
             self._require_run(conn, run_id)
             rows = conn.execute(
                 select(table).where(table.c.run_id == run_id).order_by(table.c.session_id)
@@ -427,15 +475,21 @@ class Store:
         reason: str | None = None,
         cause: str | None = None,
         adapter: dict[str, Any] | None = None,
-    ) -> None:
+        owner: str | None = None,
+    ) -> bool:
         """Record a session's progress; None leaves endpoint, stage, reason, cause and
-        adapter (the hello's identity) as they were."""
+        adapter (the hello's identity) as they were.
+
+        With `owner`, only while that worker holds the session's lease (False otherwise:
+        the lease expired and the session belongs to another attempt); an ended session's
+        lease is released."""
         _check_status(status, models.SESSION_STATUSES, "session")
         values: dict[str, Any] = {"status": status}
         if status == "running":
             values["started_at"] = _now()
         elif status in ("finished", "failed"):
             values["finished_at"] = _now()
+            values.update(lease_owner=None, lease_expires_at=None)
         # str(): a stage or cause may come as a StrEnum member, which a database driver
         # could adapt by its name; the column holds its value.
         optional = {
@@ -446,27 +500,27 @@ class Store:
             "adapter": adapter,
         }
         values.update({key: value for key, value in optional.items() if value is not None})
-        with self._transaction(f"cannot update session {session_id!r} of run {run_id!r}") as conn:
+        with self.transaction(f"cannot update session {session_id!r} of run {run_id!r}") as conn:
+            if owner is not None:
+                table = models.sessions
+                held = conn.execute(
+                    table.update()
+                    .where(
+                        table.c.run_id == run_id,
+                        table.c.session_id == session_id,
+                        table.c.lease_owner == owner,
+                    )
+                    .values(**values)
+                )
+                return held.rowcount == 1
             self._update_session(conn, run_id, session_id, values)
+        return True
 
     def reset_session(self, run_id: str, session_id: str) -> None:
         """Forget a session's events so a resumed run can replay it from seq 0."""
-        table = models.sessions
-        values = {
-            "status": "pending",
-            "attempt": table.c.attempt + 1,
-            "endpoint": None,
-            "failure_stage": None,
-            "failure_reason": None,
-            "failure_cause": None,
-            "adapter": null(),  # SQL NULL; a bare None would store JSON null
-            "started_at": None,
-            "finished_at": None,
-        }
-        with self._transaction(f"cannot reset session {session_id!r} of run {run_id!r}") as conn:
-            self._update_session(conn, run_id, session_id, values)
-            ev = models.events
-            conn.execute(delete(ev).where(ev.c.run_id == run_id, ev.c.session_id == session_id))
+        with self.transaction(f"cannot reset session {session_id!r} of run {run_id!r}") as conn:
+            self._update_session(conn, run_id, session_id, reset_values())
+            delete_session_events(conn, run_id, session_id)
 
     def _update_session(
         self, conn: Connection, run_id: str, session_id: str, values: dict[str, Any]
@@ -479,20 +533,30 @@ class Store:
 
     # --- events ---------------------------------------------------------------------------------
 
-    def append_events(self, events: Sequence[Event]) -> None:
-        """Insert a batch in one transaction: all of it is stored, or none of it."""
+    def append_events(self, events: Sequence[Event], owner: str | None = None) -> set[str]:
+        """Insert a batch in one transaction: all of it is stored, or none of it.
+
+        With `owner`, events of sessions whose lease that worker no longer holds are
+        dropped (their session was given to another attempt); returns those sessions."""
         if not events:
-            return
+            return set()
         first, last = events[0], events[-1]
         what = (
             f"cannot append {len(events)} events of run {first.run_id!r} (session "
             f"{first.session_id!r} seq {first.seq} to session {last.session_id!r} seq {last.seq})"
         )
-        with self._transaction(what) as conn:
+        lost: set[str] = set()
+        with self.transaction(what) as conn:
+            if owner is not None:
+                lost = _sessions_not_held(conn, events, owner)
+                events = [event for event in events if event.session_id not in lost]
+                if not events:
+                    return lost
             if conn.dialect.name == "postgresql":
                 _copy_events(conn, events)
             else:
                 conn.execute(insert(models.events), [_event_row(ev) for ev in events])
+        return lost
 
     def iter_events(
         self, run_id: str, session_id: str | None = None, batch: int = 5000
@@ -504,7 +568,7 @@ class Store:
         )
         if session_id is not None:
             query = query.where(table.c.session_id == session_id)
-        with self._transaction(f"cannot read events of run {run_id!r}") as conn:
+        with self.transaction(f"cannot read events of run {run_id!r}") as conn:
             self._require_run(conn, run_id)
             if session_id is not None:
                 self._require_session(conn, run_id, session_id)
@@ -513,7 +577,7 @@ class Store:
 
     def count_events(self, run_id: str) -> int:
         table = models.events
-        with self._transaction(f"cannot count events of run {run_id!r}") as conn:
+        with self.transaction(f"cannot count events of run {run_id!r}") as conn:
             self._require_run(conn, run_id)
             return conn.execute(
                 select(func.count()).select_from(table).where(table.c.run_id == run_id)
@@ -527,21 +591,21 @@ class Store:
         table = models.adapter_endpoints
         # Delete then insert in one transaction: an upsert is spelled differently on SQLite
         # and PostgreSQL, and this spelling is the same on both.
-        with self._transaction(f"cannot register adapter endpoint {name!r}") as conn:
+        with self.transaction(f"cannot register adapter endpoint {name!r}") as conn:
             conn.execute(delete(table).where(table.c.name == name))
             conn.execute(insert(table).values(**asdict(endpoint)))
         return endpoint
 
     def adapter_endpoints(self) -> list[AdapterEndpoint]:
         table = models.adapter_endpoints
-        with self._transaction("cannot list adapter endpoints") as conn:
+        with self.transaction("cannot list adapter endpoints") as conn:
             rows = conn.execute(select(table).order_by(table.c.name))
             return [_adapter_endpoint(row) for row in rows]
 
     # --- helpers --------------------------------------------------------------------------------
 
     @contextmanager
-    def _transaction(self, what: str) -> Iterator[Connection]:
+    def transaction(self, what: str) -> Iterator[Connection]:
         """One transaction; database errors (constraints, lost server) become StoreError.
 
         Driver errors arrive unwrapped from COPY (PostgreSQL), and ValueError/TypeError

@@ -41,10 +41,18 @@ _Item = Event | _StatusChange | _Flush | _Stop
 
 
 class EventWriter:
-    def __init__(self, store: Store, batch_size: int = 500, max_delay_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        store: Store,
+        batch_size: int = 500,
+        max_delay_s: float = 0.05,
+        owner: str | None = None,
+    ) -> None:
+        """`owner`: the worker whose session leases fence every write (store/queue.py)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self._store = store
+        self._fence: dict[str, Any] = {} if owner is None else {"owner": owner}
         self._batch_size = batch_size
         self._max_delay_s = max_delay_s
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
@@ -121,13 +129,15 @@ class EventWriter:
                 item.done.set_result(None)
             elif isinstance(item, Event):
                 batch, pending = await self._collect(item)
-                await self._call_store(len(batch), partial(self._store.append_events, batch))
+                append = partial(self._store.append_events, batch, **self._fence)
+                await self._call_store(len(batch), append)
             else:
                 change = partial(
                     self._store.set_session_status,
                     item.run_id,
                     item.session_id,
                     item.status,
+                    **self._fence,
                     **item.options,
                 )
                 await self._call_store(1, change)
@@ -153,7 +163,7 @@ class EventWriter:
             batch.append(item)
         return batch, None
 
-    async def _call_store(self, items: int, call: Callable[[], None]) -> None:
+    async def _call_store(self, items: int, call: Callable[[], object]) -> None:
         """Run one store call in a worker thread; after a failure, only count what is dropped."""
         if self._error is not None:
             self._discarded += items

@@ -1,0 +1,190 @@
+"""A worker: claim sessions from the store's queue, run them, keep their leases alive.
+
+`streameval run` drives its run with one in-process worker; `streameval worker` processes on
+many machines (Slurm array tasks, Kubernetes pods, compose replicas) share a run through a
+PostgreSQL store the same way. Each endpoint gets as many slots as its concurrency; a slot
+claims a session, runs it, and claims the next until none is left. While sessions run, one
+task renews their leases every third of the lease; a session whose lease was lost (the
+worker stalled past it and someone else took the session) is cancelled here, and its events
+are refused by the store. When the worker stops early (Ctrl-C, SIGTERM), the sessions it
+holds go back to pending at once instead of waiting for their leases to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from streameval.core.config import EndpointConfig
+from streameval.core.session import SessionOutcome
+from streameval.core.store.queue import SessionQueue, WorkerIdentity
+from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.writer import EventWriter
+
+DEFAULT_LEASE_S = 60.0
+
+
+def this_worker() -> WorkerIdentity:
+    """A worker id unique across machines and restarts: host, process, random suffix."""
+    host = socket.gethostname()
+    return WorkerIdentity(f"{host}:{os.getpid()}:{uuid.uuid4().hex[:6]}", host)
+
+
+def finish_run_if_done(store: Store, run_id: str) -> str | None:
+    """Set the run's final status once every session ended: `failed` when all failed,
+    `finished` otherwise. None while sessions are still pending or running."""
+    sessions = store.sessions(run_id)
+    if any(session.status in ("pending", "running") for session in sessions):
+        return None
+    failed = sum(session.status == "failed" for session in sessions)
+    status = "failed" if sessions and failed == len(sessions) else "finished"
+    store.set_run_status(run_id, status)
+    return status
+
+
+class ClaimedSessionRunner(Protocol):
+    async def run_claimed(
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+    ) -> SessionOutcome: ...
+
+
+@dataclass
+class WorkerSummary:
+    worker_id: str
+    host: str
+    claimed: int = 0
+    finished: int = 0
+    failed: int = 0
+    lost: int = 0  # sessions whose lease this worker lost; another attempt counts for them
+    failures: list[SessionOutcome] = field(default_factory=list)
+    runs: set[str] = field(default_factory=set)
+
+
+ProgressCallback = Callable[[SessionOutcome, WorkerSummary], None]
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        endpoints: list[EndpointConfig],
+        runner_for: Callable[[str], Awaitable[ClaimedSessionRunner]],
+        *,
+        identity: WorkerIdentity | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        poll_s: float | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.store = store
+        self.endpoints = endpoints
+        self.runner_for = runner_for
+        self.identity = identity or this_worker()
+        self.queue = SessionQueue(store, self.identity, lease_s)
+        self.lease_s = lease_s
+        self.poll_s = poll_s if poll_s is not None else min(1.0, lease_s / 4)
+        self.progress = progress
+        self.summary = WorkerSummary(self.identity.worker_id, self.identity.host)
+        self._held: dict[tuple[str, str], asyncio.Task[SessionOutcome]] = {}
+
+    async def run(
+        self, run_id: str | None = None, max_sessions: int | None = None, follow: bool = False
+    ) -> WorkerSummary:
+        """Claim and run sessions (of `run_id`, or of any run) until none is left, or until
+        `max_sessions` were claimed; with `follow`, wait for new runs instead of stopping."""
+        writer = EventWriter(self.store, owner=self.identity.worker_id)
+        await writer.start()
+        keeper = asyncio.create_task(self._keep_leases(), name="streameval-leases")
+        slots = [
+            asyncio.create_task(self._slot(endpoint, writer, run_id, max_sessions, follow))
+            for endpoint in self.endpoints
+            for _ in range(endpoint.concurrency)
+        ]
+        try:
+            await asyncio.gather(*slots)
+        except BaseException:
+            held = list(self._held)
+            for slot in slots:
+                slot.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
+            await writer.close()
+            await asyncio.to_thread(self._give_back, held)
+            raise
+        finally:
+            keeper.cancel()
+        await writer.close()
+        for run in sorted(self.summary.runs):
+            await asyncio.to_thread(finish_run_if_done, self.store, run)
+        return self.summary
+
+    async def _slot(
+        self,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        run_id: str | None,
+        max_sessions: int | None,
+        follow: bool,
+    ) -> None:
+        while max_sessions is None or self.summary.claimed < max_sessions:
+            session = await asyncio.to_thread(self.queue.claim, run_id, endpoint.url)
+            if session is None:
+                # Sessions other workers hold may still come back (their worker may die).
+                if follow or await asyncio.to_thread(self.queue.outstanding, run_id):
+                    await asyncio.sleep(self.poll_s)
+                    continue
+                return
+            self.summary.claimed += 1
+            if session.run_id not in self.summary.runs:
+                self.summary.runs.add(session.run_id)
+                await asyncio.to_thread(self.store.set_run_status, session.run_id, "running")
+            await self._run_one(session, endpoint, writer)
+
+    async def _run_one(
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+    ) -> None:
+        key = (session.run_id, session.session_id)
+        try:
+            runner = await self.runner_for(session.run_id)
+        except BaseException:  # not admitted to the run (changed adapter, ...): hand it back
+            await asyncio.to_thread(self.queue.release, *key)
+            raise
+        task = asyncio.create_task(runner.run_claimed(session, endpoint, writer))
+        self._held[key] = task
+        try:
+            outcome = await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # this worker is stopping
+                raise
+            self.summary.lost += 1  # the lease keeper gave the session up
+            return
+        finally:
+            self._held.pop(key, None)
+        if outcome.status == "finished":
+            self.summary.finished += 1
+        else:
+            self.summary.failed += 1
+            self.summary.failures.append(outcome)
+        await writer.flush()  # the session's end is stored before the run may be finalised
+        if self.progress is not None:
+            self.progress(outcome, self.summary)
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            by_run: dict[str, list[str]] = {}
+            for run_id, session_id in list(self._held):
+                by_run.setdefault(run_id, []).append(session_id)
+            for run_id, session_ids in by_run.items():
+                lost = await asyncio.to_thread(self.queue.renew, run_id, session_ids)
+                for session_id in lost:
+                    task = self._held.get((run_id, session_id))
+                    if task is not None:
+                        task.cancel()
+
+    def _give_back(self, held: list[tuple[str, str]]) -> None:
+        for run_id, session_id in held:
+            self.queue.release(run_id, session_id)
