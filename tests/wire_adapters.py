@@ -10,6 +10,7 @@ import json
 import os
 import time
 
+from streameval.adapters.reference import ReferenceAdapter
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
@@ -169,3 +170,14 @@ class ScriptedAdapter(Adapter):
             await respond.say(due.pop(0)[1])
         else:
             await respond.silent(step.step)
+
+
+class SlowReferenceAdapter(ReferenceAdapter):
+    """The reference adapter taking 20 ms per frame: sessions long enough to kill a worker
+    in the middle of one, with the reference adapter's answers."""
+
+    name = "slow-reference"
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        await asyncio.sleep(0.02)
+        await super().on_frame(session, frame)
