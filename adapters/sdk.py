@@ -182,6 +182,12 @@ class Adapter:
     async def on_session_end(self, session: Session) -> None:
         """The stream is over; free per-session resources."""
 
+    def gpu_identity(self) -> str | None:
+        """The accelerator this adapter serves from, for the hello (None: none or unknown).
+        Model adapters name their device; an adapter in front of a server elsewhere may
+        read it from that server."""
+        return None
+
     def info(self) -> dict[str, Any]:
         return {
             "adapter": self.name,

@@ -53,6 +53,7 @@ class _Connection:
             adapter=self.adapter.name,
             adapter_version=self.adapter.version,
             conditions=self.adapter.conditions,
+            gpu=self.adapter.gpu_identity(),
         )
         await self.send(hello.model_dump_json())
         try:

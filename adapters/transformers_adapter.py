@@ -148,6 +148,11 @@ class TransformersAdapter(Adapter):
             ),
         )
 
+    def gpu_identity(self) -> str | None:
+        from streameval.adapters.hf.model import device_identity
+
+        return device_identity(self.vlm.device)
+
     # ------------------------------------------------------------------ hooks
 
     async def on_session_start(self, session: Session) -> None:

@@ -84,6 +84,7 @@ def hello_payload(hello: Hello) -> dict[str, Any]:
         "adapter_version": hello.adapter_version,
         "protocol": hello.protocol,
         "conditions": hello.conditions.model_dump(),
+        "gpu": hello.gpu,
     }
 
 

@@ -246,6 +246,7 @@ class AdapterHelloPayload(EventPayload):
     adapter_version: str
     protocol: str
     conditions: DeclaredConditions
+    gpu: str | None = None
 
 
 class FrameAckPayload(EventPayload):

@@ -133,6 +133,9 @@ class Hello(_Message):
     adapter: str
     adapter_version: str = ""
     conditions: AdapterConditions
+    # The accelerator serving this session, e.g. "NVIDIA H200 GPU-5f0c...": which device ran
+    # which session when a run spreads over many machines. Optional; not part of identity.
+    gpu: str | None = Field(default=None, max_length=200)
 
 
 class FrameAck(_Message):

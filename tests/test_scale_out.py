@@ -174,3 +174,24 @@ def test_a_lost_lease_fences_the_old_workers_writes(pg_url):
         assert store.set_session_status("fence", "s", "finished", owner="fast")
         (session,) = store.sessions("fence")
     assert (session.status, session.attempt, session.lease_owner) == ("finished", 1, None)
+
+
+def test_sessions_record_host_worker_and_the_gpu_the_adapter_reports(tmp_path):
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
+    run_id = detached_run(store_url, "--limit", "3", "--task", "qa")
+    with AdapterProcess("tests.wire_adapters:GpuReportingAdapter") as adapter:
+        done = streameval(
+            "worker", "--store", store_url, "--run", run_id, "--adapter-url", adapter.url, "--json"
+        )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["claimed"], summary["finished"], summary["runs"]) == (3, 3, [run_id])
+    with Store(store_url) as store:
+        sessions = store.sessions(run_id)
+        hellos = [e for e in store.iter_events(run_id) if e.kind == EventKind.ADAPTER_HELLO]
+        assert store.get_run(run_id).status == "finished"
+    assert {(s.host, s.worker_id, s.endpoint) for s in sessions} == {
+        (summary["host"], summary["worker_id"], adapter.url)
+    }
+    assert {s.adapter["gpu"] for s in sessions} == {"Test Accelerator GPU-0123"}
+    assert [hello.payload.gpu for hello in hellos] == ["Test Accelerator GPU-0123"] * 3

@@ -181,3 +181,12 @@ class SlowReferenceAdapter(ReferenceAdapter):
     async def on_frame(self, session: Session, frame: Frame) -> None:
         await asyncio.sleep(0.02)
         await super().on_frame(session, frame)
+
+
+class GpuReportingAdapter(InstantAdapter):
+    """Names the accelerator it serves from, as a model adapter on a GPU does."""
+
+    name = "gpu-reporting"
+
+    def gpu_identity(self) -> str | None:
+        return "Test Accelerator GPU-0123"

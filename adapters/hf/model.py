@@ -51,6 +51,15 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def device_identity(device: str) -> str | None:
+    """A CUDA device's name and UUID (stable across hosts' numbering); None on the CPU."""
+    if not device.startswith("cuda"):
+        return None
+    properties = torch.cuda.get_device_properties(torch.device(device))
+    uuid = getattr(properties, "uuid", None)
+    return f"{properties.name} GPU-{uuid}" if uuid is not None else properties.name
+
+
 class VisionLanguageModel:
     """The loaded model, its tokenizer and image processor, shared by every session.
 
