@@ -128,7 +128,7 @@ def test_every_streameval_command_exists_with_its_options():
     invocations += script_invocations(JOB_SCRIPT)
     commands = {cli_command(words)[1] for words in invocations}
     assert commands == {
-        ("adapter", "serve"), ("core-api",), ("results-api",), ("run",), ("score",),
+        ("adapter", "serve"), ("core-api",), ("results-api",), ("run",), ("score",), ("worker",),
     }  # fmt: skip
     for words in invocations:
         check_streameval(words)
@@ -176,7 +176,7 @@ def profiles() -> dict[str, set[str]]:
 def test_services_profiles_and_their_dependencies():
     assert profiles() == {
         "postgres": set(), "core": set(), "results": set(),
-        "benchmark": {"cpu", "gpu"}, "reference-adapter": {"cpu"},
+        "benchmark": {"cpu", "gpu"}, "reference-adapter": {"cpu"}, "worker": {"cpu"},
         "model": {"gpu"}, "adapter": {"gpu"}, "judge": {"judge"},
     }  # fmt: skip
     needs = {name: service.get("depends_on", {}) for name, service in SERVICES.items()}
@@ -186,20 +186,34 @@ def test_services_profiles_and_their_dependencies():
             assert "healthcheck" in SERVICES[dependency], f"{dependency} has no health check"
     assert needs["adapter"].keys() == {"model"}
     assert needs["core"].keys() == needs["results"].keys() == {"postgres"}
+    # Extra workers join once the store is migrated and their adapter answers; none by
+    # default, `--scale worker=N` adds them.
+    assert needs["worker"].keys() == {"core", "reference-adapter"}
+    assert SERVICES["worker"]["deploy"] == {"replicas": 0}
+    worker = command_words("worker")
+    assert (
+        worker[worker.index("--adapter-url") + 1]
+        == SERVICES["benchmark"]["environment"]["ADAPTER_URL"]
+    )
+    assert "--follow" in worker
     # The job waits for the services of whichever profiles are on, and runs once.
     job = needs["benchmark"]
     assert job.keys() == {"core", "results", "reference-adapter", "adapter", "judge"}
     optional = {name for name, condition in job.items() if condition.get("required") is False}
     assert optional == {"reference-adapter", "adapter", "judge"}
     assert SERVICES["benchmark"]["restart"] == "no" and "healthcheck" not in SERVICES["benchmark"]
-    assert all("healthcheck" in s for n, s in SERVICES.items() if n != "benchmark")
+    # Nothing waits on the job or the workers; every other service says when it is ready.
+    waited_for = [name for name in SERVICES if name not in ("benchmark", "worker")]
+    assert all("healthcheck" in SERVICES[name] for name in waited_for)
 
 
 def test_the_cpu_profile_needs_no_gpu_no_registry_image_and_no_judge():
     cpu = [name for name, wanted in profiles().items() if not wanted or "cpu" in wanted]
-    assert sorted(cpu) == ["benchmark", "core", "postgres", "reference-adapter", "results"]
+    assert sorted(cpu) == [
+        "benchmark", "core", "postgres", "reference-adapter", "results", "worker",
+    ]  # fmt: skip
     for name in cpu:
-        assert "deploy" not in SERVICES[name]
+        assert "resources" not in SERVICES[name].get("deploy", {})
         # Built from the project's Dockerfile, or the one registry image the CI stands in for.
         assert "build" in SERVICES[name] or SERVICES[name]["image"] == "postgres:16"
         assert SERVICES[name].get("build", {}).get("dockerfile", "docker/Dockerfile") == (
@@ -383,3 +397,12 @@ def test_the_benchmark_job_runs_scores_and_exits_with_the_runs_status(
     assert hung.returncode == 3 and "3 sessions failed" in hung.stderr
     hung_id = json.loads(hung.stdout.splitlines()[0])["run_id"]
     assert (tmp_path / "results" / f"{hung_id}.json").is_file()
+
+
+def test_ci_builds_every_built_service_on_the_host_network():
+    """CI's engine has no default bridge: its override must cover every service it builds."""
+    override = yaml.safe_load((REPO / ".ci" / "images" / "compose.ci.yml").read_text())
+    built = {name for name, service in SERVICES.items() if "build" in service}
+    gpu_only = {name for name, wanted in profiles().items() if wanted and "cpu" not in wanted}
+    assert set(override["services"]) == built - gpu_only
+    assert all(s == {"build": {"network": "host"}} for s in override["services"].values())

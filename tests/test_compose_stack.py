@@ -1,5 +1,6 @@
 """docker-compose.yml's cpu profile brought up for real on a Docker engine, as a user would:
-the one-shot benchmark job runs, scores and exits 0; its results file equals what
+the one-shot benchmark job runs (with three extra workers on the store's queue), scores and
+exits 0; its results file equals what
 `streameval score` says inside the `core` container; the results API lists the run and
 serves its thumbnails; the README's three curl calls register an adapter endpoint with the
 control API (it survives a restart of `core`), start a run on it and read its metrics.
@@ -85,6 +86,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "BENCHMARK_DIR": str(root / "benchmark"),
         "VIDEO_DIR": str(root / "videos"),
         "RESULTS_DIR": str(root / "results"),
+        # One session at a time in the job itself, so the three extra workers get some.
+        "CONCURRENCY": "1",
     }
     stack = Stack(env, root / "results")
     try:
@@ -115,9 +118,10 @@ def benchmark_run(stack: Stack) -> dict[str, Any]:
     """The cpu profile's one-shot job, run to its exit code; then the services alone are
     brought back up (the job stops them when it exits) for the checks that follow."""
     done = stack.compose(
-        "up", "--build", "--exit-code-from", "benchmark", timeout=BUILD_AND_RUN_TIMEOUT_S
-    )
-    _must(done, "docker compose --profile cpu up --build --exit-code-from benchmark")
+        "up", "--build", "--scale", "worker=3", "--exit-code-from", "benchmark",
+        timeout=BUILD_AND_RUN_TIMEOUT_S,
+    )  # fmt: skip
+    _must(done, "docker compose --profile cpu up --build --scale worker=3 --exit-code-from …")
     (results_file,) = stack.results_dir.glob("*.json")
     _must(stack.compose("up", "-d", "--wait", "core", "results", "reference-adapter"), "up --wait")
     return json.loads(results_file.read_text())
@@ -136,6 +140,25 @@ def test_the_job_exits_0_with_scores_equal_to_streameval_score_in_core(
     )
     scores = json.loads(inside)
     assert {key: value for key, value in benchmark_run.items() if key != "records"} == scores
+
+
+SESSION_HOSTS = """
+import json, sys
+from streameval.core.store.store import Store
+with Store(__import__("os").environ["STREAMEVAL_STORE"]) as store:
+    print(json.dumps([[s.status, s.attempt, s.host] for s in store.sessions(sys.argv[1])]))
+"""
+
+
+def test_scaled_workers_share_the_jobs_run(stack: Stack, benchmark_run: dict[str, Any]):
+    """`--scale worker=3`: the workers and the job drew sessions of one run from the store,
+    each session run once."""
+    script = ["python3", "-c", SESSION_HOSTS, benchmark_run["run_id"]]
+    done = _must(stack.compose("exec", "-T", "core", *script), "read the sessions in core")
+    sessions = json.loads(done)
+    assert len(sessions) == 20
+    assert {(status, attempt) for status, attempt, _ in sessions} == {("finished", 0)}
+    assert len({host for _, _, host in sessions}) >= 2
 
 
 def test_the_results_api_lists_the_run_and_serves_its_thumbnails(
