@@ -22,6 +22,7 @@ from rich.text import Text
 
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.launch_cli import launch_app
 from streameval.core.paths import resolve_store_url
 from streameval.core.runner import (
     EXIT_CANNOT_START,
@@ -41,6 +42,7 @@ app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
 app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
+app.add_typer(launch_app, name="launch")
 
 # soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
 console = Console(stderr=True, soft_wrap=True)

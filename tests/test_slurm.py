@@ -230,3 +230,35 @@ def test_wait_reports_how_each_task_ended(tmp_path: Path, monkeypatch: pytest.Mo
         (2, "CANCELLED", 0, False),
         (3, "CANCELLED", 0, False),
     ]
+
+
+def test_launch_slurm_submits_follows_and_fails_with_a_failed_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = tmp_path / "seen.args"
+    _fake_command(tmp_path, "sbatch", f'printf "%s\\n" "$@" > {seen}; echo 7')
+    records = [
+        "JobId=8 ArrayJobId=7 ArrayTaskId=0 JobState=COMPLETED Reason=None ExitCode=0:0",
+        "JobId=9 ArrayJobId=7 ArrayTaskId=1 JobState=FAILED Reason=NonZeroExitCode ExitCode=2:0",
+    ]
+    _fake_command(tmp_path, "scontrol", "cat <<'OUT'\n" + "\n".join(records) + "\nOUT")
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "streameval.cli", "launch", "slurm", "run1",
+            "--store", "postgresql+psycopg://db/s", "--tasks", "2", "--adapter", "openai",
+            "--adapter-config", "qwen2.5-vl-7b", "--sbatch-arg=--gres=gpu:1", "--wait", "--json",
+        ],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout) == {
+        "job_id": "7",
+        "tasks": [
+            {"task": 0, "state": "COMPLETED", "exit_code": 0},
+            {"task": 1, "state": "FAILED", "exit_code": 2},
+        ],
+    }
+    assert seen.read_text().splitlines() == [
+        "--parsable", "--array=0-1", "--gres=gpu:1", str(launch_slurm.DEFAULT_TEMPLATE),
+    ]  # fmt: skip
