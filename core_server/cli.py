@@ -429,10 +429,17 @@ def _work(
 
 @app.command()
 def runs(
+    run_id: Annotated[
+        str | None, typer.Argument(help="List this run's sessions: who ran each, where.")
+    ] = None,
     store: StoreOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """List stored runs, newest first, with their declared conditions."""
+    """List stored runs, newest first, with their declared conditions (or one run's
+    sessions, with the host, worker and GPU that ran each)."""
+    if run_id is not None:
+        _list_sessions(run_id, store, as_json)
+        return
     try:
         with Store(resolve_store_url(store)) as opened:
             infos = opened.list_runs()
@@ -476,6 +483,34 @@ def runs(
 
 
 STATUS_STYLES = {"failed": "red", "interrupted": "yellow", "finished": "green"}
+SESSION_COLUMNS = ("session_id", "status", "attempt", "host", "worker_id", "gpu", "endpoint")
+
+
+def _list_sessions(run_id: str, store: str | None, as_json: bool) -> None:
+    try:
+        with Store(resolve_store_url(store)) as opened:
+            sessions = opened.sessions(run_id)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    rows = [
+        {
+            "session_id": s.session_id, "status": s.status, "attempt": s.attempt,
+            "host": s.host, "worker_id": s.worker_id, "gpu": (s.adapter or {}).get("gpu"),
+            "endpoint": s.endpoint,
+        }
+        for s in sessions
+    ]  # fmt: skip
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table()
+    for column in SESSION_COLUMNS:
+        table.add_column(column.removesuffix("_id"), no_wrap=column == "session_id")
+    for row in rows:
+        cells = [Text("" if row[c] is None else str(row[c])) for c in SESSION_COLUMNS]
+        cells[1].stylize(STATUS_STYLES.get(row["status"], ""))
+        table.add_row(*cells)
+    Console().print(table)
 
 
 def _identities(adapters: list[dict]) -> list[dict]:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from streameval.core.frames import FrameCache, ImageRules
+from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app
 from streameval.scorer.service.dashboard.progress import RateMeter
@@ -61,6 +62,36 @@ def test_progress_counts_sessions_and_measures_events_per_second(
     second = client.get("/runs/run-a/progress").json()
     assert second["events_per_s"] == 0.0  # nothing stored between the polls
     assert client.get("/runs/nope/progress").status_code == 404
+
+
+def test_progress_says_which_worker_and_gpu_ran_each_session(url: str) -> None:
+    with Store(url) as store:
+        store.create_run("spread", benchmark="test@1", config={})
+        store.add_sessions("spread", [(name, [name]) for name in ("a", "b", "c", "d")])
+        node1 = SessionQueue(store, WorkerIdentity("node1:7:x", "node1"), lease_s=60)
+        node2 = SessionQueue(store, WorkerIdentity("node2:9:y", "node2"), lease_s=60)
+        for queue, outcome in ((node1, "finished"), (node2, "failed"), (node1, None)):
+            session = queue.claim("spread")
+            if outcome is not None:
+                hello = {"adapter": "x", "gpu": f"H200 GPU-{queue.worker.host}"}
+                store.set_session_status(
+                    "spread", session.session_id, outcome, adapter=hello,
+                    owner=queue.worker.worker_id,
+                )  # fmt: skip
+    with TestClient(create_app(url)) as client:
+        progress = client.get("/runs/spread/progress").json()
+    assert progress["workers"] == [
+        {"worker_id": "node1:7:x", "host": "node1", "sessions": 2, "running": 1,
+         "finished": 1, "failed": 0},
+        {"worker_id": "node2:9:y", "host": "node2", "sessions": 1, "running": 0,
+         "finished": 0, "failed": 1},
+    ]  # fmt: skip
+    (failed,) = progress["failed"]
+    assert (failed["session_id"], failed["host"], failed["worker_id"], failed["gpu"]) == (
+        "b", "node2", "node2:9:y", "H200 GPU-node2",
+    )  # fmt: skip
+    (running,) = progress["running"]
+    assert (running["session_id"], running["host"], running["gpu"]) == ("c", "node1", None)
 
 
 def test_rate_meter_averages_over_its_window_and_forgets_stale_counts() -> None:

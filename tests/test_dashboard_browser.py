@@ -262,6 +262,12 @@ def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -
         "synthetic:proactive:000",
         "synthetic:proactive:001",
     }
+    # Which machine and worker run each session: the plain run's one in-process worker.
+    (worker,) = progress["workers"]
+    assert {row[3] for row in running_rows} == {worker["host"]}
+    assert {row[4] for row in running_rows} == {worker["worker_id"]}
+    workers_rows = table_cells(page, f"workers-{runs.live_id}")
+    assert [row[:2] for row in workers_rows] == [[worker["worker_id"], worker["host"]]]
     events = int(page.inner_text('[data-metric="events"] .value'))
     time.sleep(1.5)  # the page polls again: the count grows while the run streams
     assert int(page.inner_text('[data-metric="events"] .value')) > events

@@ -195,3 +195,14 @@ def test_sessions_record_host_worker_and_the_gpu_the_adapter_reports(tmp_path):
     }
     assert {s.adapter["gpu"] for s in sessions} == {"Test Accelerator GPU-0123"}
     assert [hello.payload.gpu for hello in hellos] == ["Test Accelerator GPU-0123"] * 3
+    listed = streameval("runs", run_id, "--store", store_url, "--json")
+    assert json.loads(listed.stdout) == [
+        {
+            "session_id": s.session_id, "status": "finished", "attempt": 0,
+            "host": summary["host"], "worker_id": summary["worker_id"],
+            "gpu": "Test Accelerator GPU-0123", "endpoint": adapter.url,
+        }
+        for s in sessions
+    ]  # fmt: skip
+    table = streameval("runs", run_id, "--store", store_url, env={**os.environ, "COLUMNS": "300"})
+    assert summary["worker_id"] in table.stdout and "Test Accelerator GPU-0123" in table.stdout

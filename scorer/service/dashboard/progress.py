@@ -32,6 +32,20 @@ class SessionProgress(BaseModel):
     finished_at: datetime | None
     failure_stage: str | None
     failure_reason: str | None
+    host: str | None = Field(description="the machine of the worker that ran it")
+    worker_id: str | None
+    gpu: str | None = Field(description="the accelerator the adapter reported in its hello")
+
+
+class WorkerProgress(BaseModel):
+    """One worker's share of the run (a scaled-out run has many: docs/scale.md)."""
+
+    worker_id: str
+    host: str | None
+    sessions: int
+    running: int
+    finished: int
+    failed: int
 
 
 class RunProgress(BaseModel):
@@ -51,6 +65,7 @@ class RunProgress(BaseModel):
     mean_events_per_s: float | None = Field(description="events / elapsed_s")
     running: list[SessionProgress]
     failed: list[SessionProgress]
+    workers: list[WorkerProgress] = Field(description="by worker id; sessions not yet run: none")
 
 
 class RateMeter:
@@ -96,7 +111,28 @@ def _session(info: SessionInfo) -> SessionProgress:
         finished_at=info.finished_at,
         failure_stage=info.failure_stage,
         failure_reason=info.failure_reason,
+        host=info.host,
+        worker_id=info.worker_id,
+        gpu=(info.adapter or {}).get("gpu"),
     )
+
+
+def _workers(sessions: list[SessionInfo]) -> list[WorkerProgress]:
+    shares: dict[str, WorkerProgress] = {}
+    for session in sessions:
+        if session.worker_id is None:
+            continue
+        share = shares.setdefault(
+            session.worker_id,
+            WorkerProgress(
+                worker_id=session.worker_id, host=session.host,
+                sessions=0, running=0, finished=0, failed=0,
+            ),
+        )  # fmt: skip
+        share.sessions += 1
+        if session.status in ("running", "finished", "failed"):
+            setattr(share, session.status, getattr(share, session.status) + 1)
+    return [shares[worker] for worker in sorted(shares)]
 
 
 def run_progress(store: Store, run_id: str, meter: RateMeter) -> RunProgress:
@@ -121,4 +157,5 @@ def run_progress(store: Store, run_id: str, meter: RateMeter) -> RunProgress:
         mean_events_per_s=events / elapsed if elapsed > 0 else None,
         running=[_session(s) for s in sessions if s.status == "running"],
         failed=[_session(s) for s in sessions if s.status == "failed"],
+        workers=_workers(sessions),
     )

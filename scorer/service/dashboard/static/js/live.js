@@ -26,10 +26,29 @@ function sessionsTable(name, title, sessions) {
       { key: "session_id", label: "session" },
       { key: "attempt", label: "attempt", num: true },
       { key: "endpoint", label: "endpoint" },
+      { key: "host", label: "host" },
+      { key: "worker_id", label: "worker" },
+      { key: "gpu", label: "GPU" },
       { key: "started_at", label: "started", render: (s) => fmtDate(s.started_at) },
       { key: "finished_at", label: "ended", render: (s) => fmtDate(s.finished_at) },
       { key: "failure_stage", label: "failure stage" },
       { key: "failure_reason", label: "failure", render: (s) => truncate(s.failure_reason ?? "", 80) },
+    ],
+  });
+}
+
+function workersTable(progress) {
+  return dataTable({
+    name: `workers-${progress.run_id}`,
+    title: `${progress.workers.length} workers`,
+    rows: progress.workers,
+    columns: [
+      { key: "worker_id", label: "worker" },
+      { key: "host", label: "host" },
+      { key: "sessions", label: "sessions", num: true },
+      { key: "running", label: "running", num: true },
+      { key: "finished", label: "finished", num: true },
+      { key: "failed", label: "failed", num: true },
     ],
   });
 }
@@ -54,6 +73,8 @@ function renderProgress(holder, progress, rates) {
     sessionsTable(`running-${progress.run_id}`, `${progress.running.length} running`, progress.running),
     h("h2", {}, "Failed sessions"),
     sessionsTable(`failed-${progress.run_id}`, `${progress.failed.length} failed`, progress.failed),
+    h("h2", {}, "Workers"),
+    workersTable(progress),
   );
 }
 
