@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,7 @@ from streameval.core.store.store import Store
 from streameval.events import Event, EventKind
 from streameval.scorer.report import score_run
 from tests.conftest import PG_URL_ENV, _fresh_pg_database
+from tests.test_compose import check_streameval, cli_command
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
 TIMING = ("ttft", "latency", "delay_runtime")
@@ -206,3 +209,19 @@ def test_sessions_record_host_worker_and_the_gpu_the_adapter_reports(tmp_path):
     ]  # fmt: skip
     table = streameval("runs", run_id, "--store", store_url, env={**os.environ, "COLUMNS": "300"})
     assert summary["worker_id"] in table.stdout and "Test Accelerator GPU-0123" in table.stdout
+
+
+def test_the_readmes_scale_out_commands_exist_with_their_options():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Scale out") :]
+    block = section[section.index("```bash") : section.index("```\n", 8)].replace("\\\n", " ")
+    commands = [
+        shlex.split(line.split("streameval ", 1)[1].split(")", 1)[0].split("#")[0])
+        for line in block.splitlines()
+        if "streameval " in line
+    ]
+    assert [cli_command(words)[1] for words in commands] == [
+        ("run",), ("launch", "slurm"), ("runs",), ("score",),
+    ]  # fmt: skip
+    for words in commands:
+        check_streameval(words)
