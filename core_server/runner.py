@@ -1,8 +1,9 @@
 """Run orchestration: expand a benchmark into sessions and drive them over the endpoints.
 
-Each endpoint gets as many worker tasks as its concurrency limit; workers pull sessions from
-one shared queue, so sessions spread over replicas and a slow replica simply takes fewer.
-All events go through one `EventWriter`. A session's failure never stops the run; an
+The run's sessions wait in the store; one in-process `Worker` (core_server/worker.py) gives
+each endpoint as many slots as its concurrency limit, and the slots claim sessions from the
+store, so sessions spread over replicas and a slow replica simply takes fewer. Workers in
+other processes (`streameval worker`) may claim sessions of the same run. A session's failure never stops the run; an
 interrupted run can be resumed: finished and failed sessions are kept, the rest are reset and
 redone (with `retry_failed`, sessions that failed for infrastructure reasons are redone too).
 A resume refuses endpoints that serve another adapter identity than the run used, unless

@@ -246,7 +246,7 @@ class AdapterHelloPayload(EventPayload):
     adapter_version: str
     protocol: str
     conditions: DeclaredConditions
-    gpu: str | None = None
+    gpu: str | None  # the accelerator the adapter named; None when it named none
 
 
 class FrameAckPayload(EventPayload):
@@ -422,8 +422,8 @@ def validate_payload(kind: str, payload: EventPayload | Mapping[str, Any]) -> Ev
 def read_payload(kind: str, data: Mapping[str, Any] | str | bytes) -> EventPayload:
     """A payload as stored or exported (a dict or its JSON text), validated once.
 
-    A `session_failed` payload of a Core that did not record `cause` yet gets the cause
-    `failure_cause` derives, so a reader always finds one.
+    Payloads of older Cores are brought up to date: a `session_failed` without `cause` gets
+    the cause `failure_cause` derives, an `adapter_hello` without `gpu` gets None.
     """
     validator = _VALIDATORS.get(kind) or _VALIDATORS[event_kind(kind)]
     try:
@@ -437,17 +437,25 @@ def read_payload(kind: str, data: Mapping[str, Any] | str | bytes) -> EventPaylo
         return validate_payload(kind, upgraded)
 
 
+# Fields later Cores added to a kind, with what an older payload gets for each.
+_ADDED_FIELDS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
+    EventKind.SESSION_FAILED: ("cause", lambda payload: failure_cause(payload).value),
+    EventKind.ADAPTER_HELLO: ("gpu", lambda payload: None),
+}
+
+
 def _upgraded(kind: str, data: Mapping[str, Any] | str | bytes) -> dict[str, Any] | None:
     """The payload as today's Core records it, or None when it is not an older form."""
-    if kind != EventKind.SESSION_FAILED:
+    if kind not in _ADDED_FIELDS:
         return None
     try:
         payload = json.loads(data) if isinstance(data, str | bytes) else dict(data)
     except ValueError:
         return None
-    if not isinstance(payload, dict) or "cause" in payload:
+    name, value_for = _ADDED_FIELDS[kind]
+    if not isinstance(payload, dict) or name in payload:
         return None
-    return {**payload, "cause": failure_cause(payload).value}
+    return {**payload, name: value_for(payload)}
 
 
 # --------------------------------------------------------------------------- the event

@@ -69,6 +69,7 @@ EXAMPLES: dict[EventKind, dict[str, Any]] = {
             "model_version": "",
             "history": "",
         },
+        "gpu": "NVIDIA H200 GPU-5f0c2b1e",
     },
     EventKind.FRAME_ACK: {"index": 0},
     EventKind.RESPONSE_START: {"response_id": "r1", "task_id": "qa-1"},

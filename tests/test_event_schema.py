@@ -129,6 +129,15 @@ def test_a_session_failed_payload_of_an_older_core_reads_with_its_derived_cause(
         )
 
 
+def test_an_adapter_hello_of_an_older_core_reads_with_no_gpu() -> None:
+    old = {key: value for key, value in example(EventKind.ADAPTER_HELLO).items() if key != "gpu"}
+    with pytest.raises(PayloadError, match="lacks field 'gpu'"):  # never written so today
+        validate_payload(EventKind.ADAPTER_HELLO, old)
+    for data in (old, json.dumps(old)):
+        payload = read_payload("adapter_hello", data)
+        assert (payload.adapter, payload.gpu) == ("reference", None)
+
+
 def test_the_mirrored_conditions_and_workload_match_the_wire_protocol() -> None:
     """The payloads copy the protocol's messages field by field: a field the protocol gains
     must be added to the payload model too (and to docs/events.md, regenerated)."""
