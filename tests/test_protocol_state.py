@@ -87,9 +87,13 @@ def test_the_hello_is_recorded_with_the_declared_conditions():
             "adapter_version": "1.2",
             "protocol": PROTOCOL_VERSION,
             "conditions": CONDITIONS.model_dump(),
+            "gpu": None,
         },
     )
     assert record.payload == hello_payload(HELLO)
+    gpu_hello = HELLO.model_copy(update={"gpu": "NVIDIA H200 GPU-5f0c"})
+    gpu_record, _ = accepted(accept(ProtocolState(), gpu_hello))
+    assert gpu_record.payload["gpu"] == "NVIDIA H200 GPU-5f0c"
     assert resolves is None
     assert state.hello == HELLO
 
