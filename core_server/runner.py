@@ -3,9 +3,10 @@
 The run's sessions wait in the store; one in-process `Worker` (core_server/worker.py) gives
 each endpoint as many slots as its concurrency limit, and the slots claim sessions from the
 store, so sessions spread over replicas and a slow replica simply takes fewer. Workers in
-other processes (`streameval worker`) may claim sessions of the same run. A session's failure never stops the run; an
-interrupted run can be resumed: finished and failed sessions are kept, the rest are reset and
-redone (with `retry_failed`, sessions that failed for infrastructure reasons are redone too).
+other processes (`streameval worker`) may claim sessions of the same run. A session's
+failure never stops the run; an interrupted run can be resumed: finished and failed
+sessions are kept, the rest are reset and redone (with `retry_failed`, sessions that failed
+for infrastructure reasons are redone too).
 A resume refuses endpoints that serve another adapter identity than the run used, unless
 `allow_adapter_change`; every identity a run used is listed in `runs.conditions["adapters"]`.
 

@@ -13,6 +13,7 @@ holds go back to pending at once instead of waiting for their leases to expire.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import uuid
@@ -23,10 +24,11 @@ from typing import Protocol
 from streameval.core.config import EndpointConfig
 from streameval.core.session import SessionOutcome
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
-from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.store import SessionInfo, Store, StoreError
 from streameval.core.store.writer import EventWriter
 
 DEFAULT_LEASE_S = 60.0
+logger = logging.getLogger(__name__)
 
 
 def this_worker() -> WorkerIdentity:
@@ -179,7 +181,13 @@ class Worker:
             for run_id, session_id in list(self._held):
                 by_run.setdefault(run_id, []).append(session_id)
             for run_id, session_ids in by_run.items():
-                lost = await asyncio.to_thread(self.queue.renew, run_id, session_ids)
+                try:
+                    lost = await asyncio.to_thread(self.queue.renew, run_id, session_ids)
+                except StoreError as exc:
+                    # A store that blinked: try again next round (a third of a lease later);
+                    # only a store gone for a whole lease loses the sessions to others.
+                    logger.warning("cannot renew leases in run %s: %s", run_id, exc)
+                    continue
                 for session_id in lost:
                     task = self._held.get((run_id, session_id))
                     if task is not None:

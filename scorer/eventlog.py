@@ -73,6 +73,7 @@ class SessionLog:
                 "model_version": "1",
                 "history": "",
             },
+            gpu=None,
         )
         self._add(
             EventKind.SESSION_START,

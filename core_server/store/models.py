@@ -108,7 +108,7 @@ sessions = Table(
     Column("host", String(255), nullable=True),
     Column("worker_id", String(200), nullable=True),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_sessions_run_id"),
-    Index("ix_sessions_run_id_status", "run_id", "status"),
+    Index("ix_sessions_claim", "run_id", "status", "session_id"),
 )
 
 events = Table(

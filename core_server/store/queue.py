@@ -16,10 +16,11 @@ worker's clock (UTC): the hosts' clocks must agree to well within a lease (NTP d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Select, and_, func, or_, select, update
+from sqlalchemy import Select, Update, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from streameval.core.store import models
@@ -44,26 +45,68 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _candidates(conn: Connection, run_id: str | None, now: datetime, limit: int) -> Select:
+def _claimable_runs() -> Select:
+    runs = models.runs
+    return (
+        select(runs.c.run_id)
+        .where(runs.c.status.in_(CLAIMABLE_RUN_STATUSES))
+        .order_by(runs.c.created_at, runs.c.run_id)
+    )
+
+
+# The claim's statements are built once, with bound parameters: a claim is a few
+# milliseconds of work and building SQLAlchemy expressions anew would be a good part of it.
+@functools.cache
+def _candidate(expired: bool, postgresql: bool) -> Select:
+    """The run's first pending session (with `expired`, the first running one whose lease ran
+    out before `now`), by session id, if the run takes claims. The (run_id, status,
+    session_id) index hands it over without sorting the run's sessions; on PostgreSQL, rows
+    another claimer has locked are skipped."""
     sessions, runs = models.sessions, models.runs
     query = (
-        select(sessions.c.run_id, sessions.c.session_id, sessions.c.status, sessions.c.attempt)
+        select(sessions.c.session_id, sessions.c.status, sessions.c.attempt)
         .join(runs, runs.c.run_id == sessions.c.run_id)
         .where(
+            sessions.c.run_id == bindparam("b_run"),
             runs.c.status.in_(CLAIMABLE_RUN_STATUSES),
-            or_(
-                sessions.c.status == "pending",
-                and_(sessions.c.status == "running", sessions.c.lease_expires_at < now),
-            ),
         )
-        .order_by(runs.c.created_at, sessions.c.run_id, sessions.c.session_id)
-        .limit(limit)
     )
-    if run_id is not None:
-        query = query.where(sessions.c.run_id == run_id)
-    if conn.dialect.name == "postgresql":
+    if expired:
+        query = query.where(
+            sessions.c.status == "running", sessions.c.lease_expires_at < bindparam("b_now")
+        )
+    else:
+        query = query.where(sessions.c.status == "pending")
+    query = query.order_by(sessions.c.session_id).limit(1)
+    if postgresql:
         query = query.with_for_update(skip_locked=True, of=sessions)
     return query
+
+
+@functools.cache
+def _take_statement(stealing: bool) -> Update:
+    """Take the session if it is still as the claimer saw it (status and attempt; a stolen
+    one's lease still expired), leased to the claimer; returns its row."""
+    table = models.sessions
+    seen = [
+        table.c.run_id == bindparam("b_run"),
+        table.c.session_id == bindparam("b_session"),
+        table.c.status == bindparam("b_status"),
+        table.c.attempt == bindparam("b_attempt"),
+    ]
+    values = reset_values() if stealing else {}
+    if stealing:
+        seen.append(table.c.lease_expires_at < bindparam("b_now"))
+    values.update(
+        status="running",
+        started_at=bindparam("b_now"),
+        lease_owner=bindparam("b_owner"),
+        lease_expires_at=bindparam("b_until"),
+        host=bindparam("b_host"),
+        worker_id=bindparam("b_owner"),
+        endpoint=bindparam("b_endpoint"),
+    )
+    return update(table).where(*seen).values(**values).returning(table)
 
 
 class SessionQueue:
@@ -77,53 +120,50 @@ class SessionQueue:
     def claim(self, run_id: str | None = None, endpoint: str | None = None) -> SessionInfo | None:
         """One claimable session, now leased to this worker; None when none is left."""
         what = f"cannot claim a session{'' if run_id is None else f' of run {run_id!r}'}"
-        # A lost race moves on to the next candidate; a few rounds cover any contention.
-        for _ in range(20):
+        # A lost race (SQLite has no row locks to skip) moves on to the next candidate.
+        for _ in range(50):
             with self.store.transaction(what) as conn:
-                now = _now()
-                rows = conn.execute(_candidates(conn, run_id, now, limit=8)).all()
-                if not rows:
-                    return None
-                for row in rows:
-                    if self._take(conn, row, now, endpoint):
-                        return self._read(conn, row.run_id, row.session_id)
+                runs = [run_id] if run_id else list(conn.execute(_claimable_runs()).scalars())
+                found, taken = self._claim_once(conn, runs, endpoint)
+            if taken is not None or not found:
+                return taken
         return None
 
-    def _take(self, conn: Connection, row, now: datetime, endpoint: str | None) -> bool:
-        table = models.sessions
-        values = reset_values() if row.status == "running" else {}
-        values.update(
-            status="running",
-            started_at=now,
-            lease_owner=self.worker.worker_id,
-            lease_expires_at=now + self.lease,
-            host=self.worker.host,
-            worker_id=self.worker.worker_id,
-            endpoint=endpoint,
-        )
-        taken = conn.execute(
-            update(table)
-            .where(
-                table.c.run_id == row.run_id,
-                table.c.session_id == row.session_id,
-                table.c.status == row.status,
-                table.c.attempt == row.attempt,
-            )
-            .values(**values)
-        )
-        if taken.rowcount != 1:
-            return False
-        if row.status == "running":  # an expired lease: the dead worker's attempt is void
-            delete_session_events(conn, row.run_id, row.session_id)
-        return True
+    def _claim_once(
+        self, conn: Connection, runs: list[str], endpoint: str | None
+    ) -> tuple[bool, SessionInfo | None]:
+        """(whether a candidate was found, the session taken)."""
+        now = _now()
+        postgresql = conn.dialect.name == "postgresql"
+        for run in runs:
+            for expired in (False, True):
+                row = conn.execute(_candidate(expired, postgresql), {"b_run": run, "b_now": now})
+                candidate = row.first()
+                if candidate is not None:
+                    return True, self._take(conn, run, candidate, now, endpoint)
+        return False, None
 
-    @staticmethod
-    def _read(conn: Connection, run_id: str, session_id: str) -> SessionInfo:
-        table = models.sessions
-        row = conn.execute(
-            select(table).where(table.c.run_id == run_id, table.c.session_id == session_id)
-        ).one()
-        return SessionInfo(**row._asdict())
+    def _take(
+        self, conn: Connection, run_id: str, row, now: datetime, endpoint: str | None
+    ) -> SessionInfo | None:
+        stealing = row.status == "running"  # an expired lease: the dead worker's attempt is void
+        parameters = {
+            "b_run": run_id,
+            "b_session": row.session_id,
+            "b_status": row.status,
+            "b_attempt": row.attempt,
+            "b_now": now,
+            "b_until": now + self.lease,
+            "b_owner": self.worker.worker_id,
+            "b_host": self.worker.host,
+            "b_endpoint": endpoint,
+        }
+        taken = conn.execute(_take_statement(stealing), parameters).first()
+        if taken is None:
+            return None
+        if stealing:
+            delete_session_events(conn, run_id, row.session_id)
+        return SessionInfo(**taken._asdict())
 
     def renew(self, run_id: str, session_ids: list[str]) -> set[str]:
         """Push the leases of the sessions this worker runs forward; returns the ones it

@@ -27,11 +27,11 @@ def upgrade() -> None:
         batch.add_column(sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("host", sa.String(255), nullable=True))
         batch.add_column(sa.Column("worker_id", sa.String(200), nullable=True))
-    op.create_index("ix_sessions_run_id_status", "sessions", ["run_id", "status"])
+    op.create_index("ix_sessions_claim", "sessions", ["run_id", "status", "session_id"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_sessions_run_id_status", "sessions")
+    op.drop_index("ix_sessions_claim", "sessions")
     with op.batch_alter_table("sessions") as batch:
         batch.drop_column("worker_id")
         batch.drop_column("host")
