@@ -49,12 +49,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
+    yield from _fresh_pg_database(pg_server_url())
+
+
+def pg_server_url() -> str:
+    """The test PostgreSQL server; skips without one, fails where CI requires it."""
     server_url = os.environ.get(PG_URL_ENV)
     if not server_url:
         if os.environ.get("STREAMEVAL_REQUIRE_PG"):
             pytest.fail(f"{PG_URL_ENV} is not set but STREAMEVAL_REQUIRE_PG is")
         pytest.skip(f"{PG_URL_ENV} is not set; start a server with .ci/start-postgres.sh")
-    yield from _fresh_pg_database(server_url)
+    return server_url
 
 
 @pytest.fixture

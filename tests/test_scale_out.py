@@ -26,7 +26,7 @@ from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
 from streameval.events import Event, EventKind
 from streameval.scorer.report import score_run
-from tests.conftest import PG_URL_ENV, _fresh_pg_database
+from tests.conftest import _fresh_pg_database, pg_server_url
 from tests.test_compose import check_streameval, cli_command
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
@@ -35,12 +35,7 @@ TIMING = ("ttft", "latency", "delay_runtime")
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    server = os.environ.get(PG_URL_ENV)
-    if not server:
-        if os.environ.get("STREAMEVAL_REQUIRE_PG"):
-            pytest.fail(f"{PG_URL_ENV} is not set but STREAMEVAL_REQUIRE_PG is")
-        pytest.skip(f"{PG_URL_ENV} is not set; start a server with .ci/start-postgres.sh")
-    yield from _fresh_pg_database(server)
+    yield from _fresh_pg_database(pg_server_url())
 
 
 def streameval(*args: str, **options) -> subprocess.CompletedProcess[str]:
