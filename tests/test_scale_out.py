@@ -220,3 +220,19 @@ def test_the_readmes_scale_out_commands_exist_with_their_options():
     ]  # fmt: skip
     for words in commands:
         check_streameval(words)
+
+
+def test_only_sessions_other_workers_hold_are_outstanding(pg_url):
+    """An idle slot waits for sessions another worker holds (it may die), not for its own
+    worker's sessions, nor for a session running under no lease (a Core before leases)."""
+    with Store(pg_url) as store:
+        store.create_run("wait", benchmark="none", config={})
+        store.add_sessions("wait", [("a", ["a"]), ("b", ["b"]), ("legacy", ["legacy"])])
+        store.set_session_status("wait", "legacy", "running")
+        mine = SessionQueue(store, WorkerIdentity("mine", "a"), lease_s=60)
+        other = SessionQueue(store, WorkerIdentity("other", "b"), lease_s=60)
+        assert mine.claim("wait").session_id == "a"
+        assert (mine.outstanding("wait"), other.outstanding("wait")) == (0, 1)
+        assert other.claim("wait").session_id == "b"
+        assert (mine.outstanding("wait"), other.outstanding("wait")) == (1, 1)
+        assert mine.claim("wait") is None  # the legacy session is not claimable either

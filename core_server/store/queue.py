@@ -201,12 +201,19 @@ class SessionQueue:
                 delete_session_events(conn, run_id, session_id)
 
     def outstanding(self, run_id: str | None = None) -> int:
-        """Sessions of claimable runs that other workers hold now: they may come back."""
+        """Sessions of claimable runs that other workers hold now: they may come back (if
+        that worker dies). This worker's own running sessions will not, so its idle slots
+        stop at once, and a session running under no lease (a Core before leases) never
+        comes back by itself."""
         sessions, runs = models.sessions, models.runs
         query = (
             select(func.count())
             .select_from(sessions.join(runs, runs.c.run_id == sessions.c.run_id))
-            .where(runs.c.status.in_(CLAIMABLE_RUN_STATUSES), sessions.c.status == "running")
+            .where(
+                runs.c.status.in_(CLAIMABLE_RUN_STATUSES),
+                sessions.c.status == "running",
+                sessions.c.lease_owner != self.worker.worker_id,
+            )
         )
         if run_id is not None:
             query = query.where(sessions.c.run_id == run_id)
