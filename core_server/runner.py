@@ -178,6 +178,7 @@ class RunExecutor:
         self.identity = identity
         self.lease_s = lease_s
         self._benchmark: Benchmark | None = None
+        self._by_id: dict[str, QARecord | ProactiveRecord] | None = None
         # Called with the number of sessions to run, once the checks passed and they start.
         self.on_start: StartCallback | None = None
         self.profile = PROTOCOL_PROFILES[self.config.profile]
@@ -257,14 +258,18 @@ class RunExecutor:
     async def admit(self, run_id: str, allow_adapter_change: bool = False) -> None:
         """Check this executor's endpoints against the run before working on it: reachable,
         serving what its tasks need, and the adapter identity the run used (RunError)."""
-        if self._benchmark is None:
-            self._benchmark = self._load_benchmark()
-        records = [r for r in self._benchmark.records if r.record_id in self._run_records(run_id)]
-        infos = await self._check_endpoints(records)
+        by_id = self._records_by_id()
+        wanted = {rid for session in self.store.sessions(run_id) for rid in session.record_ids}
+        infos = await self._check_endpoints([by_id[rid] for rid in wanted if rid in by_id])
         self._check_identities(run_id, infos, allow_adapter_change)
 
-    def _run_records(self, run_id: str) -> set[str]:
-        return {rid for session in self.store.sessions(run_id) for rid in session.record_ids}
+    def _records_by_id(self) -> dict[str, QARecord | ProactiveRecord]:
+        """The benchmark's records by id, loaded and indexed once per executor."""
+        if self._benchmark is None:
+            self._benchmark = self._load_benchmark()
+        if self._by_id is None:
+            self._by_id = {r.record_id: r for r in self._benchmark.records}
+        return self._by_id
 
     def _load_benchmark(self) -> Benchmark:
         cache_dir = Path(self.config.cache_dir)
@@ -313,7 +318,7 @@ class RunExecutor:
         self.store.set_run_status(run_id, "running")
         if self.on_start is not None:
             self.on_start(len(records))
-        self._benchmark = benchmark
+        self._benchmark, self._by_id = benchmark, None
 
         def report(outcome: SessionOutcome, _progress: WorkerSummary) -> None:
             if outcome.status == "finished":
@@ -350,9 +355,7 @@ class RunExecutor:
         self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
     ) -> SessionOutcome:
         """Run one session a worker claimed (its status is already `running`)."""
-        if self._benchmark is None:
-            self._benchmark = self._load_benchmark()
-        by_id = {r.record_id: r for r in self._benchmark.records}
+        by_id = self._records_by_id()
         missing = [rid for rid in session.record_ids if rid not in by_id]
         if missing:
             raise RunError(f"run {session.run_id}: the benchmark has no records {missing[:3]}")
