@@ -117,12 +117,15 @@ async def check_endpoint(endpoint: EndpointConfig, config: RunConfig, has_proact
 def adapter_identity(info: dict) -> dict:
     """What makes two adapters the same for a run: name, version and declared conditions
     (model name and version included), not where they are served. A condition that is
-    null counts as absent (an older /info may not have the field at all)."""
+    null, or settings declaring nothing, count as absent (an older /info may not have the
+    field at all)."""
     conditions = info.get("conditions") or {}
     return {
         "adapter": info.get("adapter"),
         "adapter_version": info.get("adapter_version"),
-        "conditions": {key: value for key, value in conditions.items() if value is not None},
+        "conditions": {
+            key: value for key, value in conditions.items() if value is not None and value != {}
+        },
     }
 
 

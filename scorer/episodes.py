@@ -66,6 +66,7 @@ class WorkloadTally:
     unlisted: dict[str, int] = field(default_factory=dict)  # events without frame ids
     frame_ids: dict[str, set[str]] = field(default_factory=dict)
     input_tokens: int | None = None
+    reprefill_tokens: int | None = 0  # None once an eviction did not say
 
     def add(self, payload: WorkloadPayload) -> None:
         kind = payload.kind
@@ -83,6 +84,12 @@ class WorkloadTally:
         tokens = payload.input_tokens
         if tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + tokens
+        if kind == "evict":
+            self.reprefill_tokens = (
+                None
+                if tokens is None or self.reprefill_tokens is None
+                else self.reprefill_tokens + tokens
+            )
 
 
 @dataclass(slots=True)

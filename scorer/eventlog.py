@@ -72,6 +72,7 @@ class SessionLog:
                 "model_name": "handwritten",
                 "model_version": "1",
                 "history": "",
+                "settings": {},
             },
             gpu=None,
         )

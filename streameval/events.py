@@ -91,7 +91,7 @@ class FailureStage(StrEnum):
 # Named aliases (not bare Literals) so that the docs and the JSON Schema can name each set.
 Pacing = TypeAliasType("Pacing", Literal["logical", "wall_clock"])
 WorkloadKind = TypeAliasType(
-    "WorkloadKind", Literal["model_call", "state_commit", "drop", "replay"]
+    "WorkloadKind", Literal["model_call", "state_commit", "drop", "replay", "evict"]
 )
 # The conditions an adapter declares in its hello (streameval/protocol.py AdapterConditions).
 AdapterState = TypeAliasType("AdapterState", Literal["native", "non-native"])
@@ -170,6 +170,7 @@ class DeclaredConditions(EventPayload):
     model_name: str
     model_version: str
     history: str
+    settings: dict[str, str | int | float | bool]
 
 
 class SessionStartPayload(EventPayload):
@@ -423,7 +424,8 @@ def read_payload(kind: str, data: Mapping[str, Any] | str | bytes) -> EventPaylo
     """A payload as stored or exported (a dict or its JSON text), validated once.
 
     Payloads of older Cores are brought up to date: a `session_failed` without `cause` gets
-    the cause `failure_cause` derives, an `adapter_hello` without `gpu` gets None.
+    the cause `failure_cause` derives, an `adapter_hello` without `gpu` gets None and one
+    whose conditions lack `settings` gets none declared.
     """
     validator = _VALIDATORS.get(kind) or _VALIDATORS[event_kind(kind)]
     try:
@@ -437,10 +439,14 @@ def read_payload(kind: str, data: Mapping[str, Any] | str | bytes) -> EventPaylo
         return validate_payload(kind, upgraded)
 
 
-# Fields later Cores added to a kind, with what an older payload gets for each.
-_ADDED_FIELDS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
-    EventKind.SESSION_FAILED: ("cause", lambda payload: failure_cause(payload).value),
-    EventKind.ADAPTER_HELLO: ("gpu", lambda payload: None),
+# Fields later Cores added to a kind: where each sits in the payload (a path of keys) and
+# what an older payload gets for it.
+_ADDED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]], ...]] = {
+    EventKind.SESSION_FAILED: ((("cause",), lambda payload: failure_cause(payload).value),),
+    EventKind.ADAPTER_HELLO: (
+        (("gpu",), lambda payload: None),
+        (("conditions", "settings"), lambda payload: {}),
+    ),
 }
 
 
@@ -452,10 +458,25 @@ def _upgraded(kind: str, data: Mapping[str, Any] | str | bytes) -> dict[str, Any
         payload = json.loads(data) if isinstance(data, str | bytes) else dict(data)
     except ValueError:
         return None
-    name, value_for = _ADDED_FIELDS[kind]
-    if not isinstance(payload, dict) or name in payload:
+    if not isinstance(payload, dict):
         return None
-    return {**payload, name: value_for(payload)}
+    upgraded = payload
+    for path, value_for in _ADDED_FIELDS[kind]:
+        upgraded = _with_field(upgraded, path, value_for(payload))
+    return None if upgraded is payload else upgraded
+
+
+def _with_field(payload: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """`payload` with `value` at `path` when that field is missing (a copy; the same object
+    when nothing was missing or the path does not lead through mappings)."""
+    name, rest = path[0], path[1:]
+    if not rest:
+        return payload if name in payload else {**payload, name: value}
+    inner = payload.get(name)
+    if not isinstance(inner, dict):
+        return payload
+    filled = _with_field(inner, rest, value)
+    return payload if filled is inner else {**payload, name: filled}
 
 
 # --------------------------------------------------------------------------- the event
@@ -562,6 +583,9 @@ def _type_text(annotation: Any) -> str:
         return " or ".join(_type_text(arg) for arg in get_args(annotation))
     if origin is list:
         return f"list[{_type_text(get_args(annotation)[0])}]"
+    if origin is dict:
+        key, value = get_args(annotation)
+        return f"map[{_type_text(key)}, {_type_text(value)}]"
     raise TypeError(f"no table text for the payload type {annotation!r}")
 
 

@@ -42,6 +42,10 @@ class AdapterConditions(BaseModel):
     model_name: str
     model_version: str = ""
     history: str = ""
+    # Named settings that shape what the model sees or keeps (a cache policy, an input
+    # mode, video sampling): execution conditions like the fields above, so they are
+    # recorded with every session and part of the adapter's identity.
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
 class RunConditions(BaseModel):
@@ -174,11 +178,13 @@ class Silent(_Message):
 class Workload(_Message):
     """What the adapter actually did with the model; every field is optional (missing = unknown).
 
-    `frame_ids` lists every image occurrence submitted in this call, replays included.
+    `frame_ids` lists every image occurrence submitted in this call, replays included. An
+    `evict` record lists the frames a native adapter removed from its state to bound memory;
+    its `input_tokens` are the tokens it re-prefilled to do so (0 when it did not).
     """
 
     type: Literal["workload"] = "workload"
-    kind: Literal["model_call", "state_commit", "drop", "replay"]
+    kind: Literal["model_call", "state_commit", "drop", "replay", "evict"]
     frame_ids: list[str] = Field(default_factory=list)
     images: int | None = None
     pixels: int | None = None

@@ -68,6 +68,7 @@ EXAMPLES: dict[EventKind, dict[str, Any]] = {
             "model_name": "reference",
             "model_version": "",
             "history": "",
+            "settings": {},
         },
         "gpu": "NVIDIA H200 GPU-5f0c2b1e",
     },

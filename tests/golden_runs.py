@@ -10,7 +10,10 @@ Two runs, made once with the code of the commit that wrote them:
   only). Its record lines are rebuilt from ../shared/data when the scores are checked.
 
 `python -m tests.golden_runs` records both runs again and rewrites the golden scores: do it
-only when a change of the scores is intended, and say why in the commit.
+only when a change of the scores is intended, and say why in the commit. With
+`--scores-only` the frozen runs are kept and only their scores are rewritten: for a change
+of what the scorer reports (a new metric) that must not touch the recorded events, which
+then keep checking that events of older Cores still read.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import gzip
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -164,6 +168,16 @@ def record() -> None:
                 json.dump(frozen, handle, sort_keys=True)
 
 
+def rescore() -> None:
+    with tempfile.TemporaryDirectory() as temporary:
+        for name in RUNS:
+            frozen = {
+                profile: scores(name, profile, Path(temporary)) for profile in SCORING_PROFILES
+            }
+            with gzip.open(GOLDEN / f"{name}.scores.json.gz", "wt", encoding="utf-8") as handle:
+                json.dump(frozen, handle, sort_keys=True)
+
+
 if __name__ == "__main__":
     GOLDEN.mkdir(exist_ok=True)
-    record()
+    rescore() if "--scores-only" in sys.argv[1:] else record()

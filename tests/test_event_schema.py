@@ -138,6 +138,27 @@ def test_an_adapter_hello_of_an_older_core_reads_with_no_gpu() -> None:
         assert (payload.adapter, payload.gpu) == ("reference", None)
 
 
+def test_an_adapter_hello_from_before_declared_settings_reads_with_none_declared() -> None:
+    new = example(EventKind.ADAPTER_HELLO)
+    conditions = {key: value for key, value in new["conditions"].items() if key != "settings"}
+    old = {key: value for key, value in new.items() if key != "gpu"} | {"conditions": conditions}
+    with pytest.raises(PayloadError, match="settings"):  # never written so today
+        validate_payload(EventKind.ADAPTER_HELLO, old)
+    for data in (old, json.dumps(old)):
+        payload = read_payload("adapter_hello", data)
+        assert (payload.gpu, payload.conditions.settings) == (None, {})
+        assert payload.conditions.model_dump(exclude={"settings"}) == conditions
+
+
+def test_declared_settings_keep_their_json_types() -> None:
+    hello = example(EventKind.ADAPTER_HELLO)
+    settings = {"cache_policy": "evict-oldest", "cache_max_tokens": 4096, "fps": 2.0, "on": True}
+    data = hello | {"conditions": hello["conditions"] | {"settings": settings}}
+    payload = read_payload("adapter_hello", json.dumps(data))
+    assert payload.conditions.settings == settings
+    assert [type(v) for v in payload.conditions.settings.values()] == [str, int, float, bool]
+
+
 def test_the_mirrored_conditions_and_workload_match_the_wire_protocol() -> None:
     """The payloads copy the protocol's messages field by field: a field the protocol gains
     must be added to the payload model too (and to docs/events.md, regenerated)."""

@@ -177,6 +177,34 @@ def test_workload_counts_replays_and_drops() -> None:
     assert (result.output_tokens, result.input_tokens, result.model_calls) == (7, 300, 3)
 
 
+def test_evictions_are_counted_apart_from_drops_with_their_reprefill_tokens() -> None:
+    rec = question()
+    log = SessionLog("run", "q1").start()
+    for t in range(6):
+        log.frame(float(24 + t))
+        log.workload([log.frame_id(t)], kind="state_commit", input_tokens=10)
+    log.workload([log.frame_id(0), log.frame_id(1)], kind="evict", input_tokens=0)
+    log.workload([log.frame_id(2)], kind="evict", input_tokens=25)  # a compacted re-prefill
+    log.question(rec)
+    log.respond("B", output_tokens=2)
+    log.finish()
+    result = evaluate_workload(assemble_one("q1", log.rows()), PAPER.submission_kinds)
+    # Evicted frames were submitted first: they are neither dropped nor resubmissions.
+    assert (result.unique_submitted_frames, result.dropped_frames) == (6, 0)
+    assert (result.evicted_frames, result.reprefill_tokens) == (3, 25)
+    assert result.input_tokens == 6 * 10 + 25
+    scores = scores_of(evaluate_source(memory_source([rec], [log]), PAPER))
+    workload = scores.overall["workload"]
+    assert (workload["evicted_frames"].value, workload["reprefill_tokens"].value) == (3, 25)
+
+
+def test_an_adapter_that_never_evicts_reports_zero_evictions() -> None:
+    log = asked(question(), "B")
+    log.finish()
+    result = evaluate_workload(assemble_one("q1", log.rows()), PAPER.submission_kinds)
+    assert (result.evicted_frames, result.reprefill_tokens) == (0, 0)
+
+
 def test_unreported_workload_is_missing_not_zero() -> None:
     rec = question()
     log = asked(rec, "B")

@@ -2,8 +2,10 @@
 
 Submitted images count every image occurrence of the submission kinds (replays included);
 unique frames are the distinct frame ids among them; replayed occurrences the difference;
-dropped frames = delivered frames - unique submitted frames. A count the adapter did not
-report is missing (None), never zero.
+dropped frames = delivered frames - unique submitted frames. Evicted frames are those a
+native adapter removed from its state to bound memory (`evict` records; they were submitted
+first, so they are not dropped), and re-prefill tokens what it recomputed to do so (also
+counted in input tokens). A count the adapter did not report is missing (None), never zero.
 
 The family (`WORKLOAD`) reports each count's sum over the records that reported it.
 """
@@ -29,6 +31,8 @@ class WorkloadResult:
     dropped_frames: int | None
     output_tokens: int | None
     input_tokens: int | None
+    evicted_frames: int | None
+    reprefill_tokens: int | None
     model_calls: int
 
 
@@ -53,6 +57,8 @@ def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) ->
         dropped_frames=None if unique is None else max(0, delivered - unique),
         output_tokens=_output_tokens(trace),
         input_tokens=_input_tokens(trace),
+        evicted_frames=None if tally.uncounted.get("evict") else tally.occurrences.get("evict", 0),
+        reprefill_tokens=tally.reprefill_tokens,
         model_calls=tally.events.get("model_call", 0),
     )
 
@@ -83,6 +89,8 @@ _SUMMED = (
     "core_dropped_frames",
     "output_tokens",
     "input_tokens",
+    "evicted_frames",
+    "reprefill_tokens",
 )
 
 
