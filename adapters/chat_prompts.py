@@ -41,13 +41,48 @@ PROACTIVE_PROMPT = (
 EARLIER_LINE = "Your earlier responses: {responses}.\n"
 FRAME_LABEL = "Frame at {t:g}s:"
 
+# Video input mode: the window goes as one video after this label, and the prompts say so.
+VIDEO_LABEL = "Video from {start:g}s to {end:g}s:"
+VIDEO_QA_PROMPT = (
+    "The video above is the latest part of a live video stream; its last frame is what is on "
+    "screen now, {t:g} seconds into the video. Use only what this video shows.\n"
+    "Question: {question}\n"
+    "Options:\n{options}\n"
+    "Reply with the letter of the correct option and nothing else."
+)
+VIDEO_OPEN_QA_PROMPT = (
+    "The video above is the latest part of a live video stream; its last frame is what is on "
+    "screen now, {t:g} seconds into the video. Use only what this video shows.\n"
+    "Question: {question}\n"
+    "Reply with a short answer."
+)
+VIDEO_PROACTIVE_PROMPT = (
+    "The video above is the latest part of a live video stream; its last frame is what is on "
+    "screen now, {t:g} seconds into the video.\n"
+    "You are watching the stream with this instruction: {instruction}\n"
+    "{earlier}"
+    "If the instruction calls for a response at this moment, give it in one short sentence. "
+    "Otherwise reply with exactly {wait} and nothing else."
+)
+
 PLACEHOLDERS = {
     "qa_prompt": {"t", "question", "options"},
     "open_qa_prompt": {"t", "question"},
     "proactive_prompt": {"t", "instruction", "earlier", "wait"},
     "frame_label": {"t", "index"},
+    "video_label": {"start", "end", "frames", "fps"},
 }
-_SAMPLE = {"t": 1.0, "question": "q", "options": "A. a", "instruction": "i", "earlier": ""}
+_SAMPLE = {
+    "t": 1.0,
+    "question": "q",
+    "options": "A. a",
+    "instruction": "i",
+    "earlier": "",
+    "start": 0.0,
+    "end": 1.0,
+    "frames": 2,
+    "fps": 1.0,
+}
 
 
 def check_template(option: str, template: str) -> str:
@@ -107,14 +142,59 @@ def prepare_image(
 
 
 @dataclass(frozen=True)
+class VideoInput:
+    """How a request's frames travel when they go as one video rather than as images.
+
+    `fps` is the rate the frames are declared to have (the server derives the frames'
+    times from it: Qwen2.5-VL's temporal positions, Qwen3-VL's timestamps); `label` is the
+    text placed before the video (None: no label)."""
+
+    fps: float
+    label: str | None = None
+
+
+def video_fps(images: Sequence[PromptImage], fallback_fps: float) -> float:
+    """The rate a window's frames are declared to have: (n - 1) over the time from its first
+    frame to its last (the Core's sampling rate for consecutive frames; the mean rate for
+    frames spread over a longer span); `fallback_fps` (the session's fps) for a window of
+    one frame, or of frames that share one time. Rounded to 6 decimals."""
+    if len(images) >= 2:
+        span = images[-1].t - images[0].t
+        if span > 0:
+            return round((len(images) - 1) / span, 6)
+    return round(fallback_fps, 6)
+
+
+def video_label(template: str | None, images: Sequence[PromptImage], fps: float) -> str | None:
+    if template is None or not images:
+        return None
+    return template.format(start=images[0].t, end=images[-1].t, frames=len(images), fps=fps)
+
+
+def video_data_url(images: Sequence[PromptImage]) -> str:
+    """vLLM's frames-as-video data URL: `data:video/jpeg;base64,` then each frame's JPEG in
+    base64, comma-separated, in time order (vllm/multimodal/media/video.py,
+    VideoMediaIO.load_base64 splits the data on commas and decodes each part as a JPEG)."""
+    frames = ",".join(base64.b64encode(image.jpeg).decode("ascii") for image in images)
+    return "data:video/jpeg;base64," + frames
+
+
+@dataclass(frozen=True)
 class ChatRequest:
-    """One model call, independent of the backend that serves it."""
+    """One model call, independent of the backend that serves it.
+
+    `images` are the submitted frames in time order. With `video` None (input mode
+    "images") each goes as its own image after its `frame_label`. With `video` set (input
+    mode "video") they go together as ONE video after `video.label`, declared at
+    `video.fps`; `frame_label` is then unused. Either way every frame counts as one
+    submitted image in the workload record."""
 
     images: tuple[PromptImage, ...]
     prompt: str
     max_tokens: int
     system: str | None = None
     frame_label: str | None = FRAME_LABEL
+    video: VideoInput | None = None
 
     def labels(self) -> list[str | None]:
         if self.frame_label is None:
@@ -123,8 +203,17 @@ class ChatRequest:
 
 
 def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
-    """OpenAI chat format: one user turn, each image after its label, then the prompt."""
+    """OpenAI chat format: one user turn, each image after its label, then the prompt.
+
+    Video mode: the video's label, one `video_url` part holding all frames (see
+    `video_data_url`), then the prompt."""
     content: list[dict[str, Any]] = []
+    if request.video is not None:
+        if request.video.label is not None:
+            content.append({"type": "text", "text": request.video.label})
+        content.append({"type": "video_url", "video_url": {"url": video_data_url(request.images)}})
+        content.append({"type": "text", "text": request.prompt})
+        return _with_system(request, content)
     for label, image in zip(request.labels(), request.images, strict=True):
         if label is not None:
             content.append({"type": "text", "text": label})
@@ -134,8 +223,15 @@ def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
 
 
 def hf_messages(request: ChatRequest) -> list[dict[str, Any]]:
-    """The same turn for a Hugging Face chat template (images as `{"type": "image"}`)."""
+    """The same turn for a Hugging Face chat template (images as `{"type": "image"}`; in video
+    mode the label and one `{"type": "video"}` whose frames are `request.images`)."""
     content: list[dict[str, Any]] = []
+    if request.video is not None:
+        if request.video.label is not None:
+            content.append({"type": "text", "text": request.video.label})
+        content.append({"type": "video"})
+        content.append({"type": "text", "text": request.prompt})
+        return _with_system(request, content)
     for label, _ in zip(request.labels(), request.images, strict=True):
         if label is not None:
             content.append({"type": "text", "text": label})

@@ -5,6 +5,12 @@ server-sent events. Frames travel as `image_url` parts holding `data:image/jpeg;
 `stream_options.include_usage` asks for the closing usage chunk (empty `choices`, a `usage`
 block) that gives exact prompt and completion token counts. History, prompts, proactive
 decisions and retries are `VideoChatAdapter`'s; this module only speaks HTTP.
+
+With `input_mode: video` the window goes as one `video_url` part whose URL is vLLM's
+frames-as-video form, `data:video/jpeg;base64,<frame 1>,<frame 2>,...`, after a text label
+with the window's span; the request also tells the server the frames' rate (see
+`video_kwargs`), from which vLLM derives the frames' times (Qwen2.5-VL's temporal positions,
+Qwen3-VL's timestamps) instead of assuming a default.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class OpenAIAdapter(VideoChatAdapter):
     name = "openai"
     version = "1"
     Config = OpenAIAdapterConfig
+    input_modes = frozenset({"images", "video"})
 
     def __init__(self, config: OpenAIAdapterConfig) -> None:
         super().__init__(config, config.deployment)
@@ -81,6 +88,8 @@ class OpenAIAdapter(VideoChatAdapter):
             body["seed"] = config.seed
         if config.mm_processor_kwargs:
             body["mm_processor_kwargs"] = config.mm_processor_kwargs
+        if request.video is not None and config.video_server_kwargs:
+            body.update(video_kwargs(request, config.mm_processor_kwargs))
         return {**body, **config.extra_body}
 
     async def stream_completion(self, request: ChatRequest) -> AsyncIterator[str | Usage]:
@@ -111,6 +120,27 @@ class OpenAIAdapter(VideoChatAdapter):
         if isinstance(exc, httpx.ReadTimeout):
             return f"no data for {self.config.read_timeout_s:g}s (read timeout)"
         return type(exc).__name__
+
+
+def video_kwargs(request: ChatRequest, mm_processor_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's per-request fields that describe a `video/jpeg` video's frames.
+
+    - `media_io_kwargs.video.fps`: the video loader's metadata for frames sent as JPEGs
+      (`fps`, with `frames_indices` 0..n-1 and `total_num_frames` n); Qwen3-VL's timestamps
+      are frame index / fps, and (transformers 5) Qwen2.5-VL's time step per temporal patch
+      is 2 / fps. `num_frames` n: loaders that cut a JPEG sequence at `num_frames` (default
+      32) keep every frame sent.
+    - `mm_processor_kwargs.fps`: where processors of transformers 4 read Qwen2.5-VL's rate
+      (`second_per_grid_ts` = 2 / fps; default 2.0); `do_sample_frames: false` keeps the
+      processor from resampling frames the adapter already chose (Qwen3-VL's video processor
+      samples by default).
+    The configured `mm_processor_kwargs` are kept; these two keys override theirs."""
+    assert request.video is not None
+    fps = request.video.fps
+    return {
+        "mm_processor_kwargs": {**mm_processor_kwargs, "fps": fps, "do_sample_frames": False},
+        "media_io_kwargs": {"video": {"fps": fps, "num_frames": len(request.images)}},
+    }
 
 
 async def read_chat_stream(lines: AsyncIterator[str]) -> AsyncIterator[str | Usage]:

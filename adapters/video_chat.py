@@ -14,6 +14,12 @@ frames keep arriving, and those frames are kept (`buffer`) or discarded and reco
 retried a bounded number of times, each reported as a non-fatal `error`; the last one, a
 refused request, or a stream that breaks after the answer began is a fatal `error`.
 
+Input modes (`input_mode`): "images" submits the window as separate images, each after its
+time label; "video" submits it as ONE video (its frames in time order, declared at the rate
+their times give, after a label with the window's time span), for backends whose server
+takes videos as frames (vLLM's `video/jpeg`). A backend lists the modes it implements in
+`input_modes`; the video mode and its parameters are declared in `conditions.settings`.
+
 Subclasses provide `stream_completion` (a backend) and their `Config`.
 """
 
@@ -30,7 +36,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from streameval.adapters import chat_prompts as prompts
-from streameval.adapters.config import AdapterConfig
+from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
 from streameval.protocol import (
     AdapterConditions,
@@ -62,8 +68,19 @@ class VideoChatConfig(AdapterConfig):
     image_max_pixels: int | None = Field(
         None, ge=1, description="downscale submitted frames to at most this many pixels"
     )
+    input_mode: Literal["images", "video"] = Field(
+        "images",
+        description="images: each frame its own image part; video: the window as one video",
+    )
+    video_server_kwargs: bool = Field(
+        True,
+        description="video mode: send the frames' fps to the server (vLLM media_io_kwargs and "
+        "mm_processor_kwargs) with every video",
+    )
     frame_label: str | None = prompts.FRAME_LABEL
+    video_label: str | None = prompts.VIDEO_LABEL
     system_prompt: str | None = None
+    # Unset: the images wording, or in video mode the video wording (chat_prompts.VIDEO_*).
     qa_prompt: str = prompts.QA_PROMPT
     open_qa_prompt: str = prompts.OPEN_QA_PROMPT
     proactive_prompt: str = prompts.PROACTIVE_PROMPT
@@ -78,19 +95,62 @@ class VideoChatConfig(AdapterConfig):
     max_retries: int = Field(2, ge=0, le=10, description="retries of a failed model call")
     retry_backoff_s: float = Field(1.0, ge=0, description="first retry delay, doubled each time")
 
-    @field_validator("qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label")
+    @field_validator(
+        "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"
+    )
     @classmethod
     def _known_placeholders(cls, template: str | None, info) -> str | None:
         return None if template is None else prompts.check_template(info.field_name, template)
 
+    def prompt_templates(self) -> tuple[str, str, str]:
+        """(qa, open qa, proactive): as configured; in video mode the video wording for any
+        that the config leaves at its default."""
+        chosen = [self.qa_prompt, self.open_qa_prompt, self.proactive_prompt]
+        if self.input_mode == "video":
+            video = (
+                prompts.VIDEO_QA_PROMPT,
+                prompts.VIDEO_OPEN_QA_PROMPT,
+                prompts.VIDEO_PROACTIVE_PROMPT,
+            )
+            names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
+            for i, name in enumerate(names):
+                if name not in self.model_fields_set:
+                    chosen[i] = video[i]
+        return chosen[0], chosen[1], chosen[2]
+
     def history_summary(self) -> str:
         """The history rules, declared in the hello so every result carries them."""
-        return (
+        summary = (
             f"QA: {self.qa_frame_selection} {self.qa_max_frames} received frames; proactive: "
             f"a decision every {self.proactive_interval_s:g}s over the newest "
             f"{self.proactive_window_frames} frames; frames arriving during a call: "
             f"{self.frames_during_call}"
         )
+        if self.input_mode == "video":
+            summary += (
+                "; input: each call's frames as one video (JPEG frames in time order), "
+                "its fps from the frames' times"
+            )
+        return summary
+
+    def settings(self) -> dict[str, str | int | float | bool]:
+        """Execution settings declared in the hello (`AdapterConditions.settings`).
+
+        Images mode declares none: its requests are those of adapters that predate the
+        setting, and so is its identity. Video mode declares the mode and its parameters."""
+        if self.input_mode == "images":
+            return {}
+        declared: dict[str, str | int | float | bool] = {
+            "input_mode": "video",
+            "video_encoding": "jpeg_frames",
+            "video_fps_source": "frame_times",
+            "video_frames_qa": self.qa_max_frames,
+            "video_frames_proactive": self.proactive_window_frames,
+            "video_server_kwargs": self.video_server_kwargs,
+        }
+        if self.image_max_pixels is not None:
+            declared["video_frame_max_pixels"] = self.image_max_pixels
+        return declared
 
 
 @dataclass(frozen=True)
@@ -203,8 +263,15 @@ class VideoChatAdapter(Adapter):
     """Base of the chat-VideoLLM adapters; a subclass supplies the backend."""
 
     Config: ClassVar[type[VideoChatConfig]] = VideoChatConfig
+    # The `input_mode`s this backend can send; a config asking for another is refused.
+    input_modes: ClassVar[frozenset[str]] = frozenset({"images"})
 
     def __init__(self, config: VideoChatConfig, deployment: str) -> None:
+        if config.input_mode not in self.input_modes:
+            raise AdapterConfigError(
+                f"input_mode: {config.input_mode!r} is not supported by the {self.name!r} "
+                f"adapter (supported: {', '.join(sorted(self.input_modes))})"
+            )
         self.config = config
         self.conditions = AdapterConditions(
             state="non-native",
@@ -214,6 +281,7 @@ class VideoChatAdapter(Adapter):
             model_name=config.model,
             model_version=config.model_version,
             history=config.history_summary(),
+            settings=config.settings(),
         )
 
     def stream_completion(self, request: prompts.ChatRequest) -> AsyncIterator[str | Usage]:
@@ -248,8 +316,9 @@ class VideoChatAdapter(Adapter):
     async def on_question(self, session: Session, question: Question, respond: Responder):
         config = self.config
         images = _select(_state(session).frames, config.qa_max_frames, config.qa_frame_selection)
+        qa_template, open_template, _ = config.prompt_templates()
         prompt = prompts.qa_prompt(
-            config.qa_prompt, config.open_qa_prompt, question.t, question.text, question.options
+            qa_template, open_template, question.t, question.text, question.options
         )
         answer = _Answer(respond)
         with contextlib.suppress(_CallAbandoned):
@@ -315,7 +384,7 @@ class VideoChatAdapter(Adapter):
         config = self.config
         images = state.frames[-config.proactive_window_frames :]
         prompt = prompts.proactive_prompt(
-            config.proactive_prompt,
+            config.prompt_templates()[2],
             t,
             state.instruction.text,
             state.earlier[-EARLIER_RESPONSES:],
@@ -351,6 +420,7 @@ class VideoChatAdapter(Adapter):
             max_tokens=max_tokens,
             system=config.system_prompt,
             frame_label=config.frame_label,
+            video=self._video_input(session, images),
         )
         attempts = 1 + config.max_retries
         attempt = 1
@@ -372,6 +442,17 @@ class VideoChatAdapter(Adapter):
                 continue
             await self._record_call(session, images, started, usage)
             return usage
+
+    def _video_input(
+        self, session: Session, images: Sequence[prompts.PromptImage]
+    ) -> prompts.VideoInput | None:
+        """Video mode: the window's declared fps and label; None in images mode."""
+        if self.config.input_mode != "video":
+            return None
+        fps = prompts.video_fps(images, session.conditions.fps)
+        return prompts.VideoInput(
+            fps=fps, label=prompts.video_label(self.config.video_label, images, fps)
+        )
 
     async def _after_failure(
         self, session: Session, error: ModelCallError, attempt: int, attempts: int, committed: bool
