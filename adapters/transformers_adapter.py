@@ -44,7 +44,8 @@ from streameval.protocol import (
 )
 
 if TYPE_CHECKING:
-    from streameval.adapters.hf.model import EncodedFrame, StreamState
+    from streameval.adapters.hf.model import EncodedFrame
+    from streameval.adapters.hf.stream import StreamState
 
 # Sample values for the placeholders of this adapter's own templates (checked at load).
 _OWN_PLACEHOLDERS = {
@@ -72,8 +73,21 @@ class TransformersAdapterConfig(AdapterConfig):
     reserve_tokens: int = Field(
         1024,
         ge=0,
-        description="kept free for questions and answers: a frame that would cut into it is "
-        "dropped (and recorded as a drop) instead of committed",
+        description="kept free for questions and answers: the default cache_max_tokens is "
+        "context_tokens - reserve_tokens",
+    )
+    cache_policy: Literal["evict-oldest", "reprefill", "fail"] = Field(
+        "evict-oldest",
+        description="when a frame would pass cache_max_tokens: evict-oldest = remove the "
+        "oldest frame blocks (and the decisions that followed them) from the cache in place; "
+        "reprefill = remove them and recompute the cache from what is kept; fail = drop the "
+        "new frame (a decision with no room left is then a fatal context_full)",
+    )
+    cache_max_tokens: int | None = Field(
+        None, ge=1, description="bound on the cache before a frame; default: context - reserve"
+    )
+    evict_frames: int = Field(
+        1, ge=1, description="frame blocks evicted at least per eviction (more when needed)"
     )
     frame_label: str | None = prompts.FRAME_LABEL
     system_prompt: str | None = None
@@ -132,6 +146,14 @@ class TransformersAdapter(Adapter):
             raise AdapterConfigError(f"transformers config: model: {exc}") from None
         self.chat = config.chat_format()
         self.context_tokens = config.context_tokens or self.vlm.max_context
+        self.cache_max_tokens = config.cache_max_tokens or (
+            self.context_tokens - config.reserve_tokens
+        )
+        if not 1 <= self.cache_max_tokens <= self.context_tokens:
+            raise AdapterConfigError(
+                f"transformers config: cache_max_tokens: {self.cache_max_tokens} is not "
+                f"between 1 and the context of {self.context_tokens} tokens"
+            )
         self._assistant_turn = self.vlm.tokenize(ASSISTANT_TURN)
         self._after_answer = self.vlm.tokenize(AFTER_ANSWER)
         # The declared model is only known once configured, so conditions are per instance.
@@ -142,11 +164,48 @@ class TransformersAdapter(Adapter):
             deployment="in-process",
             model_name=config.model_name or Path(config.model).name,
             model_version=config.model_version,
-            history=(
-                f"every delivered frame (at most {config.visual_tokens} visual tokens) and "
-                "every answer or wait word, in a persistent KV cache"
-            ),
+            history=self._history(),
+            settings=self._settings(),
         )
+
+    def _history(self) -> str:
+        config = self.config
+        frames = f"every delivered frame (at most {config.visual_tokens} visual tokens)"
+        bound = f"a KV cache of at most {self.cache_max_tokens} tokens before a frame"
+        kept = (
+            "; the preamble, instructions, questions and their answers always stay, the "
+            "oldest frame blocks and the step decisions after them go"
+        )
+        if config.cache_policy == "evict-oldest":
+            return (
+                f"{frames} and every answer or wait word, in {bound}{kept} (cache_policy="
+                f"evict-oldest: evicted in place, at least {config.evict_frames} frame(s) at "
+                "a time; kept keys keep their positions until the model's maximum position, "
+                "then gaps are closed)"
+            )
+        if config.cache_policy == "reprefill":
+            return (
+                f"{frames} and every answer or wait word, in {bound}{kept} (cache_policy="
+                f"reprefill: at least {config.evict_frames} frame(s) at a time, then the cache "
+                "is recomputed from what is kept)"
+            )
+        return (
+            f"{frames} and every answer or wait word, in a persistent KV cache (cache_policy="
+            f"fail: frames past {self.cache_max_tokens} tokens are dropped)"
+        )
+
+    def _settings(self) -> dict[str, str | int | float | bool]:
+        config = self.config
+        settings: dict[str, str | int | float | bool] = {
+            "cache_policy": config.cache_policy,
+            "cache_max_tokens": self.cache_max_tokens,
+            "context_tokens": self.context_tokens,
+            "visual_tokens": config.visual_tokens,
+            "input_mode": "image",
+        }
+        if config.cache_policy != "fail":
+            settings["evict_frames"] = config.evict_frames
+        return settings
 
     def gpu_identity(self) -> str | None:
         from streameval.adapters.hf.model import device_identity
@@ -156,7 +215,10 @@ class TransformersAdapter(Adapter):
     # ------------------------------------------------------------------ hooks
 
     async def on_session_start(self, session: Session) -> None:
-        session.state["stream"] = self.vlm.new_stream()
+        from streameval.adapters.hf.stream import StreamState
+
+        reprefill = self.config.cache_policy == "reprefill"
+        session.state["stream"] = StreamState(self.vlm, reprefill=reprefill)
         session.state["frames"] = 0
         await self._commit_text(session, self.chat.preamble())
 
@@ -166,10 +228,13 @@ class TransformersAdapter(Adapter):
         encoded = await asyncio.to_thread(self._encode, frame)
         label = self.vlm.tokenize(self.chat.label(frame.t, session.state["frames"]))
         ids = label + encoded.token_ids
-        if stream.length + len(ids) + self.config.reserve_tokens > self.context_tokens:
+        # An eviction is its own record: the commit's interval starts after it.
+        started = await self._make_room(session, len(ids), self.cache_max_tokens) or started
+        if stream.length + len(ids) > self.cache_max_tokens:
             await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
             return
         before = stream.length
+        stream.begin("frame", (frame.frame_id,))
         await asyncio.to_thread(stream.append, ids, encoded)
         session.state["frames"] += 1
         await session.workload(
@@ -184,18 +249,19 @@ class TransformersAdapter(Adapter):
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         prompt = self.chat.question(question.t, question.text, question.options)
-        await self._decide(session, respond, self.vlm.tokenize(prompt), step=None)
+        await self._decide(session, respond, self.vlm.tokenize(prompt), None, "pinned")
 
     async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
         await self._commit_text(session, self.chat.instruction(instruction.t, instruction.text))
 
     async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
-        prompt = self._assistant_turn
+        prompt, kind = self._assistant_turn, "turn"
         if session.task is None and not session.state.get("standby_told"):
-            # The frame-level protocol: decisions before any task. Told once, remembered.
+            # The frame-level protocol: decisions before any task. Told once, remembered
+            # (never evicted: it says how to pass).
             session.state["standby_told"] = True
-            prompt = self.vlm.tokenize(self.chat.first_standby_step())
-        await self._decide(session, respond, prompt, step=step.step)
+            prompt, kind = self.vlm.tokenize(self.chat.first_standby_step()), "pinned"
+        await self._decide(session, respond, prompt, step.step, kind)
 
     async def on_session_end(self, session: Session) -> None:
         session.state.pop("stream", None)  # frees the cache
@@ -205,10 +271,35 @@ class TransformersAdapter(Adapter):
     def _encode(self, frame: Frame) -> EncodedFrame:
         return self.vlm.encode_frame(frame.rgb())
 
+    async def _make_room(self, session: Session, incoming: int, limit: int) -> int | None:
+        """Under an evicting policy, evict the oldest frame blocks until `incoming` more
+        tokens fit in `limit`; each eviction is an `evict` workload record. Returns when the
+        eviction ended, None when there was none."""
+        if self.config.cache_policy == "fail":
+            return None
+        stream: StreamState = session.state["stream"]
+        started = time.monotonic_ns()
+        eviction = await asyncio.to_thread(
+            stream.make_room, incoming, limit, self.config.evict_frames
+        )
+        if eviction is None:
+            return None
+        ended = time.monotonic_ns()
+        await session.workload(
+            kind="evict",
+            frame_ids=eviction.frame_ids,
+            images=len(eviction.frame_ids),
+            input_tokens=eviction.reprefilled,
+            started_ns=started,
+            ended_ns=ended,
+        )
+        return ended
+
     async def _commit_text(self, session: Session, text: str) -> None:
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         before = stream.length
+        stream.begin("pinned")
         await asyncio.to_thread(stream.append, self.vlm.tokenize(text))
         await session.workload(
             kind="state_commit",
@@ -219,14 +310,22 @@ class TransformersAdapter(Adapter):
         )
 
     async def _decide(
-        self, session: Session, respond: Responder, prompt: list[int], step: int | None
+        self,
+        session: Session,
+        respond: Responder,
+        prompt: list[int],
+        step: int | None,
+        kind: Literal["pinned", "turn"],
     ) -> None:
         """Append `prompt`, generate greedily from the cache, keep the answer in context.
 
-        `step` set: a proactive decision, which may come out as the wait word.
+        `step` set: a proactive decision, which may come out as the wait word. `kind`: the
+        cache segment the decision becomes (`turn`: evicted with the frame before it).
         """
         stream: StreamState = session.state["stream"]
         budget = self.config.max_tokens_qa if step is None else self.config.max_tokens_proactive
+        need = len(prompt) + budget + len(self._after_answer)
+        await self._make_room(session, need, self.context_tokens)
         free = self.context_tokens - stream.length - len(prompt) - len(self._after_answer)
         limit = min(budget, free)
         if limit < 1:
@@ -239,6 +338,7 @@ class TransformersAdapter(Adapter):
         before = stream.length
         text = IncrementalText(self.vlm.detokenize)
         speaker = _Speaker(respond, None if step is None else self.config.wait_word)
+        stream.begin(kind)
         token = await asyncio.to_thread(stream.append, prompt)
         generated = 0
         unfed: list[int] = []

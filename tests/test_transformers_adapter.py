@@ -314,7 +314,9 @@ def test_frames_past_the_context_budget_are_dropped_and_recorded(parrot, adapter
     preamble = byte_tokens(adapter.chat.preamble())
     two_frames = frame_tokens(adapter, 0.0, 0) + frame_tokens(adapter, 2.0, 1)
     # Room for the preamble, two frames and the reserve: the third frame is dropped.
-    dropping = parrot(context_tokens=preamble + two_frames + 20, reserve_tokens=20)
+    dropping = parrot(
+        context_tokens=preamble + two_frames + 20, reserve_tokens=20, cache_policy="fail"
+    )
     wire = Wire()
     session = new_session(wire)
 
@@ -339,7 +341,9 @@ def test_a_decision_with_no_room_left_is_a_fatal_error(parrot, adapter):
     standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER)
     # The frame fits (no reserve), then not a single answer token does.
     full = parrot(
-        context_tokens=preamble + frame_tokens(adapter, 0.0, 0) + standby, reserve_tokens=0
+        context_tokens=preamble + frame_tokens(adapter, 0.0, 0) + standby,
+        reserve_tokens=0,
+        cache_policy="fail",
     )
     wire, _ = run_steps(full, 1)
     assert wire.of("error") == [
@@ -519,3 +523,205 @@ def assert_one_decision_per_step(events, steps: list[int]) -> None:
             assert event.payload.output_tokens == len(deltas)
             decided.append(step)
     assert decided == steps
+
+
+# ------------------------------------------------------------------ bounded memory
+
+
+def stream_of(adapter: TransformersAdapter, frames: int, reprefill: bool = False):
+    """A StreamState holding the preamble, then `frames` random frames, each followed by a
+    step decision; returns it with each segment's (ids, visual) for rebuilding by hand."""
+    from streameval.adapters.hf.stream import StreamState
+
+    vlm = adapter.vlm
+    rng = np.random.default_rng(1)
+    stream = StreamState(vlm, reprefill=reprefill)
+    parts = [("pinned", (), vlm.tokenize(adapter.chat.preamble()), None)]
+    for index in range(frames):
+        encoded = vlm.encode_frame(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+        label = vlm.tokenize(adapter.chat.label(2.0 * index, index))
+        parts.append(("frame", (f"f{index}",), label + encoded.token_ids, encoded))
+        parts.append(("turn", (), vlm.tokenize(ASSISTANT_TURN + "ok" + AFTER_ANSWER), None))
+    for kind, frame_ids, ids, visual in parts:
+        stream.begin(kind, frame_ids)
+        stream.append(ids, visual)
+    return stream, parts
+
+
+QUESTION = ASSISTANT_TURN + "Which?"
+
+
+def next_logits(vlm, cache, position: int, ids: list[int], attention_mask=None):
+    if attention_mask is None:
+        return vlm.forward(cache, position, ids)[0]
+    positions = (torch.arange(len(ids)) + position).view(1, 1, -1).expand(3, 1, -1)
+    with torch.inference_mode():
+        return vlm.model(
+            input_ids=torch.tensor([ids]),
+            position_ids=positions,
+            attention_mask=attention_mask,
+            cache=cache,
+            use_cache=True,
+        ).logits[0, -1]
+
+
+def test_evicting_in_place_equals_no_longer_attending_to_the_evicted_tokens(adapter):
+    """The oldest frame blocks and their decisions leave every layer's keys and values; the
+    kept keys keep their positions. The next token's logits are those of the full cache
+    with the evicted slots masked out of the attention."""
+    vlm = adapter.vlm
+    evicted, _ = stream_of(adapter, 4)
+    full, _ = stream_of(adapter, 4)
+    before = evicted.length
+    question = vlm.tokenize(QUESTION)
+    eviction = evicted.make_room(len(question), before, min_frames=2)
+    unit = frame_tokens(adapter, 0.0, 0) + byte_tokens(ASSISTANT_TURN + "ok" + AFTER_ANSWER)
+    assert eviction.frame_ids == ["f0", "f1"]
+    assert (eviction.slots, eviction.reprefilled, eviction.repositioned) == (2 * unit, 0, False)
+    assert evicted.length == before - 2 * unit
+    assert [s.kind for s in evicted.segments] == ["pinned"] + ["frame", "turn"] * 2
+    assert evicted.next_position == full.next_position  # positions go on growing
+
+    mask = torch.ones(1, before + len(question), dtype=torch.long)
+    preamble = byte_tokens(adapter.chat.preamble())
+    mask[0, preamble : preamble + 2 * unit] = 0
+    reference = next_logits(vlm, full.cache, full.next_position, question, mask)
+    logits = next_logits(vlm, evicted.cache, evicted.next_position, question)
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+    again, _ = stream_of(adapter, 4)
+    unmasked = next_logits(vlm, again.cache, again.next_position, question)
+    assert not torch.allclose(unmasked, reference, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def one_layer(tiny_model: Path, tmp_path_factory) -> TransformersAdapter:
+    """The tiny model cut to its first layer: there a token's keys and values depend only
+    on the token and its position, not on what it attended to."""
+    directory = tmp_path_factory.mktemp("one-layer")
+    for source in tiny_model.iterdir():
+        shutil.copy(source, directory / source.name)
+    config = json.loads((directory / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = 1
+    config["text_config"].pop("layer_types", None)
+    (directory / "config.json").write_text(json.dumps(config))
+    return configured(directory)
+
+
+def test_with_one_layer_an_evicted_cache_equals_a_fresh_prefill_of_what_is_kept(one_layer):
+    """In place, the kept tokens keep their positions: the cache is the one a fresh
+    prefill of the kept segments at those positions computes. Closing the gaps turns every
+    kept key to the position the model's rule gives the compacted conversation."""
+    vlm = one_layer.vlm
+    stream, parts = stream_of(one_layer, 5)
+    question = vlm.tokenize(QUESTION)
+    eviction = stream.make_room(len(question), stream.length, min_frames=2)
+    assert eviction.frame_ids == ["f0", "f1"]
+    kept = [parts[0]] + parts[5:]
+    assert [s.start for s in stream.segments][1] > stream.segments[0].end  # a gap
+
+    at_same_positions = vlm.new_cache()
+    for segment, (_, _, ids, visual) in zip(stream.segments, kept, strict=True):
+        vlm.forward(at_same_positions, segment.start, ids, visual)
+    reference = next_logits(vlm, at_same_positions, stream.next_position, question)
+    logits = vlm.forward(stream.cache, stream.next_position, question)[0]
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+
+    # Closing the gaps (done when positions reach the model's maximum).
+    stream, _ = stream_of(one_layer, 5)
+    stream.make_room(len(question), stream.length, min_frames=2)
+    stream._close_gaps()
+    assert stream.repositions == 1
+    compacted, position = vlm.new_cache(), 0
+    for _, _, ids, visual in kept:
+        _, position = vlm.forward(compacted, position, ids, visual)
+    assert stream.next_position == position
+    assert [(s.start, s.end) for s in stream.segments][0] == (0, len(parts[0][2]))
+    torch.testing.assert_close(
+        stream.cache.layers[0].keys, compacted.layers[0].keys, rtol=1e-4, atol=1e-5
+    )
+    torch.testing.assert_close(
+        next_logits(vlm, stream.cache, stream.next_position, question),
+        next_logits(vlm, compacted, position, question),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_reprefill_rebuilds_the_cache_the_compacted_conversation_gives(adapter):
+    vlm = adapter.vlm
+    stream, parts = stream_of(adapter, 4, reprefill=True)
+    question = vlm.tokenize(QUESTION)
+    eviction = stream.make_room(len(question), stream.length, min_frames=1)
+    kept = [parts[0]] + parts[3:]
+    assert eviction.frame_ids == ["f0"]
+    assert eviction.reprefilled == stream.length == sum(len(ids) for _, _, ids, _ in kept)
+    compacted, position = vlm.new_cache(), 0
+    for _, _, ids, visual in kept:
+        _, position = vlm.forward(compacted, position, ids, visual)
+    assert stream.next_position == position
+    torch.testing.assert_close(
+        next_logits(vlm, stream.cache, stream.next_position, question),
+        next_logits(vlm, compacted, position, question),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    # Only what is in the cache is kept to rebuild it.
+    assert sum(len(s.visuals) for s in stream.segments) == 3
+
+
+@pytest.mark.parametrize("policy", ["evict-oldest", "reprefill"])
+def test_a_full_cache_evicts_the_oldest_frames_and_says_so(parrot, adapter, policy):
+    """A bound of the preamble, the standby decision and two frame units: from the third
+    frame on, each frame evicts the oldest frame and the decision after it."""
+    preamble = byte_tokens(adapter.chat.preamble())
+    standby = byte_tokens(adapter.chat.first_standby_step()) + byte_tokens(AFTER_ANSWER) + 2
+    turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER) + 2
+    unit = frame_tokens(adapter, 0.0, 0) + turn  # labels "Frame at 0s:" .. "Frame at 8s:"
+    bound = preamble + standby + frame_tokens(adapter, 0.0, 0) + unit
+    evicting = parrot(
+        wait_word="!", max_tokens_proactive=2, cache_max_tokens=bound, cache_policy=policy
+    )
+    assert evicting.conditions.settings == {
+        "cache_policy": policy,
+        "cache_max_tokens": bound,
+        "context_tokens": 4096,
+        "visual_tokens": 768,
+        "input_mode": "image",
+        "evict_frames": 1,
+    }
+    assert f"at most {bound} tokens" in evicting.conditions.history
+    wire, session = run_steps(evicting, 5)
+    assert [m["step"] for m in wire.of("silent")] == [0, 1, 2, 3, 4]
+    records = [
+        (m["kind"], m["frame_ids"]) for m in wire.of("workload") if m["kind"] != "model_call"
+    ]
+    assert records == [
+        ("state_commit", []),
+        ("state_commit", ["f0"]),
+        ("state_commit", ["f1"]),
+        ("evict", ["f0"]),
+        ("state_commit", ["f2"]),
+        ("evict", ["f1"]),
+        ("state_commit", ["f3"]),
+        ("evict", ["f2"]),
+        ("state_commit", ["f4"]),
+    ]
+    stream = session.state["stream"]
+    # The first frame's unit leaves the standby decision behind: it is pinned.
+    assert [s.kind for s in stream.segments] == [
+        "pinned",
+        "pinned",
+        "frame",
+        "turn",
+        "frame",
+        "turn",
+    ]
+    assert [s.frame_ids for s in stream.segments if s.kind == "frame"] == [("f3",), ("f4",)]
+    evictions = wire.workloads("evict")
+    assert {e["images"] for e in evictions} == {1}
+    assert all(e["started_ns"] <= e["ended_ns"] for e in evictions)
+    if policy == "evict-oldest":
+        assert {e["input_tokens"] for e in evictions} == {0}
+    else:
+        assert [e["input_tokens"] for e in evictions] == [stream.length - unit] * 3
+    assert stream.length <= bound + turn

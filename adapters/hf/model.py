@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +38,15 @@ class ModelLoadError(AdapterSetupError):
 
 @dataclass(frozen=True)
 class EncodedFrame:
-    """One frame as the model takes it: placeholder ids plus the image tensors."""
+    """One frame (or, `modality="video"`, one chunk of frames) as the model takes it:
+    placeholder ids plus the vision tensors."""
 
     token_ids: list[int]
     pixel_values: torch.Tensor
     grid_thw: torch.Tensor
-    pixels: int  # after the image processor's resize: what the vision encoder sees
+    pixels: int  # after the processor's resize: what the vision encoder sees, all frames
+    modality: str = "image"  # or "video"
+    second_per_grid: float | None = None  # a video's seconds per temporal grid step
 
 
 def resolve_device(device: str) -> str:
@@ -85,6 +89,8 @@ class VisionLanguageModel:
         placeholders += [config.video_token_id] if hasattr(config, "video_token_id") else []
         self.unspeakable = torch.tensor(placeholders, device=device)
         self.stop_ids = _stop_ids(model, tokenizer)
+        rotary = getattr(getattr(model, "model", model), "language_model", None)
+        self._inv_freq: torch.Tensor = rotary.rotary_emb.inv_freq
         forward = inspect.signature(model.forward).parameters
         # transformers 5 renamed `past_key_values` to `cache`.
         self._cache_keyword = "cache" if "cache" in forward else "past_key_values"
@@ -135,61 +141,85 @@ class VisionLanguageModel:
             pixels=height * patch * width * patch,
         )
 
-    def new_stream(self) -> StreamState:
-        return StreamState(self)
-
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)
 
     def forward(
-        self, cache, start_position: int, ids: list[int], frame: EncodedFrame | None
+        self,
+        cache,
+        start_position: int,
+        ids: list[int],
+        visuals: EncodedFrame | Sequence[EncodedFrame] | None = None,
     ) -> tuple[torch.Tensor, int]:
-        """Run `ids` on top of `cache`, their positions starting at `start_position`.
+        """Run `ids` on top of `cache`, their positions starting at `start_position`;
+        `visuals` are the images and videos behind their placeholders, in order.
 
         Returns the next-token logits and the position after this chunk.
         """
+        if isinstance(visuals, EncodedFrame):
+            visuals = [visuals]
         input_ids = torch.tensor([ids], device=self.device)
-        image: dict = {}
-        if frame is not None:
-            image = {
-                "pixel_values": frame.pixel_values.to(self.device, self.model.dtype),
-                "image_grid_thw": frame.grid_thw.to(self.device),
-            }
+        inputs: dict = {}
+        grids: dict = {}
+        for modality, pixels_key, grid_key in _MODALITIES:
+            chosen = [v for v in visuals or () if v.modality == modality]
+            if chosen:
+                pixels = torch.cat([v.pixel_values for v in chosen])
+                inputs[pixels_key] = pixels.to(self.device, self.model.dtype)
+                grids[grid_key] = inputs[grid_key] = torch.cat([v.grid_thw for v in chosen]).to(
+                    self.device
+                )
+                if modality == "video" and chosen[0].second_per_grid is not None:
+                    grids["second_per_grid_ts"] = torch.tensor(
+                        [v.second_per_grid for v in chosen], device=self.device
+                    )
         with self.lock, torch.inference_mode():
             # A chunk's positions are the whole sequence's shifted by where the previous
             # chunk ended: the rule restarts every span from the last position plus one.
-            positions = self._rope_index(input_ids, image.get("image_grid_thw")) + start_position
+            positions = self._rope_index(input_ids, grids) + start_position
             output = self.model(
                 input_ids=input_ids,
                 position_ids=positions,
                 use_cache=True,
                 logits_to_keep=1,
                 **{self._cache_keyword: cache},
-                **image,
+                **inputs,
             )
-            return output.logits[0, -1], int(positions.max()) + 1
+            # Text after a span continues from the span's last text position (a video's
+            # temporal positions may run past it), and every chunk ends with text.
+            return output.logits[0, -1], int(positions[:, 0, -1].max()) + 1
 
+    # ------------------------------------------------------------------ cache surgery
 
-class StreamState:
-    """One session's model state: a KV cache that only grows, and the next RoPE position."""
+    def keep_slots(self, cache, keep: torch.Tensor) -> None:
+        """Keep only the cache slots `keep` (ascending indices) in every layer: the others'
+        keys and values are gone; the kept keys keep the positions they were rotated to."""
+        with self.lock, torch.inference_mode():
+            for layer in _cache_layers(cache):
+                index = keep.to(layer.keys.device)
+                layer.keys = layer.keys.index_select(-2, index)
+                layer.values = layer.values.index_select(-2, index)
 
-    def __init__(self, vlm: VisionLanguageModel) -> None:
-        self._vlm = vlm
-        self._cache = vlm.new_cache()
-        self._next_position = 0
+    def shift_positions(self, cache, deltas: torch.Tensor) -> None:
+        """Move every cached key by its slot's position delta (may be negative).
 
-    @property
-    def length(self) -> int:
-        """Tokens held in the cache."""
-        return self._cache.get_seq_length()
-
-    def append(self, ids: list[int], frame: EncodedFrame | None = None) -> int:
-        """Run `ids` on top of the cache (with the frame's pixels for its placeholders) and
-        return the greedy next token, never a vision placeholder."""
-        logits, self._next_position = self._vlm.forward(
-            self._cache, self._next_position, ids, frame
-        )
-        return int(logits.index_fill(0, self._vlm.unspeakable, -torch.inf).argmax())
+        RoPE rotations compose, and a shift moves all three M-RoPE sections (temporal,
+        height, width) by the same amount, so every frequency band turns by delta x its
+        frequency whichever section it belongs to: the key becomes the one the model would
+        have cached at the new position. Values carry no position.
+        """
+        inv_freq = self._inv_freq.double()
+        angles = deltas.double().to(inv_freq.device)[:, None] * inv_freq[None, :]
+        angles = torch.cat((angles, angles), dim=-1)
+        with self.lock, torch.inference_mode():
+            for layer in _cache_layers(cache):
+                keys = layer.keys
+                cos = angles.cos().to(keys.device, torch.float32)
+                sin = angles.sin().to(keys.device, torch.float32)
+                turned = keys.float()
+                half = turned.shape[-1] // 2
+                rotated = torch.cat((-turned[..., half:], turned[..., :half]), dim=-1)
+                layer.keys = (turned * cos + rotated * sin).to(keys.dtype)
 
 
 def _image_processor(path: str, visual_tokens: int):
@@ -202,10 +232,16 @@ def _image_processor(path: str, visual_tokens: int):
 
 
 _VISION_TOKENS = ("image", "vision_start", "vision_end")
+# (modality, pixel tensor keyword, grid keyword) as the Qwen-VL models name them.
+_MODALITIES = (
+    ("image", "pixel_values", "image_grid_thw"),
+    ("video", "pixel_values_videos", "video_grid_thw"),
+)
 
 
 def _rope_index_function(model):
-    """`(input_ids, image_grid_thw) -> positions (3, 1, n)` from the model's own rule."""
+    """`(input_ids, grids) -> positions (3, 1, n)` from the model's own rule; `grids` holds
+    `image_grid_thw`, `video_grid_thw` and `second_per_grid_ts` when there are any."""
     inner = getattr(model, "model", model)
     rope_index = getattr(inner, "get_rope_index", None)
     named = all(hasattr(model.config, f"{name}_token_id") for name in _VISION_TOKENS)
@@ -215,16 +251,32 @@ def _rope_index_function(model):
             "adapter: it needs a Qwen-VL family model (multimodal RoPE, vision start/end tokens)"
         )
     # transformers 5 marks image tokens with explicit modality ids; 4.57 finds them itself.
-    wants_types = "mm_token_type_ids" in inspect.signature(rope_index).parameters
+    parameters = inspect.signature(rope_index).parameters
+    wants_types = "mm_token_type_ids" in parameters
+    takes_seconds = "second_per_grid_ts" in parameters
     image_token_id = model.config.image_token_id
+    video_token_id = getattr(model.config, "video_token_id", None)
 
-    def positions(input_ids: torch.Tensor, grid_thw: torch.Tensor | None) -> torch.Tensor:
-        extra = {}
+    def positions(input_ids: torch.Tensor, grids: dict) -> torch.Tensor:
+        extra = dict(grids)
+        if not takes_seconds:
+            extra.pop("second_per_grid_ts", None)
         if wants_types:
-            extra["mm_token_type_ids"] = (input_ids == image_token_id).int()
-        return rope_index(input_ids, image_grid_thw=grid_thw, **extra)[0]
+            types = (input_ids == image_token_id).int()
+            if video_token_id is not None:
+                types = types + 2 * (input_ids == video_token_id).int()
+            extra["mm_token_type_ids"] = types
+        return rope_index(input_ids, **extra)[0]
 
     return positions
+
+
+def _cache_layers(cache) -> list:
+    """The cache's layers, each with `keys` and `values` (batch, heads, slots, head_dim)."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise ModelLoadError("this transformers version's DynamicCache has no layers")
+    return [layer for layer in layers if getattr(layer, "keys", None) is not None]
 
 
 def _stop_ids(model, tokenizer) -> frozenset[int]:
