@@ -690,6 +690,8 @@ def test_a_full_cache_evicts_the_oldest_frames_and_says_so(parrot, adapter, poli
         "evict_frames": 1,
     }
     assert f"at most {bound} tokens" in evicting.conditions.history
+    # Pretend positions past 150 are out of the model's range: gaps are then closed.
+    evicting.vlm.max_context = 150
     wire, session = run_steps(evicting, 5)
     assert [m["step"] for m in wire.of("silent")] == [0, 1, 2, 3, 4]
     records = [
@@ -722,6 +724,10 @@ def test_a_full_cache_evicts_the_oldest_frames_and_says_so(parrot, adapter, poli
     assert all(e["started_ns"] <= e["ended_ns"] for e in evictions)
     if policy == "evict-oldest":
         assert {e["input_tokens"] for e in evictions} == {0}
+        assert stream.repositions > 0
+        ends = [0] + [s.end for s in stream.segments]
+        assert [s.start for s in stream.segments] == ends[:-1]  # no gaps left
+        assert stream.next_position == ends[-1]
     else:
         assert [e["input_tokens"] for e in evictions] == [stream.length - unit] * 3
     assert stream.length <= bound + turn
