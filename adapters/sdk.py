@@ -7,11 +7,13 @@ per session, so an adapter sees the stream exactly as causally as the Core sends
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -29,6 +31,34 @@ from streameval.protocol import (
 )
 
 Send = Callable[[str], Awaitable[None]]
+T = TypeVar("T")
+
+
+async def load_in_thread(load: Callable[[], T], name: str = "adapter-load") -> T:
+    """Run a blocking load in a daemon thread and await its result, so the event loop (and
+    with it `/healthz`, `/info` and heartbeats) stays free. Unlike `asyncio.to_thread`, an
+    adapter stopped mid-load (SIGTERM) does not wait for the load to finish."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result = load()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
 
 
 @dataclass(frozen=True)
@@ -147,11 +177,39 @@ class Responder:
         await self._send_model(Silent(task_id=self.task_id, step=step))
 
 
+@dataclass(frozen=True)
+class Readiness:
+    """Whether an adapter can take sessions: `loading` while `Adapter.start` runs, `ready`,
+    or `failed` (loading failed, or the model became unusable) with the reason."""
+
+    state: Literal["loading", "ready", "failed"]
+    reason: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def describe(self) -> str:
+        """`ok`, `loading` or `failed: REASON`: the body of /healthz."""
+        if self.state == "ready":
+            return "ok"
+        return self.state if self.reason is None else f"{self.state}: {self.reason}"
+
+
+READY = Readiness("ready")
+LOADING = Readiness("loading")
+
+
 class Adapter:
     """Base class of every adapter. Override the hooks you need.
 
     `on_step` defaults to silence, and the SDK sends an explicit silent decision for any
     step whose hook returned without deciding, so a step is never left unanswered.
+
+    A slow-loading adapter overrides `start`: the server runs it once it listens, in the
+    background, while `/healthz` answers 503 `loading` and sessions are refused as not
+    ready; `/info` and heartbeats keep working. A blocking load belongs in a worker thread
+    (`await asyncio.to_thread(...)`), so the event loop stays free.
     """
 
     name: ClassVar[str] = "adapter"
@@ -161,6 +219,24 @@ class Adapter:
     # The adapter's options (a pydantic model): `streameval adapter serve NAME --config FILE
     # -A key=value` validates them and passes an instance to `__init__`. None: no options.
     Config: ClassVar[type[BaseModel] | None] = None
+
+    async def start(self) -> None:
+        """Load what serving needs (weights, an engine). Raise to fail the adapter: the
+        exception's text is the reason /healthz and the process report."""
+
+    @property
+    def readiness(self) -> Readiness:
+        # Set by the server and by `fail`; an adapter never started is ready (in-process
+        # use, tests).
+        return self.__dict__.get("_readiness", READY)
+
+    @readiness.setter
+    def readiness(self, value: Readiness) -> None:
+        self.__dict__["_readiness"] = value
+
+    def fail(self, reason: str) -> None:
+        """Stop taking sessions for good: the model is unusable (e.g. its engine died)."""
+        self.readiness = Readiness("failed", reason)
 
     async def on_session_start(self, session: Session) -> None:
         """A new session: reset per-session state on `session.state`."""

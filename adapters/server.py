@@ -1,10 +1,20 @@
-"""Expose any `Adapter` as a WebSocket service: `/ws` for sessions, `/healthz`, `/info`."""
+"""Expose any `Adapter` as a WebSocket service: `/ws` for sessions, `/healthz`, `/info`.
+
+Readiness: once listening, the server runs the adapter's `start` in the background. Until it
+returns, `/healthz` answers 503 `loading` and a session's WebSocket upgrade is refused with
+503 `not_ready: ...` (the Core waits for readiness before it starts sessions); `/info` and
+heartbeats keep working. A `start` that raises makes the adapter `failed`: `/healthz` answers
+503 `failed: REASON` for `failed_linger_s`, then `serve` raises `AdapterStartFailed`. An
+adapter that calls `fail(reason)` later (its engine died) stays up and refuses new sessions
+the same way, so sessions in flight still get their errors.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from http import HTTPStatus
 
 from websockets.asyncio.server import ServerConnection
@@ -12,7 +22,8 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.adapters.errors import AdapterSetupError
+from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
 from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
@@ -34,6 +45,16 @@ from streameval.protocol import (
 )
 
 log = logging.getLogger("streameval.adapter")
+
+# How long a failed start keeps answering `/healthz` with its reason before `serve` gives up,
+# so a Core waiting for readiness reads why rather than a refused connection.
+FAILED_LINGER_S = 5.0
+# The body prefix of a refused session upgrade (HTTP 503), for clients to recognise.
+NOT_READY = "not_ready"
+
+
+class AdapterStartFailed(AdapterSetupError):
+    """The adapter's `start` raised: it cannot serve."""
 
 
 class _Connection:
@@ -148,13 +169,30 @@ class _Connection:
         await self.send(json.dumps({"type": "frame_ack", "index": header.index}))
 
 
+def not_ready_message(adapter: Adapter, readiness: Readiness) -> str:
+    """What a session refused before the adapter is ready is told (one line)."""
+    if readiness.state == "loading":
+        what = "is still loading; GET /healthz answers 200 once it is ready"
+    else:
+        what = f"failed and takes no sessions: {readiness.reason}"
+    return f"{NOT_READY}: adapter {adapter.name} {what}"
+
+
 def _http_routes(adapter: Adapter):
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
+        readiness = adapter.readiness
         if path == WS_PATH:
-            return None
+            if readiness.ready:
+                return None
+            body = not_ready_message(adapter, readiness)
+            response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, body + "\n")
+            if readiness.state == "loading":
+                response.headers["Retry-After"] = "5"
+            return response
         if path == "/healthz":
-            return connection.respond(HTTPStatus.OK, "ok\n")
+            status = HTTPStatus.OK if readiness.ready else HTTPStatus.SERVICE_UNAVAILABLE
+            return connection.respond(status, readiness.describe() + "\n")
         if path == "/info":
             body = json.dumps({**adapter.info(), "protocol": PROTOCOL_VERSION})
             response = connection.respond(HTTPStatus.OK, body + "\n")
@@ -165,8 +203,40 @@ def _http_routes(adapter: Adapter):
     return process_request
 
 
-async def serve(adapter: Adapter, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:
-    """Serve `adapter` until cancelled. `ready(port)` is called once it listens."""
+def _overrides_start(adapter: Adapter) -> bool:
+    return getattr(type(adapter).start, "__func__", type(adapter).start) is not Adapter.start
+
+
+async def start_adapter(adapter: Adapter) -> None:
+    """Run `adapter.start`, setting its readiness: ready, or failed with the reason."""
+    try:
+        await adapter.start()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # any failure to load is the adapter's one reason
+        reason = str(exc) or type(exc).__name__
+        if not isinstance(exc, AdapterSetupError):
+            reason = f"{type(exc).__name__}: {reason}"
+            log.debug("adapter %s failed to start", adapter.name, exc_info=True)
+        adapter.readiness = Readiness("failed", reason.splitlines()[0] if reason else reason)
+        return
+    if adapter.readiness.state == "loading":
+        adapter.readiness = READY
+
+
+async def serve(
+    adapter: Adapter,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    ready: Callable[[int], None] | None = None,
+    failed_linger_s: float = FAILED_LINGER_S,
+) -> None:
+    """Serve `adapter` until cancelled. `ready(port)` is called once it listens (the model
+    may still be loading: see the module's readiness rules). Raises `AdapterStartFailed`
+    `failed_linger_s` after the adapter's `start` failed."""
+    loads = _overrides_start(adapter)
+    if loads:
+        adapter.readiness = LOADING
 
     async def handler(ws: ServerConnection) -> None:
         await _Connection(adapter, ws).run()
@@ -184,4 +254,12 @@ async def serve(adapter: Adapter, host: str = "127.0.0.1", port: int = 8765, rea
         bound = server.sockets[0].getsockname()[1]
         if ready is not None:
             ready(bound)
+        if loads:
+            await start_adapter(adapter)
+            readiness = adapter.readiness
+            if readiness.state == "failed":
+                await asyncio.sleep(failed_linger_s)
+                raise AdapterStartFailed(
+                    f"adapter {adapter.name} failed to start: {readiness.reason}"
+                )
         await asyncio.Future()

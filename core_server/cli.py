@@ -157,6 +157,14 @@ def run(
         float | None, typer.Option("--qa-history", help="Seconds before the anchor; 0 = all.")
     ] = None,
     response_timeout: Annotated[float, typer.Option(help="Seconds per answer/step.")] = 60.0,
+    adapter_ready_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--adapter-ready-timeout",
+            help="Seconds to wait for an adapter that is still loading its model (its "
+            "/healthz answers 503 loading) before sessions start [default: 600].",
+        ),
+    ] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
     store: StoreOption = None,
     resume: Annotated[
@@ -211,6 +219,9 @@ def run(
                         EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url
                     ]
                     stored = stored.model_copy(update={"endpoints": endpoints})
+                if adapter_ready_timeout is not None:
+                    update = {"adapter_ready_timeout_s": adapter_ready_timeout}
+                    stored = stored.model_copy(update=update)
                 config = stored
             else:
                 if not adapter_url and not detach:
@@ -234,6 +245,11 @@ def run(
                     qa_history_s=qa_history,
                     response_timeout_s=response_timeout,
                     **({"cache_dir": str(cache_dir)} if cache_dir else {}),
+                    **(
+                        {"adapter_ready_timeout_s": adapter_ready_timeout}
+                        if adapter_ready_timeout is not None
+                        else {}
+                    ),
                 )
             if detach:
                 _create_detached(config, opened, as_json)

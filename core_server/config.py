@@ -167,6 +167,11 @@ class RunConfig(BaseModel):
     proactive_tolerance_s: float = Field(default=5.0, gt=0)
     response_timeout_s: float = Field(default=60.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    adapter_ready_timeout_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="seconds to wait for a loading adapter (/healthz 503) to become ready",
+    )
     cache_dir: str = Field(default_factory=lambda: str(default_cache_dir()))
 
     @field_validator("profile")

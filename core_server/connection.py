@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.readiness import AdapterNotReady, wait_until_ready
 from streameval.events import FailureCause
 from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
@@ -17,8 +21,50 @@ from streameval.protocol import (
 )
 
 
-async def connect_adapter(endpoint_url: str, timeout_s: float) -> ClientConnection:
-    """Open a session's socket, or fail the session at stage `connect`."""
+async def connect_adapter(
+    endpoint_url: str, timeout_s: float, ready_timeout_s: float = 0.0
+) -> ClientConnection:
+    """Open a session's socket, or fail the session at stage `connect`.
+
+    An adapter that refuses the session as not ready (503) while its model loads is waited
+    for (its /healthz, up to `ready_timeout_s` in all) and asked again; one that failed, or
+    stays not ready, fails the session with the adapter's reason, as an infrastructure
+    failure (`--resume --retry-failed` redoes it)."""
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        try:
+            return await _connect(endpoint_url, timeout_s)
+        except InvalidStatus as exc:
+            refusal = _not_ready(exc)
+            if refusal is None:
+                raise _connect_failure(endpoint_url, exc) from None
+        left = deadline - time.monotonic()
+        if left > 0:
+            try:
+                await wait_until_ready(endpoint_url, left, notice=None)
+                continue
+            except AdapterNotReady as exc:
+                if not exc.failed:  # timed out (a failure's reason is in the refusal)
+                    refusal += f"; {exc}"
+            except httpx.HTTPError as exc:
+                refusal += f"; then /healthz: {exc or type(exc).__name__}"
+        raise SessionFailure(
+            FailureStage.CONNECT,
+            f"adapter at {endpoint_url} refused the session: {refusal}",
+            FailureCause.INFRASTRUCTURE,
+        )
+
+
+def _not_ready(exc: InvalidStatus) -> str | None:
+    """The adapter's reason when it refused the session as not ready (503), else None."""
+    response = exc.response
+    if response.status_code != HTTPStatus.SERVICE_UNAVAILABLE:
+        return None
+    body = response.body.decode("utf-8", "replace").strip() if response.body else ""
+    return body.splitlines()[0] if body else "503 Service Unavailable (not ready)"
+
+
+async def _connect(endpoint_url: str, timeout_s: float) -> ClientConnection:
     try:
         return await connect(
             endpoint_url,
@@ -29,11 +75,17 @@ async def connect_adapter(endpoint_url: str, timeout_s: float) -> ClientConnecti
             ping_timeout=HEARTBEAT_TIMEOUT_S,
             close_timeout=2,
         )
+    except InvalidStatus:
+        raise
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
-        reason = f"cannot connect to {endpoint_url}: {exc or type(exc).__name__}"
-        if not urlsplit(endpoint_url).path.endswith(WS_PATH):
-            reason += f" (adapters serve sessions at {WS_PATH}: ws://HOST:PORT{WS_PATH})"
-        raise SessionFailure(FailureStage.CONNECT, reason, FailureCause.INFRASTRUCTURE) from None
+        raise _connect_failure(endpoint_url, exc) from None
+
+
+def _connect_failure(endpoint_url: str, exc: Exception) -> SessionFailure:
+    reason = f"cannot connect to {endpoint_url}: {exc or type(exc).__name__}"
+    if not urlsplit(endpoint_url).path.endswith(WS_PATH):
+        reason += f" (adapters serve sessions at {WS_PATH}: ws://HOST:PORT{WS_PATH})"
+    return SessionFailure(FailureStage.CONNECT, reason, FailureCause.INFRASTRUCTURE)
 
 
 def closed_failure(exc: BaseException) -> SessionFailure:

@@ -33,6 +33,7 @@ from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
 from streameval.core.paths import default_cache_dir
 from streameval.core.plan import SessionPlan
+from streameval.core.readiness import AdapterNotReady, Notice, stderr_notice, wait_until_ready
 from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.store.models import RunStatus
 from streameval.core.store.queue import WorkerIdentity
@@ -98,13 +99,24 @@ def select_records(benchmark: Benchmark, config: RunConfig) -> list[QARecord | P
     return records[: config.limit] if config.limit else records
 
 
-async def check_endpoint(endpoint: EndpointConfig, config: RunConfig, has_proactive: bool) -> dict:
-    """Ask an endpoint's /info and refuse a run whose conditions contradict the profile."""
+async def check_endpoint(
+    endpoint: EndpointConfig,
+    config: RunConfig,
+    has_proactive: bool,
+    notice: Notice | None = stderr_notice,
+) -> dict:
+    """Wait until the endpoint is ready (a loading model: /healthz 503), ask its /info and
+    refuse a run whose conditions contradict the profile."""
     try:
         async with httpx.AsyncClient(timeout=config.connect_timeout_s) as client:
+            await wait_until_ready(
+                endpoint.url, config.adapter_ready_timeout_s, client=client, notice=notice
+            )
             response = await client.get(f"{endpoint.http_base}/info")
             response.raise_for_status()
             info = response.json()
+    except AdapterNotReady as exc:
+        raise RunError(str(exc)) from None
     except (httpx.HTTPError, ValueError) as exc:
         raise RunError(f"adapter endpoint {endpoint.url} is not reachable: {exc}") from None
     conditions = AdapterConditions.model_validate(info["conditions"])
@@ -184,6 +196,8 @@ class RunExecutor:
         self._by_id: dict[str, QARecord | ProactiveRecord] | None = None
         # Called with the number of sessions to run, once the checks passed and they start.
         self.on_start: StartCallback | None = None
+        # Where "waiting for adapter ..." progress lines go (None: nowhere).
+        self.notice: Notice | None = stderr_notice
         self.profile = PROTOCOL_PROFILES[self.config.profile]
         self.rules = ImageRules(
             fps=self.config.fps,
@@ -288,7 +302,10 @@ class RunExecutor:
 
     async def _check_endpoints(self, records: list) -> list[dict]:
         has_proactive = any(r.task == "proactive" for r in records)
-        checks = [check_endpoint(e, self.config, has_proactive) for e in self.config.endpoints]
+        checks = [
+            check_endpoint(e, self.config, has_proactive, self.notice)
+            for e in self.config.endpoints
+        ]
         return list(await asyncio.gather(*checks))
 
     def _check_identities(self, run_id: str, infos: list[dict], allow_change: bool) -> None:
@@ -393,6 +410,7 @@ class RunExecutor:
                 profile=self.profile,
                 response_timeout_s=self.config.response_timeout_s,
                 connect_timeout_s=self.config.connect_timeout_s,
+                ready_timeout_s=self.config.adapter_ready_timeout_s,
                 sink=writer.put,
             )
             outcome = await driver.run()

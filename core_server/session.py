@@ -77,12 +77,14 @@ class SessionDriver:
         response_timeout_s: float,
         connect_timeout_s: float,
         sink: Callable[[Event], None],
+        ready_timeout_s: float = 0.0,
     ) -> None:
         self.plan = plan
         self.endpoint_url = endpoint_url
         self.conditions = conditions
         self.profile = profile
         self.connect_timeout_s = connect_timeout_s
+        self.ready_timeout_s = ready_timeout_s
         self.recorder = Recorder(plan.run_id, plan.session_id, sink)
         self.protocol = ProtocolState()
         self.waits = Waits(response_timeout_s)
@@ -109,7 +111,9 @@ class SessionDriver:
         return SessionOutcome(self.plan.session_id, "finished", adapter=self.hello)
 
     async def _run(self) -> None:
-        self.ws = ws = await connect_adapter(self.endpoint_url, self.connect_timeout_s)
+        self.ws = ws = await connect_adapter(
+            self.endpoint_url, self.connect_timeout_s, self.ready_timeout_s
+        )
         receiver = _Receiver(ws, self.recorder, self.protocol, self.waits, self.clock)
         hello = await self._handshake(ws, receiver)
         stream = SessionStream(ws, self.plan, self.recorder, self.protocol, self.waits, self.clock)

@@ -1,0 +1,3 @@
+from vllm import AsyncEngineArgs, EngineArgs
+
+__all__ = ["AsyncEngineArgs", "EngineArgs"]
