@@ -23,6 +23,12 @@ protocol `error`): `EngineGenerateError` (one request failed) is retried; `Engin
 refused with the reason; a rejected prompt (`ValueError`, vLLM's validation errors) is fatal
 for the call, except vLLM's queue-full / rate-limit refusals (HTTP 503/429), which are
 retried; no output for `output_timeout_s` aborts the request and is retried.
+
+`input_mode: video` (see video_chat.py) submits each window as ONE video:
+`multi_modal_data={"video": (frames, metadata)}` with the frames as a T x H x W x 3 array and
+the metadata declaring their fps (and, with `video_server_kwargs`, `mm_processor_kwargs`
+`fps` and `do_sample_frames: false`, as the openai adapter sends them); the engine's
+`limit_mm_per_prompt` then allows one video.
 """
 
 from __future__ import annotations
@@ -121,6 +127,8 @@ def merge_engine_args(config: VLLMEngineConfig, known: set[str] | None) -> dict[
     images = max(config.qa_max_frames, config.proactive_window_frames)
     merged: dict[str, Any] = {name: getattr(config, name) for name in ENGINE_OPTIONS}
     merged["limit_mm_per_prompt"] = {"image": images}
+    if config.input_mode == "video":
+        merged["limit_mm_per_prompt"]["video"] = 1
     merged["trust_remote_code"] = True
     extra = dict(config.engine_args)
     for key in sorted(extra):
@@ -147,6 +155,25 @@ def merge_engine_args(config: VLLMEngineConfig, known: set[str] | None) -> dict[
         merged["limit_mm_per_prompt"] = {**merged["limit_mm_per_prompt"], **limits}
     merged.update(extra)
     return merged
+
+
+def video_input(images: list, fps: float) -> tuple[Any, dict[str, Any]]:
+    """A window as vLLM's in-process video: (frames as a T x H x W x 3 uint8 array, metadata
+    with the declared fps and every frame kept), the shape of `multi_modal_data["video"]`
+    that carries metadata. Frames of another size are resized to the first's."""
+    import numpy as np
+
+    size = images[0].size
+    frames = np.stack([np.asarray(i if i.size == size else i.resize(size)) for i in images])
+    metadata = {
+        "fps": fps,
+        "total_num_frames": len(images),
+        "frames_indices": list(range(len(images))),
+        "duration": len(images) / fps if fps else 0.0,
+        "video_backend": "streameval",
+        "do_sample_frames": False,
+    }
+    return frames, metadata
 
 
 def chat_template_source(model: str):
@@ -178,6 +205,7 @@ class VLLMEngineAdapter(VideoChatAdapter):
     name = "vllm"
     version = "2"
     Config = VLLMEngineConfig
+    input_modes = frozenset({"images", "video"})
 
     def __init__(self, config: VLLMEngineConfig) -> None:
         super().__init__(config, "in-process")
@@ -268,14 +296,19 @@ class VLLMEngineAdapter(VideoChatAdapter):
         text = self._processor.apply_chat_template(
             hf_messages(request), add_generation_prompt=True, tokenize=False
         )
-        prompt: dict[str, Any] = {
-            "prompt": text,
-            "multi_modal_data": {
-                "image": [Image.open(io.BytesIO(image.jpeg)) for image in request.images]
-            },
-        }
-        if self.config.mm_processor_kwargs:
-            prompt["mm_processor_kwargs"] = self.config.mm_processor_kwargs
+        images = [Image.open(io.BytesIO(image.jpeg)).convert("RGB") for image in request.images]
+        kwargs = dict(self.config.mm_processor_kwargs)
+        if request.video is None:
+            data: dict[str, Any] = {"image": images}
+        else:
+            data = {"video": video_input(images, request.video.fps)}
+            if self.config.video_server_kwargs:
+                # As the openai adapter tells `vllm serve`: the frames' rate, and no
+                # resampling of frames the adapter already chose.
+                kwargs.update(fps=request.video.fps, do_sample_frames=False)
+        prompt: dict[str, Any] = {"prompt": text, "multi_modal_data": data}
+        if kwargs:
+            prompt["mm_processor_kwargs"] = kwargs
         return prompt
 
     def _call_error(self, exc: Exception) -> ModelCallError:

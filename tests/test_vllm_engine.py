@@ -497,3 +497,20 @@ def test_engine_errors_reach_the_core_as_recorded_errors(stand_in, tiny_model, t
     assert "vLLM rejected the prompt" in reasons
     assert "the vLLM engine died" in reasons
     assert "refused the session: not_ready: adapter vllm failed and takes no sessions" in reasons
+
+
+def test_video_mode_submits_the_window_as_one_video_with_its_fps(engine):
+    adapter, log = engine(input_mode="video", max_tokens_qa=4)
+    assert adapter.engine_kwargs["limit_mm_per_prompt"] == {"image": 16, "video": 1}
+    wire = ask(adapter, frames=3)
+    assert errors(wire) == []
+    assert [m["text"] for m in wire.of("response_final")] == ["A"]
+    (call,) = model_calls(wire)
+    assert call["images"] == 3  # every frame of the video counts as a submitted image
+    (entry,) = log_entries(log, "call")
+    assert entry["images"] == 0
+    assert entry["video"]["shape"] == [3, 48, 64, 3]
+    metadata = entry["video"]["metadata"]
+    assert (metadata["fps"], metadata["total_num_frames"]) == (1.0, 3)
+    assert metadata["frames_indices"] == [0, 1, 2]
+    assert entry["mm_processor_kwargs"] == {"fps": 1.0, "do_sample_frames": False}

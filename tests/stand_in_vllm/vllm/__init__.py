@@ -176,8 +176,17 @@ class AsyncLLM:
     async def generate(self, prompt: Any, sampling_params: SamplingParams, request_id: str, **kw):
         call = next(_calls)
         outcome = "dead" if self.errored else _outcome(call)
-        images = list((prompt.get("multi_modal_data") or {}).get("image") or [])
-        _log({"event": "call", "call": call, "outcome": outcome, "images": len(images)})
+        data = prompt.get("multi_modal_data") or {}
+        images = list(data.get("image") or [])
+        video = data.get("video")
+        entry = {"event": "call", "call": call, "outcome": outcome, "images": len(images)}
+        if video is not None:
+            frames, metadata = video
+            entry["video"] = {"shape": list(frames.shape), "metadata": metadata}
+            entry["mm_processor_kwargs"] = prompt.get("mm_processor_kwargs")
+            if self.args.limit_mm_per_prompt.get("video", 0) < 1:
+                raise ValueError("At most 0 video(s) may be provided in one prompt.")
+        _log(entry)
         if outcome == "dead":
             self.errored = True
             raise EngineDeadError()
