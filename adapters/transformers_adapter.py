@@ -96,6 +96,40 @@ class TransformersAdapterConfig(AdapterConfig):
     instruction_prompt: str = INSTRUCTION_PROMPT
     standby_prompt: str = STANDBY_PROMPT
     wait_word: str = Field("<silent>", min_length=1, description="what the model says to wait")
+    stop_words: list[str] = Field(
+        default_factory=list,
+        description="texts that end a reply once generated (matched on the reply's text; "
+        "the word stays in the reply and in context), besides the end-of-turn tokens",
+    )
+    input_mode: Literal["image", "video"] = Field(
+        "image",
+        description="image: each frame is an image block; video: chunks of chunk_frames "
+        "frames are video blocks (the model's video path)",
+    )
+    chunk_frames: int = Field(
+        2, ge=1, description="video mode: frames per chunk, a multiple of temporal_patch_size"
+    )
+    chunk_label: str | None = Field(
+        "Time={start:.1f}-{end:.1f}s",
+        description="video mode: text before a chunk ({start}, {end}: its span in seconds)",
+    )
+
+    @field_validator("stop_words")
+    @classmethod
+    def _no_empty_stop_word(cls, words: list[str]) -> list[str]:
+        if any(not word for word in words):
+            raise ValueError("a stop word must not be empty")
+        return words
+
+    @field_validator("chunk_label")
+    @classmethod
+    def _chunk_placeholders(cls, template: str | None) -> str | None:
+        if template is not None:
+            try:
+                template.format(start=0.0, end=1.0)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"bad template ({exc!r}); it may use {{start}}, {{end}}") from None
+        return template
 
     @field_validator("qa_prompt", "open_qa_prompt", "frame_label")
     @classmethod
@@ -156,6 +190,10 @@ class TransformersAdapter(Adapter):
             )
         self._assistant_turn = self.vlm.tokenize(ASSISTANT_TURN)
         self._after_answer = self.vlm.tokenize(AFTER_ANSWER)
+        # str.endswith with an empty tuple is always False: no stop words, no early stop.
+        self._stop_words = tuple(config.stop_words)
+        if config.input_mode == "video":
+            self._check_video()
         # The declared model is only known once configured, so conditions are per instance.
         self.conditions = AdapterConditions(
             state="native",
@@ -168,9 +206,26 @@ class TransformersAdapter(Adapter):
             settings=self._settings(),
         )
 
+    def _check_video(self) -> None:
+        step = self.vlm.temporal_patch
+        if self.vlm.video_token_id is None:
+            raise AdapterConfigError(
+                "transformers config: input_mode: video needs a model with a video token"
+            )
+        if self.config.chunk_frames % step:
+            raise AdapterConfigError(
+                f"transformers config: chunk_frames: {self.config.chunk_frames} is not a "
+                f"multiple of the model's temporal patch size {step}"
+            )
+
     def _history(self) -> str:
         config = self.config
         frames = f"every delivered frame (at most {config.visual_tokens} visual tokens)"
+        if config.input_mode == "video":
+            frames = (
+                f"every delivered frame, in video chunks of {config.chunk_frames} frames (at "
+                f"most {config.visual_tokens} visual tokens per {self.vlm.temporal_patch} frames)"
+            )
         bound = f"a KV cache of at most {self.cache_max_tokens} tokens before a frame"
         kept = (
             "; the preamble, instructions, questions and their answers always stay, the "
@@ -201,8 +256,10 @@ class TransformersAdapter(Adapter):
             "cache_max_tokens": self.cache_max_tokens,
             "context_tokens": self.context_tokens,
             "visual_tokens": config.visual_tokens,
-            "input_mode": "image",
+            "input_mode": config.input_mode,
         }
+        if config.input_mode == "video":
+            settings["chunk_frames"] = config.chunk_frames
         if config.cache_policy != "fail":
             settings["evict_frames"] = config.evict_frames
         return settings
@@ -223,29 +280,56 @@ class TransformersAdapter(Adapter):
         await self._commit_text(session, self.chat.preamble())
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
+        if self.config.input_mode == "image":
+            await self._commit_frames(session, [frame])
+            return
+        pending: list[Frame] = session.state.setdefault("pending", [])
+        pending.append(frame)
+        if len(pending) >= self.config.chunk_frames:
+            await self._flush_chunk(session)
+
+    async def _flush_chunk(self, session: Session) -> None:
+        """Video mode: commit the buffered frames (a partial chunk too) as one video block."""
+        pending = session.state.pop("pending", None)
+        if pending:
+            await self._commit_frames(session, pending)
+
+    async def _commit_frames(self, session: Session, frames: list[Frame]) -> None:
+        """One frame block: a frame (image mode) or a chunk of frames (video mode)."""
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
-        encoded = await asyncio.to_thread(self._encode, frame)
-        label = self.vlm.tokenize(self.chat.label(frame.t, session.state["frames"]))
-        ids = label + encoded.token_ids
+        fps = session.conditions.fps
+        if self.config.input_mode == "image":
+            (frame,) = frames
+            encoded = await asyncio.to_thread(self._encode, frame)
+            label = self.chat.label(frame.t, session.state["frames"])
+        else:
+            encoded = await asyncio.to_thread(self._encode_chunk, frames, fps)
+            label = self._chunk_label(frames[0].t, frames[-1].t + (1 / fps if fps > 0 else 0))
+        ids = self.vlm.tokenize(label) + encoded.token_ids
+        frame_ids = [frame.frame_id for frame in frames]
         # An eviction is its own record: the commit's interval starts after it.
         started = await self._make_room(session, len(ids), self.cache_max_tokens) or started
         if stream.length + len(ids) > self.cache_max_tokens:
-            await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
+            await session.workload(kind="drop", frame_ids=frame_ids, images=len(frames))
             return
         before = stream.length
-        stream.begin("frame", (frame.frame_id,))
+        stream.begin("frame", tuple(frame_ids))
         await asyncio.to_thread(stream.append, ids, encoded)
-        session.state["frames"] += 1
+        session.state["frames"] += len(frames)
         await session.workload(
             kind="state_commit",
-            frame_ids=[frame.frame_id],
-            images=1,
+            frame_ids=frame_ids,
+            images=len(frames),
             pixels=encoded.pixels,
-            input_tokens=stream.length - before,  # the frame's tokens, read off the cache
+            input_tokens=stream.length - before,  # the block's tokens, read off the cache
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )
+
+    def _chunk_label(self, start: float, end: float) -> str:
+        label = self.config.chunk_label
+        return "" if label is None else label.format(start=start, end=end)
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         prompt = self.chat.question(question.t, question.text, question.options)
@@ -270,6 +354,9 @@ class TransformersAdapter(Adapter):
 
     def _encode(self, frame: Frame) -> EncodedFrame:
         return self.vlm.encode_frame(frame.rgb())
+
+    def _encode_chunk(self, frames: list[Frame], fps: float) -> EncodedFrame:
+        return self.vlm.encode_chunk([f.rgb() for f in frames], [f.t for f in frames], fps)
 
     async def _make_room(self, session: Session, incoming: int, limit: int) -> int | None:
         """Under an evicting policy, evict the oldest frame blocks until `incoming` more
@@ -296,6 +383,7 @@ class TransformersAdapter(Adapter):
         return ended
 
     async def _commit_text(self, session: Session, text: str) -> None:
+        await self._flush_chunk(session)
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         before = stream.length
@@ -322,6 +410,7 @@ class TransformersAdapter(Adapter):
         `step` set: a proactive decision, which may come out as the wait word. `kind`: the
         cache segment the decision becomes (`turn`: evicted with the frame before it).
         """
+        await self._flush_chunk(session)  # the model sees every delivered frame
         stream: StreamState = session.state["stream"]
         budget = self.config.max_tokens_qa if step is None else self.config.max_tokens_proactive
         need = len(prompt) + budget + len(self._after_answer)
@@ -345,7 +434,7 @@ class TransformersAdapter(Adapter):
         while token not in self.vlm.stop_ids:
             generated += 1
             await speaker.add(text.push(token), text.text)
-            if generated == limit:
+            if generated == limit or text.text.endswith(self._stop_words):
                 unfed = [token]
                 break
             token = await asyncio.to_thread(stream.append, [token])

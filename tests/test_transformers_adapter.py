@@ -731,3 +731,139 @@ def test_a_full_cache_evicts_the_oldest_frames_and_says_so(parrot, adapter, poli
     else:
         assert [e["input_tokens"] for e in evictions] == [stream.length - unit] * 3
     assert stream.length <= bound + turn
+
+
+# ------------------------------------------------------------------ video input
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_video_chunks_appended_one_by_one_equal_one_pass(family, tiny_model, tmp_path):
+    """Chunks of frames go through the video path: groups of two frames (the last repeated
+    to fill a group) share each visual token; a chunk's block is `vision_start`, its video
+    tokens (Qwen3-VL: a timestamp before each group's), `vision_end`. Committed chunk by
+    chunk, among images and text, the cache equals one pass over the whole sequence."""
+    model = tiny_model if family == "qwen2_vl" else build_tiny_model(tmp_path, family)
+    adapter = configured(model, input_mode="video", chunk_frames=4)
+    vlm = adapter.vlm
+    rng = np.random.default_rng(0)
+    rgbs = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(6)]
+    four = vlm.encode_chunk(rgbs[:4], [0.0, 0.5, 1.0, 1.5], fps=2.0)
+    one = vlm.encode_chunk(rgbs[4:5], [2.0], fps=2.0)  # a partial chunk: padded to two
+    image = vlm.encode_frame(rgbs[5])
+    assert (four.grid_thw.tolist(), one.grid_thw.tolist()) == ([[2, 4, 4]], [[1, 4, 4]])
+    frame_pixels = (4 * vlm.image_processor.patch_size) ** 2  # 4x4 patches
+    assert (four.modality, four.pixels, one.pixels) == ("video", 4 * frame_pixels, 2 * frame_pixels)
+    if family == "qwen3_vl":
+        stamps = byte_tokens("<0.2 seconds>") + byte_tokens("<1.2 seconds>")
+        assert len(four.token_ids) == 2 * IMAGE_TOKENS + stamps
+    else:
+        assert len(four.token_ids) == 2 * 4 + 2 and len(one.token_ids) == 4 + 2
+    # A chunk of one frame twice holds what the image of that frame holds.
+    twice = vlm.encode_chunk([rgbs[5], rgbs[5]], [0.0, 0.0], fps=2.0)
+    assert torch.equal(twice.pixel_values, image.pixel_values)
+
+    chunks = [
+        (vlm.tokenize(adapter.chat.preamble()), None),
+        (vlm.tokenize(adapter._chunk_label(0.0, 2.0)), None),
+        (four.token_ids, four),
+        (vlm.tokenize(adapter._chunk_label(2.0, 2.5)) + one.token_ids, one),
+        (vlm.tokenize(adapter.chat.label(3.0, 5)) + image.token_ids, image),
+        (vlm.tokenize(adapter.chat.question(3.0, "Which?", ["A. one"])), None),
+    ]
+    cache, position = vlm.new_cache(), 0
+    for ids, visual in chunks:
+        logits, position = vlm.forward(cache, position, ids, visual)
+    whole = torch.tensor([[t for ids, _ in chunks for t in ids]])
+    types = (whole == vlm.image_token_id).int() + 2 * (whole == vlm.video_token_id).int()
+    seconds = {"second_per_grid_ts": torch.tensor([1.0, 1.0])} if family == "qwen2_5_vl" else {}
+    with torch.inference_mode():
+        reference = vlm.model(
+            input_ids=whole,
+            pixel_values=image.pixel_values,
+            image_grid_thw=image.grid_thw,
+            pixel_values_videos=torch.cat([four.pixel_values, one.pixel_values]),
+            video_grid_thw=torch.cat([four.grid_thw, one.grid_thw]),
+            mm_token_type_ids=types,
+            **seconds,
+        ).logits[0, -1]
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_in_video_mode_frames_are_committed_a_chunk_at_a_time(parrot):
+    """Full chunks as they fill; a partial chunk before a decision, so the model sees
+    every delivered frame when it decides."""
+    adapter = parrot(input_mode="video", chunk_frames=4, wait_word="!", max_tokens_proactive=2)
+    assert adapter.conditions.settings["input_mode"] == "video"
+    assert adapter.conditions.settings["chunk_frames"] == 4
+    wire = Wire()
+    session = new_session(wire)  # 0.5 fps: a frame every 2 s
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        respond = Responder(wire.send, "task")
+        for index in range(6):
+            await adapter.on_frame(session, jpeg_frame(index))
+        await adapter.on_step(session, Step(task_id="task", step=0, t=10.0), respond)
+
+    asyncio.run(go())
+    commits = [c for c in wire.workloads("state_commit") if c["images"]]
+    assert [(c["frame_ids"], c["images"]) for c in commits] == [
+        (["f0", "f1", "f2", "f3"], 4),
+        (["f4", "f5"], 2),
+    ]
+    # Each chunk's span: its first frame's time to its last one's plus a frame interval.
+    labels = [byte_tokens("Time=0.0-8.0s"), byte_tokens("Time=8.0-12.0s")]
+    assert [c["input_tokens"] for c in commits] == [labels[0] + 2 * 4 + 2, labels[1] + 4 + 2]
+    assert [c["pixels"] for c in commits] == [4 * FRAME_PIXELS, 2 * FRAME_PIXELS]
+    assert [m["step"] for m in wire.of("silent")] == [0]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"input_mode": "video", "chunk_frames": 3}, "chunk_frames: 3 is not a multiple of"),
+        ({"chunk_label": "{t}"}, "chunk_label: bad template"),
+        ({"stop_words": [""]}, "stop_words: a stop word must not be empty"),
+        ({"cache_max_tokens": 5000}, "cache_max_tokens: 5000 is not between 1 and"),
+    ],
+)
+def test_bad_video_and_cache_options_are_one_clear_error(tiny_model, options, message):
+    with pytest.raises(AdapterConfigError, match=message):
+        load_adapter("transformers", {"model": str(tiny_model), **options})
+
+
+@pytest.fixture
+def dots(tiny_model: Path):
+    """The tiny model saying "." forever (its output layer: no weights, a bias for ".")."""
+
+    def build(**options) -> TransformersAdapter:
+        built = configured(tiny_model, **options)
+        head = built.vlm.model.lm_head
+        dot = built.vlm.tokenize(".")[0]
+        biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+        with torch.no_grad():
+            biased.weight.zero_()
+            biased.bias.zero_()
+            biased.bias[dot] = 1.0
+        built.vlm.model.lm_head = biased
+        return built
+
+    return build
+
+
+@pytest.mark.parametrize("wait_word", ["...", "<silent>"])
+def test_a_stop_word_ends_the_reply_and_dots_are_silence_when_they_are_the_wait_word(
+    dots, wait_word
+):
+    adapter = dots(stop_words=["..."], wait_word=wait_word, max_tokens_proactive=8)
+    wire, session = run_steps(adapter, 2)
+    if wait_word == "...":
+        assert [m["step"] for m in wire.of("silent")] == [0, 1]
+    else:  # "." cannot begin "<silent>": the reply goes out as it is generated
+        assert [(f["text"], f["output_tokens"]) for f in wire.of("response_final")] == [
+            ("...", 3)
+        ] * 2
+    assert [c["output_tokens"] for c in wire.workloads("model_call")] == [3, 3]
+    # The word stays in context: the reply's three tokens, then the turn change.
+    turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER)
+    assert wire.workloads("model_call")[1]["input_tokens"] == turn

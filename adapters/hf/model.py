@@ -86,7 +86,11 @@ class VisionLanguageModel:
         self.max_context: int = config.get_text_config().max_position_embeddings
         # Placeholders stand for pixels: a generated one would have no image behind it.
         placeholders = [self.image_token_id, self._vision_start, self._vision_end]
-        placeholders += [config.video_token_id] if hasattr(config, "video_token_id") else []
+        self.video_token_id: int | None = getattr(config, "video_token_id", None)
+        placeholders += [] if self.video_token_id is None else [self.video_token_id]
+        self.temporal_patch = int(getattr(image_processor, "temporal_patch_size", 2))
+        # Qwen3-VL separates a video's temporal groups with timestamps in text.
+        self._timestamps = config.model_type.startswith("qwen3")
         self.unspeakable = torch.tensor(placeholders, device=device)
         self.stop_ids = _stop_ids(model, tokenizer)
         rotary = getattr(getattr(model, "model", model), "language_model", None)
@@ -139,6 +143,58 @@ class VisionLanguageModel:
             pixel_values=batch["pixel_values"],
             grid_thw=grid,
             pixels=height * patch * width * patch,
+        )
+
+    def encode_chunk(
+        self, rgbs: Sequence[np.ndarray], times: Sequence[float], fps: float
+    ) -> EncodedFrame:
+        """Frames as one video block, the way the Qwen-VL video processors lay them out:
+        groups of `temporal_patch_size` frames (the last frame repeated to fill the last
+        group), each frame resized like an image. `times` are the frames' video times (the
+        timestamps Qwen3-VL writes before each group); `fps` the stream's frame rate
+        (Qwen2.5-VL's seconds per temporal step)."""
+        if self.video_token_id is None:
+            raise ValueError("this model has no video token")
+        step = self.temporal_patch
+        rgbs, times = list(rgbs), list(times)
+        while len(rgbs) % step:
+            rgbs.append(rgbs[-1])
+            times.append(times[-1])
+        batch = self.image_processor(images=rgbs, return_tensors="pt")
+        grids = batch["image_grid_thw"]
+        if not bool((grids == grids[0]).all()):
+            raise ValueError("the frames of a video chunk must have one size")
+        _, height, width = (int(v) for v in grids[0])
+        patch = int(self.image_processor.patch_size)
+        per_frame = height * width
+        # Each image patch holds its frame `step` times over; a video patch holds `step`
+        # consecutive frames: take one copy per frame and regroup them in time.
+        single = batch["pixel_values"].view(len(rgbs), per_frame, -1, step, patch, patch)[
+            :, :, :, 0
+        ]
+        groups = len(rgbs) // step
+        pixel_values = (
+            single.reshape(groups, step, per_frame, -1, patch, patch)
+            .permute(0, 2, 3, 1, 4, 5)
+            .reshape(groups * per_frame, -1)
+        )
+        visual = per_frame // self._merge**2
+        block = [self._vision_start] + [self.video_token_id] * visual + [self._vision_end]
+        if self._timestamps:  # Qwen3-VL: "<1.5 seconds>" before each group of frames
+            ids: list[int] = []
+            for group in range(groups):
+                middle = (times[group * step] + times[group * step + step - 1]) / 2
+                ids += self.tokenize(f"<{middle:.1f} seconds>") + block
+        else:
+            ids = [self._vision_start] + [self.video_token_id] * (visual * groups)
+            ids += [self._vision_end]
+        return EncodedFrame(
+            token_ids=ids,
+            pixel_values=pixel_values.contiguous(),
+            grid_thw=torch.tensor([[groups, height, width]]),
+            pixels=len(rgbs) * height * patch * width * patch,
+            modality="video",
+            second_per_grid=step / fps if fps > 0 else None,
         )
 
     def new_cache(self) -> DynamicCache:
