@@ -867,3 +867,30 @@ def test_a_stop_word_ends_the_reply_and_dots_are_silence_when_they_are_the_wait_
     # The word stays in context: the reply's three tokens, then the turn change.
     turn = byte_tokens(ASSISTANT_TURN) + byte_tokens(AFTER_ANSWER)
     assert wire.workloads("model_call")[1]["input_tokens"] == turn
+
+
+def test_a_video_mode_run_through_the_core(tiny_model, tmp_path):
+    """Served in video mode: every delivered frame is committed, in chunks of two until a
+    question or decision needs the pending one, and the run finishes."""
+    options = {
+        "model": str(tiny_model),
+        "max_tokens_qa": 4,
+        "max_tokens_proactive": 4,
+        "input_mode": "video",
+        "chunk_frames": 2,
+    }
+    with AdapterProcess("transformers", options=options) as process:
+        events = run_core(process.url, "trace", tmp_path)
+    for session in events.values():
+        hello = next(e for e in session if e.kind == EventKind.ADAPTER_HELLO)
+        assert hello.payload.conditions.settings["input_mode"] == "video"
+        frames = [e.payload.frame_id for e in session if e.kind == EventKind.FRAME_SENT]
+        commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
+        assert [f for chunk in commits for f in chunk] == frames
+        assert {len(chunk) for chunk in commits} <= {1, 2}
+        steps = [e.payload.step for e in session if e.kind == EventKind.STEP_SENT]
+        assert_one_decision_per_step(session, steps)
+    # QA: 13 frames, no decision before the question: six chunks of two, then the last
+    # frame alone, committed before the question.
+    qa = [c["frame_ids"] for c in workloads(events["t:qa:1"], "state_commit") if c["images"]]
+    assert [len(chunk) for chunk in qa] == [2] * 6 + [1]
