@@ -303,9 +303,11 @@ def test_probes_poll_the_health_routes_on_the_ports_the_servers_listen_on():
             for probe in ("startupProbe", "readinessProbe"):
                 assert probed(sidecar, probe) == (port, routes[sidecar["name"]]), sidecar
                 assert port in container_ports(sidecar).values()
-    # Loading the weights may take long: the startup probe waits 30 minutes for vLLM.
-    startup = containers(GPU_JOB)["vllm"]["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] == 1800
+    # Loading the weights may take long: the startup probes wait 30 minutes for vLLM and for
+    # an adapter that loads a model itself (its /healthz answers 503 `loading` meanwhile).
+    for sidecar in ("vllm", "adapter"):
+        startup = containers(GPU_JOB)[sidecar]["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] == 1800, sidecar
     # The probed route is the one the adapter serves.
     with AdapterProcess("always") as served:
         reply = httpx.get(f"http://{served.host}:{served.port}{routes['adapter']}")
