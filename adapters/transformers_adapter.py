@@ -1,7 +1,9 @@
 """The `transformers` adapter: a Hugging Face VideoLLM that keeps its own streaming state.
 
-Native streaming: every session owns a KV cache that only grows. Each delivered frame is run
-on top of it as it arrives (a `state_commit` workload record per frame), a question or a
+Native streaming: every session owns a KV cache, bounded by `cache_max_tokens` under an
+evicting `cache_policy` (adapters/hf/stream.py: the oldest frame blocks go, each eviction an
+`evict` workload record). Each delivered frame is run on top of it as it arrives (a
+`state_commit` per frame; in `input_mode: video` per chunk of frames), a question or a
 decision step is appended and generation continues from the cache, and the answer (or the
 wait word) stays in context. At every `step` of a proactive task the model itself decides:
 its text is held back while it could still be the wait word, then either a `silent`
