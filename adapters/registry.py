@@ -17,7 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streameval.adapters.config import AdapterConfigError, load_config, validate_config
+from streameval.adapters.config import (
+    AdapterConfigError,
+    load_config,
+    read_config_file,
+    validate_config,
+)
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import Adapter
 
@@ -86,6 +91,24 @@ def config_model(cls: type[Adapter]) -> type[BaseModel] | None:
     """The adapter's options model (`Config` on its class), or None if it takes none."""
     model = getattr(cls, "Config", None)
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def preset_adapters(preset: str) -> list[str]:
+    """The built-in adapters a packaged preset configures: those whose options it fills
+    (model presets of the chat backends suit `openai` and `vllm`; a streaming-native model's
+    preset, the `transformers` adapter)."""
+    values = read_config_file(preset)
+    fitting = []
+    for name in ADAPTERS:
+        model = config_model(adapter_class(name))
+        if model is None:
+            continue
+        try:
+            validate_config(name, model, values)
+        except AdapterConfigError:
+            continue
+        fitting.append(name)
+    return fitting
 
 
 def build_adapter(

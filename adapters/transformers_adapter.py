@@ -111,6 +111,19 @@ class TransformersAdapterConfig(AdapterConfig):
     chunk_frames: int = Field(
         2, ge=1, description="video mode: frames per chunk, a multiple of temporal_patch_size"
     )
+    first_chunk_frames: int | None = Field(
+        None,
+        ge=1,
+        description="video mode: frames in a session's first chunk (LiveCC: 6, three "
+        "seconds at 2 fps); default chunk_frames",
+    )
+    decide_at: Literal["step", "chunk"] = Field(
+        "step",
+        description="video mode: step = the model decides at every step (a partial chunk is "
+        "committed first); chunk = once per committed chunk, at the first step after it; "
+        "other steps are silent decisions without a model call (how chunk-trained "
+        "streaming models run)",
+    )
     chunk_label: str | None = Field(
         "Time={start:.1f}-{end:.1f}s",
         description="video mode: text before a chunk ({start}, {end}: its span in seconds)",
@@ -196,6 +209,11 @@ class TransformersAdapter(Adapter):
         self._stop_words = tuple(config.stop_words)
         if config.input_mode == "video":
             self._check_video()
+        elif config.first_chunk_frames is not None or config.decide_at != "step":
+            raise AdapterConfigError(
+                "transformers config: first_chunk_frames and decide_at apply to input_mode: "
+                "video only"
+            )
         # The declared model is only known once configured, so conditions are per instance.
         self.conditions = AdapterConditions(
             state="native",
@@ -208,25 +226,40 @@ class TransformersAdapter(Adapter):
             settings=self._settings(),
         )
 
+    @property
+    def _first_chunk(self) -> int:
+        return self.config.first_chunk_frames or self.config.chunk_frames
+
     def _check_video(self) -> None:
         step = self.vlm.temporal_patch
         if self.vlm.video_token_id is None:
             raise AdapterConfigError(
                 "transformers config: input_mode: video needs a model with a video token"
             )
-        if self.config.chunk_frames % step:
-            raise AdapterConfigError(
-                f"transformers config: chunk_frames: {self.config.chunk_frames} is not a "
-                f"multiple of the model's temporal patch size {step}"
-            )
+        for option in ("chunk_frames", "first_chunk_frames"):
+            frames = getattr(self.config, option)
+            if frames is not None and frames % step:
+                raise AdapterConfigError(
+                    f"transformers config: {option}: {frames} is not a multiple of the "
+                    f"model's temporal patch size {step}"
+                )
 
     def _history(self) -> str:
         config = self.config
         frames = f"every delivered frame (at most {config.visual_tokens} visual tokens)"
         if config.input_mode == "video":
+            first = (
+                f" ({self._first_chunk} in the first)"
+                if self._first_chunk != config.chunk_frames
+                else ""
+            )
+            decide = (
+                "; decisions only once a chunk is complete" if config.decide_at == "chunk" else ""
+            )
             frames = (
-                f"every delivered frame, in video chunks of {config.chunk_frames} frames (at "
-                f"most {config.visual_tokens} visual tokens per {self.vlm.temporal_patch} frames)"
+                f"every delivered frame, in video chunks of {config.chunk_frames} frames{first} "
+                f"(at most {config.visual_tokens} visual tokens per {self.vlm.temporal_patch} "
+                f"frames{decide})"
             )
         bound = f"a KV cache of at most {self.cache_max_tokens} tokens before a frame"
         kept = (
@@ -262,6 +295,8 @@ class TransformersAdapter(Adapter):
         }
         if config.input_mode == "video":
             settings["chunk_frames"] = config.chunk_frames
+            settings["first_chunk_frames"] = self._first_chunk
+            settings["decide_at"] = config.decide_at
         if config.cache_policy != "fail":
             settings["evict_frames"] = config.evict_frames
         return settings
@@ -287,8 +322,13 @@ class TransformersAdapter(Adapter):
             return
         pending: list[Frame] = session.state.setdefault("pending", [])
         pending.append(frame)
-        if len(pending) >= self.config.chunk_frames:
+        if len(pending) >= self._chunk_size(session):
             await self._flush_chunk(session)
+
+    def _chunk_size(self, session: Session) -> int:
+        """Frames in the chunk now filling: the first chunk may be longer (LiveCC's)."""
+        first = session.state.get("frames", 0) == 0
+        return self._first_chunk if first else self.config.chunk_frames
 
     async def _flush_chunk(self, session: Session) -> None:
         """Video mode: commit the buffered frames (a partial chunk too) as one video block."""
@@ -319,6 +359,7 @@ class TransformersAdapter(Adapter):
         stream.begin("frame", tuple(frame_ids))
         await asyncio.to_thread(stream.append, ids, encoded)
         session.state["frames"] += len(frames)
+        session.state["new_chunk"] = True
         await session.workload(
             kind="state_commit",
             frame_ids=frame_ids,
@@ -341,6 +382,9 @@ class TransformersAdapter(Adapter):
         await self._commit_text(session, self.chat.instruction(instruction.t, instruction.text))
 
     async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        if self.config.decide_at == "chunk" and not session.state.pop("new_chunk", False):
+            await respond.silent(step.step)  # no whole chunk since the last decision
+            return
         prompt, kind = self._assistant_turn, "turn"
         if session.task is None and not session.state.get("standby_told"):
             # The frame-level protocol: decisions before any task. Told once, remembered

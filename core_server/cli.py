@@ -622,13 +622,14 @@ def adapter_list(
         bool, typer.Option("--presets", help="List the packaged model presets instead.")
     ] = False,
 ) -> None:
-    """The adapters this installation can serve: name, origin, module:Class (tab-separated)."""
+    """The adapters this installation can serve: name, origin, module:Class (tab-separated);
+    with --presets, each preset, the adapters it configures and its file."""
     from streameval.adapters.config import PRESET_DIR, preset_names
-    from streameval.adapters.registry import available_adapters
+    from streameval.adapters.registry import available_adapters, preset_adapters
 
     if presets:
         for preset in preset_names():
-            print(f"{preset}\t{PRESET_DIR / preset}.yaml")
+            print(f"{preset}\t{','.join(preset_adapters(preset))}\t{PRESET_DIR / preset}.yaml")
         return
     for name, entry in sorted(available_adapters().items()):
         print(f"{name}\t{entry.origin}\t{entry.target}")

@@ -22,7 +22,9 @@ from streameval.adapters.registry import (
     available_adapters,
     build_adapter,
     load_adapter,
+    preset_adapters,
 )
+from streameval.adapters.transformers_adapter import TransformersAdapterConfig
 from streameval.adapters.vllm_engine import VLLMEngineConfig
 from streameval.core.adapter_process import AdapterProcess, AdapterProcessError
 
@@ -256,8 +258,18 @@ def test_sigterm_stops_a_served_adapter_cleanly():
 # --------------------------------------------------------------------------- presets
 
 
-@pytest.mark.parametrize("preset", preset_names())
-def test_every_preset_configures_both_chat_backends_and_is_documented(preset):
+# A preset configures either both chat backends or the native transformers adapter.
+CHAT_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["openai", "vllm"]]
+NATIVE_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["transformers"]]
+
+
+def test_every_preset_configures_the_chat_backends_or_the_native_adapter():
+    assert sorted(CHAT_PRESETS + NATIVE_PRESETS) == preset_names()
+    assert NATIVE_PRESETS == ["livecc-7b"]
+
+
+@pytest.mark.parametrize("preset", CHAT_PRESETS)
+def test_every_chat_preset_configures_both_chat_backends_and_is_documented(preset):
     openai = load_config("openai", OpenAIAdapterConfig, preset, ["base_url=http://h:1/v1"])
     engine = load_config("vllm", VLLMEngineConfig, preset)
     assert openai.model == engine.model and "/" in openai.model
@@ -265,16 +277,28 @@ def test_every_preset_configures_both_chat_backends_and_is_documented(preset):
     assert f"`{preset}`" in docs and openai.model in docs
 
 
+@pytest.mark.parametrize("preset", NATIVE_PRESETS)
+def test_every_native_preset_is_documented(preset):
+    config = load_config("transformers", TransformersAdapterConfig, preset)
+    docs = (REPO / "docs" / "models.md").read_text()
+    assert f"`{preset}`" in docs and config.model in docs
+
+
 def test_the_presets_cover_the_common_backbones():
-    models = {load_config("p", OpenAIAdapterConfig, p).model for p in preset_names()}
+    models = {load_config("p", OpenAIAdapterConfig, p).model for p in CHAT_PRESETS}
     for family in ("Qwen2-VL", "Qwen2.5-VL", "Qwen3-VL", "InternVL3_5", "MiniCPM-V", "onevision"):
         assert any(family in model for model in models), family
     listed = streameval("adapter", "list", "--presets")
-    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == preset_names()
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert [row[0] for row in rows] == preset_names()
+    assert {row[0]: row[1] for row in rows}["livecc-7b"] == "transformers"
+    assert {row[0]: row[1] for row in rows}["qwen2.5-vl-7b"] == "openai,vllm"
 
 
-def test_every_option_of_the_chat_adapters_is_documented():
+def test_every_option_of_the_model_adapters_is_documented():
     table = (REPO / "docs" / "models.md").read_text()
-    documented = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    first_cells = re.findall(r"^\| ([^|]+) \|", table, re.M)
+    documented = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
     options = set(OpenAIAdapterConfig.model_fields) | set(VLLMEngineConfig.model_fields)
+    options |= set(TransformersAdapterConfig.model_fields)
     assert options <= documented, sorted(options - documented)

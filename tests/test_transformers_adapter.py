@@ -9,6 +9,7 @@ built too, for the cache-equivalence check.)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -31,7 +32,7 @@ pytest.importorskip("transformers", reason=f"transformers is not installed ({EXT
 
 import torch  # noqa: E402
 
-from streameval.adapters.config import AdapterConfigError  # noqa: E402
+from streameval.adapters.config import AdapterConfigError, read_config_file  # noqa: E402
 from streameval.adapters.hf.chat import AFTER_ANSWER, ASSISTANT_TURN  # noqa: E402
 from streameval.adapters.hf.text import IncrementalText  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
@@ -45,7 +46,7 @@ from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
-from streameval.protocol import Question, RunConditions, Step  # noqa: E402
+from streameval.protocol import Instruction, Question, RunConditions, Step  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 
@@ -219,7 +220,7 @@ def new_session(wire: Wire) -> Session:
 def jpeg_frame(index: int) -> Frame:
     """Frame `index` of a 0.5 fps stream: 64x48, at 2 * index seconds."""
     data = io.BytesIO()
-    Image.fromarray(np.full((48, 64, 3), 40 * index, dtype=np.uint8)).save(data, "JPEG")
+    Image.fromarray(np.full((48, 64, 3), 40 * index % 256, dtype=np.uint8)).save(data, "JPEG")
     return Frame(index, f"f{index}", 2.0 * index, 64, 48, data.getvalue())
 
 
@@ -818,10 +819,106 @@ def test_in_video_mode_frames_are_committed_a_chunk_at_a_time(parrot):
     assert [m["step"] for m in wire.of("silent")] == [0]
 
 
+def test_a_longer_first_chunk_and_one_decision_per_chunk(parrot):
+    """LiveCC's schedule: a first chunk of 6 frames, then chunks of 2; the model decides
+    once per committed chunk, and the steps in between are silent without a model call."""
+    adapter = parrot(
+        input_mode="video",
+        chunk_frames=2,
+        first_chunk_frames=6,
+        decide_at="chunk",
+        wait_word="!",
+        max_tokens_proactive=2,
+    )
+    settings = adapter.conditions.settings
+    assert (settings["first_chunk_frames"], settings["decide_at"]) == (6, "chunk")
+    wire = Wire()
+    session = new_session(wire)
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        respond = Responder(wire.send, "task")
+        for index in range(10):
+            await adapter.on_frame(session, jpeg_frame(index))
+            await adapter.on_step(session, Step(task_id="task", step=index, t=2.0 * index), respond)
+
+    asyncio.run(go())
+    commits = [c["frame_ids"] for c in wire.workloads("state_commit") if c["images"]]
+    assert commits == [[f"f{i}" for i in range(6)], ["f6", "f7"], ["f8", "f9"]]
+    # Every step was decided; the model ran at the steps right after each chunk.
+    assert [m["step"] for m in wire.of("silent")] == list(range(10))
+    assert len(wire.workloads("model_call")) == 3
+
+
+def test_the_livecc_preset_runs_livecc_s_streaming_format(parrot):
+    """The streaming-native preset on the tiny model: at 2 fps the first chunk is 0-3 s,
+    then one chunk and one decision per second, after Qwen2-VL's default system turn."""
+    options = read_config_file("livecc-7b")
+    assert options.pop("model") == "chenjoya/LiveCC-7B-Instruct"
+    adapter = parrot(**options)
+    wire = Wire()
+    conditions = new_session(wire).conditions.model_copy(update={"fps": 2.0})
+    session = Session("run", "s", ["r"], conditions, wire.send)
+
+    def frame(index: int) -> Frame:
+        return dataclasses.replace(
+            jpeg_frame(index % 6), index=index, frame_id=f"f{index}", t=index / 2
+        )
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        respond = Responder(wire.send, "task")
+        instruction = Instruction(task_id="task", t=0.0, text="Comment on the match.")
+        await adapter.on_instruction(session, instruction, respond)
+        for index in range(10):
+            await adapter.on_frame(session, frame(index))
+            await adapter.on_step(session, Step(task_id="task", step=index, t=index / 2), respond)
+
+    asyncio.run(go())
+    preamble, instruction, *chunks = wire.workloads("state_commit")
+    system = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    assert preamble["input_tokens"] == byte_tokens(system)
+    assert instruction["input_tokens"] == byte_tokens("Comment on the match.\n")
+    assert [c["frame_ids"] for c in chunks] == [
+        [f"f{i}" for i in range(6)],
+        ["f6", "f7"],
+        ["f8", "f9"],
+    ]
+    labels = ["Time=0.0-3.0s", "Time=3.0-4.0s", "Time=4.0-5.0s"]
+    assert [c["input_tokens"] for c in chunks] == [
+        byte_tokens(labels[0]) + 3 * 4 + 2,
+        byte_tokens(labels[1]) + 4 + 2,
+        byte_tokens(labels[2]) + 4 + 2,
+    ]
+    # One model decision per chunk, at the step right after it; the rest are silent.
+    assert len(wire.workloads("model_call")) == 3
+    assert (len(wire.of("response_start")), len(wire.of("silent"))) == (3, 7)
+    assert adapter.conditions.settings == {
+        "cache_policy": "evict-oldest",
+        "cache_max_tokens": adapter.cache_max_tokens,
+        "context_tokens": adapter.context_tokens,
+        "visual_tokens": 384,
+        "input_mode": "video",
+        "chunk_frames": 2,
+        "first_chunk_frames": 6,
+        "decide_at": "chunk",
+        "evict_frames": 1,
+    }
+
+
+def test_chunk_schedules_apply_to_video_mode_only(tiny_model):
+    with pytest.raises(AdapterConfigError, match="apply to input_mode: video only"):
+        load_adapter("transformers", {"model": str(tiny_model), "decide_at": "chunk"})
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"input_mode": "video", "chunk_frames": 3}, "chunk_frames: 3 is not a multiple of"),
+        (
+            {"input_mode": "video", "first_chunk_frames": 5},
+            "first_chunk_frames: 5 is not a multiple of",
+        ),
         ({"chunk_label": "{t}"}, "chunk_label: bad template"),
         ({"stop_words": [""]}, "stop_words: a stop word must not be empty"),
         ({"cache_max_tokens": 5000}, "cache_max_tokens: 5000 is not between 1 and"),
