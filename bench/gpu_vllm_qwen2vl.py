@@ -33,31 +33,15 @@ sys.path.insert(0, str(REPO))
 
 SECTION = "vLLM on a GPU: tiny Qwen2-VL through `vllm serve` and in process"
 SERVED_NAME = "tiny-qwen2-vl"
-# Qwen2-VL's chat format for image and text parts (the tiny checkpoint has no template);
-# `vllm serve` and the in-process adapter both render it.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] in ('image', 'image_url') %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] in ('video', 'video_url') %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def build_model(directory: Path) -> Path:
     """The tiny Qwen2-VL as vLLM loads a checkpoint: config.json (architectures), safetensors
     weights, tokenizer files with a chat template, preprocessor_config.json, and the
     template again as chat_template.json (where processors look for it)."""
-    from tests.tiny_qwen2vl import build_tiny_model
+    from tests.tiny_qwen2vl import build_tiny_model, with_chat_template
 
-    model = build_tiny_model(directory)
-    config_path = model / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config_path.write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
-    (model / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    model = with_chat_template(build_tiny_model(directory))
     architectures = json.loads((model / "config.json").read_text()).get("architectures")
     if architectures != ["Qwen2VLForConditionalGeneration"]:
         raise SystemExit(f"unexpected architectures in config.json: {architectures}")

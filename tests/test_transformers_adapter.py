@@ -47,6 +47,7 @@ from streameval.core.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import Instruction, Question, RunConditions, Step  # noqa: E402
+from tests.recording import Wire  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 
@@ -186,22 +187,6 @@ def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(
 
 
 # ------------------------------------------------------------------ decisions, in process
-
-
-class Wire:
-    """Collects what the adapter sends, as the Core would receive it."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    async def send(self, text: str) -> None:
-        self.messages.append(json.loads(text))
-
-    def of(self, kind: str) -> list[dict]:
-        return [m for m in self.messages if m["type"] == kind]
-
-    def workloads(self, kind: str) -> list[dict]:
-        return [m for m in self.of("workload") if m["kind"] == kind]
 
 
 def new_session(wire: Wire) -> Session:

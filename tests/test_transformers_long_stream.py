@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
+from tests.recording import RssSampler  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
 
 SECONDS = 150  # at 1 fps: 150 frames, each a decision step
@@ -84,37 +83,6 @@ def write_benchmark(root: Path) -> Path:
     return path
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-class Sampler:
-    """The adapter process's RSS every 50 ms, with the time it was read."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.monotonic(), rss_bytes(self.pid)))
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
 @pytest.mark.parametrize("policy", ["evict-oldest", "reprefill"])
 def test_a_session_ten_times_the_context_finishes_in_bounded_memory(tmp_path, policy):
     model = build_tiny_model(tmp_path / "model")
@@ -139,7 +107,7 @@ def test_a_session_ten_times_the_context_finishes_in_bounded_memory(tmp_path, po
     with AdapterProcess("transformers", options=options) as adapter:
         config = config.model_copy(update={"endpoints": [EndpointConfig(url=adapter.url)]})
         with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
-            with Sampler(adapter.process.pid) as sampler:
+            with RssSampler(adapter.process.pid) as sampler:
                 summary = asyncio.run(execute(config, store))
             assert (summary.finished, summary.failed) == (1, 0)
             events = list(store.iter_events(summary.run_id))
@@ -168,8 +136,7 @@ def test_a_session_ten_times_the_context_finishes_in_bounded_memory(tmp_path, po
 
     # Memory: from a third of the run (the cache has been full since the fifth frame or
     # so) to its end, the adapter's RSS grows by less than the bound.
-    start, end = sampler.samples[0][0], sampler.samples[-1][0]
-    warm = [rss for t, rss in sampler.samples if t >= start + (end - start) / 3]
+    warm = sampler.after(1 / 3)
     growth = max(warm) - warm[0]
     print(f"{policy}: RSS after warm-up {warm[0] / 2**20:.1f} MiB, growth {growth / 2**20:.1f}")
     assert growth < RSS_GROWTH_BOUND

@@ -35,32 +35,17 @@ from streameval.core.runner import RunError, RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import HEARTBEAT_TIMEOUT_S, Question, RunConditions  # noqa: E402
+from tests.recording import Wire  # noqa: E402
 from tests.timeline_fixtures import QA, write_benchmark  # noqa: E402
-from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
+from tests.tiny_qwen2vl import build_tiny_model, with_chat_template  # noqa: E402
 
 STAND_IN = Path(__file__).resolve().parent / "stand_in_vllm"
 REPO = Path(__file__).resolve().parents[1]
 
 
-# Qwen2-VL's chat format, for image and text parts (the tiny model has no template).
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    model = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl")
-    config_path = model / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config_path.write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
-    return model
+    return with_chat_template(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl"))
 
 
 @pytest.fixture
@@ -182,17 +167,6 @@ def test_a_conflict_in_a_served_adapter_is_one_line_and_no_listening(stand_in):
 # ------------------------------------------------------------------ errors, in process
 
 
-class Wire:
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    async def send(self, text: str) -> None:
-        self.messages.append(json.loads(text))
-
-    def of(self, kind: str) -> list[dict]:
-        return [m for m in self.messages if m["type"] == kind]
-
-
 def ask(adapter, frames: int = 2) -> Wire:
     """A session: `frames` frames, then a question; what the adapter sent."""
     wire = Wire()
@@ -228,7 +202,7 @@ def errors(wire: Wire) -> list[tuple[str, bool, str]]:
 
 
 def model_calls(wire: Wire) -> list[dict]:
-    return [m for m in wire.of("workload") if m["kind"] == "model_call"]
+    return wire.workloads("model_call")
 
 
 @pytest.fixture

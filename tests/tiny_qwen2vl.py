@@ -140,3 +140,27 @@ def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -
     }
     (directory / "preprocessor_config.json").write_text(json.dumps(processor))
     return directory
+
+
+# Qwen2-VL's chat format for text, image and video parts: the tiny checkpoint has none, and
+# the `vllm` adapter (and `vllm serve`) render prompts with the model's template.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ('image', 'image_url') %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] in ('video', 'video_url') %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def with_chat_template(model: Path) -> Path:
+    """Give a tiny checkpoint the chat template, in its tokenizer config and in
+    chat_template.json (where processors look for it)."""
+    config_path = model / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    (model / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
+    return model

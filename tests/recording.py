@@ -1,0 +1,55 @@
+"""Test helpers that record what a process under test does: the messages an adapter hook
+sends (`Wire`, in place of the Core) and a process's memory over time (`RssSampler`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psutil
+
+
+class Wire:
+    """Collects what an adapter sends, as the Core would receive it."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    async def send(self, text: str) -> None:
+        self.messages.append(json.loads(text))
+
+    def of(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if m["type"] == kind]
+
+    def workloads(self, kind: str) -> list[dict]:
+        return [m for m in self.of("workload") if m["kind"] == kind]
+
+
+class RssSampler:
+    """A process's resident memory every `interval_s`, with the monotonic time it was read."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+        self.process = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self.process.memory_info().rss))
+            self._stop.wait(self.interval_s)
+
+    def after(self, fraction: float) -> list[int]:
+        """The samples from `fraction` of the sampled span on (after warm-up)."""
+        first, last = self.samples[0][0], self.samples[-1][0]
+        return [rss for t, rss in self.samples if t >= first + (last - first) * fraction]
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
