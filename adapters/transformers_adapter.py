@@ -103,9 +103,9 @@ class TransformersAdapterConfig(AdapterConfig):
         description="texts that end a reply once generated (matched on the reply's text; "
         "the word stays in the reply and in context), besides the end-of-turn tokens",
     )
-    input_mode: Literal["image", "video"] = Field(
-        "image",
-        description="image: each frame is an image block; video: chunks of chunk_frames "
+    input_mode: Literal["images", "video"] = Field(
+        "images",
+        description="images: each frame is an image block; video: chunks of chunk_frames "
         "frames are video blocks (the model's video path)",
     )
     chunk_frames: int = Field(
@@ -317,7 +317,7 @@ class TransformersAdapter(Adapter):
         await self._commit_text(session, self.chat.preamble())
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
-        if self.config.input_mode == "image":
+        if self.config.input_mode == "images":
             await self._commit_frames(session, [frame])
             return
         pending: list[Frame] = session.state.setdefault("pending", [])
@@ -341,7 +341,7 @@ class TransformersAdapter(Adapter):
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         fps = session.conditions.fps
-        if self.config.input_mode == "image":
+        if self.config.input_mode == "images":
             (frame,) = frames
             encoded = await asyncio.to_thread(self._encode, frame)
             label = self.chat.label(frame.t, session.state["frames"])

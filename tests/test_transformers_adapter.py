@@ -672,7 +672,7 @@ def test_a_full_cache_evicts_the_oldest_frames_and_says_so(parrot, adapter, poli
         "cache_max_tokens": bound,
         "context_tokens": 4096,
         "visual_tokens": 768,
-        "input_mode": "image",
+        "input_mode": "images",
         "evict_frames": 1,
     }
     assert f"at most {bound} tokens" in evicting.conditions.history
