@@ -206,8 +206,12 @@ def open_page(page, server: str, fragment: str) -> None:
 
 
 def wait_ready(page) -> None:
-    page.wait_for_selector(".page[data-ready]", timeout=30_000)
-    assert page.get_attribute(".page", "data-ready") == "true", page.inner_text("#app")
+    # A click only changes the hash; until the router runs, the page being left is still
+    # there, ready. Each page is marked once seen, so this waits for the one navigated to.
+    fresh = ".page[data-ready]:not([data-seen])"
+    page.wait_for_selector(fresh, timeout=30_000)
+    assert page.get_attribute(fresh, "data-ready") == "true", page.inner_text("#app")
+    page.eval_on_selector(fresh, "view => view.setAttribute('data-seen', '')")
 
 
 def table_cells(page, name: str) -> list[list[str]]:
