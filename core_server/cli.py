@@ -22,13 +22,18 @@ from rich.text import Text
 
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S
 from streameval.core.launch_cli import launch_app
 from streameval.core.paths import resolve_store_url
 from streameval.core.runner import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
+    EXIT_STOPPED,
+    EXIT_TERMINATED,
     RunExecutor,
+    RunStopped,
     RunSummary,
+    RunTakenOver,
     adapter_identity,
     identity_label,
     stored_run_executor,
@@ -51,6 +56,10 @@ StoreOption = Annotated[
     str | None,
     typer.Option("--store", help="Store URL (sqlite:///file.db or postgresql+psycopg://...)."),
 ]
+
+
+# The longest lease or unreachable timeout `run` takes: a day (more overflows a timestamp).
+MAX_TIMEOUT_S = 86400.0
 
 
 def fail(message: str) -> typer.Exit:
@@ -79,13 +88,28 @@ def execute(
     *,
     retry_failed: bool = False,
     allow_adapter_change: bool = False,
+    lease_s: float = DEFAULT_LEASE_S,
+    give_up_s: float = ALL_DOWN_GIVE_UP_S,
 ) -> RunSummary:
-    """Run (or resume) with a progress bar on stderr once the sessions start."""
+    """Run (or resume) with a progress bar on stderr once the sessions start.
+
+    SIGTERM (`docker stop`) stops the run like Ctrl-C: the sessions in flight go back to
+    the queue, the run is `interrupted` (resumable at once: its lease is released) and the
+    command exits 143."""
 
     started: list[str] = []
+    terminated: list[bool] = []
 
     async def go() -> RunSummary:
-        executor = RunExecutor(config, store)
+        main = asyncio.current_task()
+        assert main is not None
+
+        def on_sigterm() -> None:
+            terminated.append(True)
+            main.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+        executor = RunExecutor(config, store, lease_s=lease_s, give_up_s=give_up_s)
         run_id = resume_id or await executor.prepare()
         started.append(run_id)
         progress = Progress(
@@ -114,11 +138,15 @@ def execute(
 
     try:
         return asyncio.run(go())
-    except KeyboardInterrupt:
+    except (RunStopped, RunTakenOver) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(EXIT_STOPPED) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
         # Finished sessions are already stored; the run is marked interrupted.
         resume = f": resume it with `streameval run --resume {started[0]}`" if started else ""
-        console.print(f"interrupted{resume}", highlight=False)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        console.print(f"{what}{resume}", highlight=False)
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
 
 
 # --------------------------------------------------------------------------- run
@@ -194,6 +222,22 @@ def run(
             "`streameval worker` processes run it (docs/scale.md).",
         ),
     ] = False,
+    lease_timeout: Annotated[
+        float,
+        typer.Option(
+            "--lease-timeout",
+            help="Seconds before another Core may take over this run if this one dies "
+            "(it renews its lease every third of that).",
+        ),
+    ] = DEFAULT_LEASE_S,
+    unreachable_timeout: Annotated[
+        float,
+        typer.Option(
+            "--unreachable-timeout",
+            help="Seconds every adapter endpoint may stay out of rotation (unreachable) "
+            "before the run stops as interrupted instead of failing its sessions.",
+        ),
+    ] = ALL_DOWN_GIVE_UP_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run).
@@ -202,9 +246,17 @@ def run(
     0 every session finished;
     1 some sessions failed;
     3 every session failed (the run's status is then `failed`);
-    2 the run could not start (bad options, unreachable or changed adapter);
-    130 interrupted (continue it with --resume).
+    2 the run could not start (bad options, unreachable or changed adapter, changed
+    benchmark, a run another live Core owns);
+    4 the run stopped part-way (every adapter endpoint gone: resume it; the store failed);
+    130 interrupted, 143 terminated by SIGTERM (continue it with --resume).
     """
+    for name, value in (
+        ("--lease-timeout", lease_timeout),
+        ("--unreachable-timeout", unreachable_timeout),
+    ):
+        if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails this too
+            raise fail(f"{name} must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds")
     if not resume and (retry_failed or allow_adapter_change):
         flag = "--retry-failed" if retry_failed else "--allow-adapter-change"
         raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
@@ -261,6 +313,8 @@ def run(
                 show_progress=not as_json,
                 retry_failed=retry_failed,
                 allow_adapter_change=allow_adapter_change,
+                lease_s=lease_timeout,
+                give_up_s=unreachable_timeout,
             )
             _print_summary(summary, opened, as_json)
     except UserError as exc:
@@ -557,7 +611,7 @@ def export(
     if format != "jsonl":
         raise fail(f"unknown export format {format!r}; only jsonl")
     try:
-        with Store(resolve_store_url(store)) as opened:
+        with Store(resolve_store_url(store), read_only=True) as opened:
             if output is None or str(output) == "-":
                 lines = export_jsonl(opened, run_id, sys.stdout)
             else:
@@ -646,9 +700,11 @@ def core_api(
 
     from streameval.core.api import create_app, resolve_token
 
-    token, generated = resolve_token()
+    try:
+        token, generated = resolve_token()
+        served = create_app(resolve_store_url(store), token)
+    except UserError as exc:  # a guessable token, a store that cannot be opened
+        raise fail(str(exc)) from None
     if generated:
         console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
-    uvicorn.run(
-        create_app(resolve_store_url(store), token), host=host, port=port, log_level="warning"
-    )
+    uvicorn.run(served, host=host, port=port, log_level="warning")

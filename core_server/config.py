@@ -6,14 +6,92 @@ traced back to the conditions it was obtained under.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from streameval.core.paths import default_cache_dir
-from streameval.protocol import AdapterConditions, RunConditions
+from streameval.protocol import WS_PATH, AdapterConditions, RunConditions
 
 Pacing = Literal["logical", "wall_clock"]
+
+# Ranges of the delivery options (docs/security.md, "Limits"): sampling a video faster than
+# 60 fps only writes duplicate JPEGs (1e9 fps filled a disk), and a speed outside
+# [0.01, 1000] is either a typo or overflows the wall-clock schedule (1e-300).
+MIN_FPS, MAX_FPS = 0.01, 60.0
+MIN_SPEED, MAX_SPEED = 0.01, 1000.0
+# What one response may stream before the Core fails its session (protocol error
+# `response_too_large`): far beyond any real answer, low enough that a runaway adapter
+# cannot fill the store or make scoring slow.
+MAX_RESPONSE_DELTAS = 20_000
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+# The control API accepts adapter endpoints on these hosts only (host or host:port patterns,
+# `*` wildcards, comma-separated); the command line trusts the URLs its operator gives.
+ADAPTER_HOSTS_ENV = "STREAMEVAL_ADAPTER_HOSTS"
+DEFAULT_ADAPTER_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def check_endpoint_url(url: str) -> str:
+    """The URL if it is a plain adapter endpoint, ws[s]://host[:port]/ws; ValueError (one
+    line) otherwise. No credentials, query or fragment: an endpoint is a place, and a URL
+    that carries a password ends up in logs, the store and exports."""
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        # urlsplit silently drops tabs and newlines: the URL used would not be the one given.
+        raise ValueError(f"adapter endpoint {url!r} contains whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parses it: a non-numeric or out-of-range port raises here
+    except ValueError as exc:
+        raise ValueError(f"adapter endpoint {url!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in ("ws", "wss"):
+        raise ValueError(f"adapter endpoint must be a ws:// or wss:// URL, got {url!r}")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise ValueError("adapter endpoint must not carry credentials (user:password@)")
+    if not parts.hostname:
+        raise ValueError(f"adapter endpoint {url!r} names no host")
+    if parts.path != WS_PATH or parts.query or parts.fragment:
+        raise ValueError(f"adapter endpoint path must be {WS_PATH} (nothing after it), got {url!r}")
+    if port == 0:
+        raise ValueError(f"adapter endpoint {url!r} has port 0")
+    return url
+
+
+def adapter_host_patterns(value: str | None = None) -> tuple[str, ...]:
+    """The allow-list: `value`, else $STREAMEVAL_ADAPTER_HOSTS, else loopback."""
+    raw = os.environ.get(ADAPTER_HOSTS_ENV) if value is None else value
+    patterns = tuple(p.strip().lower() for p in (raw or "").split(",") if p.strip())
+    return patterns or DEFAULT_ADAPTER_HOSTS
+
+
+def _host_and_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host  # IPv6, written as in a URL
+    return host, parts.port or (443 if parts.scheme == "wss" else 80)
+
+
+def _wildcard(pattern: str) -> re.Pattern[str]:
+    # Only `*` is special (any characters): fnmatch would read IPv6's [::1] as a class.
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def host_allowed(url: str, patterns: tuple[str, ...]) -> bool:
+    """Whether the endpoint's host (and port) match one `host` or `host:port` pattern."""
+    host, port = _host_and_port(url)
+    for pattern in patterns:
+        # A pattern's port is what follows its last colon outside IPv6 brackets.
+        name, _, wanted = (
+            pattern.rpartition(":")
+            if pattern.rfind(":") > pattern.rfind("]")
+            else (pattern, "", "")
+        )
+        if _wildcard(name).fullmatch(host) and (not wanted or wanted == str(port)):
+            return True
+    return False
 
 
 class EndpointConfig(BaseModel):
@@ -27,9 +105,7 @@ class EndpointConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _websocket_url(cls, url: str) -> str:
-        if not url.startswith(("ws://", "wss://")):
-            raise ValueError(f"adapter endpoint must be a ws:// or wss:// URL, got {url!r}")
-        return url
+        return check_endpoint_url(url)
 
     @property
     def http_base(self) -> str:
@@ -158,8 +234,10 @@ class RunConfig(BaseModel):
     endpoints: list[EndpointConfig]
     profile: str = "trace"
     pacing: Pacing = "logical"
-    speed: float = Field(default=1.0, gt=0)
-    fps: float | None = Field(default=None, gt=0, description="None = the profile's")
+    speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)
+    fps: float | None = Field(
+        default=None, ge=MIN_FPS, le=MAX_FPS, description="None = the profile's"
+    )
     max_width: int = Field(default=960, ge=16)
     jpeg_quality: int = Field(default=90, ge=1, le=100)
     qa_history_s: float | None = Field(default=None, ge=0, description="0 = full prefix")
@@ -171,6 +249,14 @@ class RunConfig(BaseModel):
         default=600.0,
         ge=0,
         description="seconds to wait for a loading adapter (/healthz 503) to become ready",
+    )
+    max_response_deltas: int = Field(
+        default=MAX_RESPONSE_DELTAS, ge=1, description="deltas one response may stream"
+    )
+    max_response_bytes: int = Field(
+        default=MAX_RESPONSE_BYTES,
+        ge=1024,
+        description="UTF-8 bytes of delta text one response may stream",
     )
     cache_dir: str = Field(default_factory=lambda: str(default_cache_dir()))
 

@@ -30,6 +30,7 @@ process) is ignored and rebuilt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import json
@@ -53,6 +54,7 @@ from av.video.reformatter import VideoReformatter
 from PIL import Image
 
 from streameval.core.errors import CoreError
+from streameval.events import FailureCause
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +85,31 @@ _CLOCKWISE = {
 }
 
 
-class VideoDecodeError(CoreError):
-    """A video cannot be used: missing, unreadable, corrupt, truncated or without video.
+class FramesError(CoreError):
+    """A record's frames cannot be produced or read: its session fails at stage `frames`.
+
+    `cause` is the `session_failed` cause: `input` when the video itself is unusable (a
+    rerun would fail again), `infrastructure` when the Core's own frame cache failed (a full
+    disk, a deleted cache file: a rerun after fixing the machine succeeds). Never `adapter`:
+    the adapter had no part in it. The message is one line.
+    """
+
+    cause: FailureCause = FailureCause.INPUT
+
+
+class VideoDecodeError(FramesError):
+    """A video cannot be used: missing, unreadable (a symlink loop included), corrupt,
+    truncated or without video.
 
     The message is one line, "<path>: <what is wrong>".
     """
+
+
+class FrameCacheError(FramesError):
+    """The frame cache cannot be written or read back: "frame cache <path>: <what failed>"
+    (out of disk space, a file size limit, a read-only or deleted cache folder)."""
+
+    cause = FailureCause.INFRASTRUCTURE
 
 
 class ImageRulesError(CoreError, ValueError):
@@ -165,12 +187,27 @@ class VideoFrames:
         return list(self.frames[lo:hi])
 
     def read(self, ref: FrameRef) -> bytes:
-        """The JPEG bytes of one sample, read from disk."""
+        """The JPEG bytes of one sample, read from disk; FrameCacheError when the cache lost
+        it (deleted under a running Core, an I/O error). Reading never writes: a read-only
+        results API reads through here too."""
         if not (0 <= ref.index < len(self.frames) and self.frames[ref.index] == ref):
             raise ValueError(
                 f"frame {ref.frame_id} (sample {ref.index}) is not in {self.directory}"
             )
-        return (self.directory / _jpeg_name(ref.index)).read_bytes()
+        path = self.directory / _jpeg_name(ref.index)
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise FrameCacheError(
+                f"frame cache {self.directory}: cannot read sample {ref.index} ({_strerror(exc)})"
+            ) from None
+
+    def discard(self) -> None:
+        """Mark this entry broken (its index.json removed) after a failed `read`, so that the
+        next `FrameCache.get` rebuilds it instead of failing every later session on it. Only
+        the Core, which owns the cache, calls this."""
+        with contextlib.suppress(OSError):
+            (self.directory / INDEX_NAME).unlink()
 
 
 def _time_of(ref: FrameRef) -> float:
@@ -179,6 +216,21 @@ def _time_of(ref: FrameRef) -> float:
 
 def _jpeg_name(index: int) -> str:
     return f"{index:06d}.jpg"
+
+
+def _strerror(exc: OSError) -> str:
+    # strerror alone ("No space left on device"): the path is named by the caller once.
+    return exc.strerror or str(exc)
+
+
+@contextlib.contextmanager
+def _cache_io(folder: Path, what: str) -> Iterator[None]:
+    """Turns an OSError of the cache's own files (ENOSPC, EFBIG past RLIMIT_FSIZE, EROFS,
+    EACCES) into one FrameCacheError line; errors reading the video are not wrapped here."""
+    try:
+        yield
+    except OSError as exc:
+        raise FrameCacheError(f"frame cache {folder}: cannot {what} ({_strerror(exc)})") from None
 
 
 # ----------------------------------------------------------------------------- digests
@@ -203,12 +255,19 @@ def _stat(path: Path) -> os.stat_result:
 def video_digest(path: Path) -> str:
     """sha256 of the file's bytes, computed once per process per (path, size, mtime)."""
     stat = _stat(path)
-    memo_key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    # The absolute path, not the resolved one: `resolve` raises RuntimeError on a symlink
+    # loop (Python 3.11), and the size and mtime already tell two files apart.
+    memo_key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
     # One lock for all files: concurrent sessions on one video then hash it only once.
     with _digest_lock:
         if memo_key not in _digests:
-            with path.open("rb") as f:
-                _digests[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
+            try:
+                with path.open("rb") as f:
+                    _digests[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError as exc:
+                raise VideoDecodeError(
+                    f"{path}: cannot read video file ({_strerror(exc)})"
+                ) from None
         return _digests[memo_key]
 
 
@@ -455,7 +514,9 @@ class _JpegWriter:
         buffer = io.BytesIO()
         image.save(buffer, "JPEG", quality=self.rules.jpeg_quality)
         data = buffer.getvalue()
-        (self.folder / _jpeg_name(k)).write_bytes(data)
+        # Named by the entry's parent: the private `.partial-*` folder is gone by then.
+        with _cache_io(self.folder.parent, f"write sample {k}"):
+            (self.folder / _jpeg_name(k)).write_bytes(data)
         source = placed.source_index
         t = k / self.rules.fps
         return FrameRef(k, source, t, f"{self.id_prefix}:{source}", width, height, len(data))
@@ -529,6 +590,10 @@ def _load_entry(folder: Path, digest: str, rules: ImageRules) -> VideoFrames | N
         ):
             return None
         frames = tuple(FrameRef(**ref) for ref in index["frames"])
+        # A sample deleted from a published entry would fail sessions one by one; the
+        # entry is rebuilt instead.
+        if not {_jpeg_name(ref.index) for ref in frames} <= set(os.listdir(folder)):
+            return None
         info = VideoInfo(**index["video"])
         return VideoFrames(
             digest, index["duration_s"], index["source_fps"], rules, frames, folder, info
@@ -547,21 +612,26 @@ def _write_index(folder: Path, frames: VideoFrames) -> None:
         "video": asdict(frames.info),
         "frames": [asdict(ref) for ref in frames.frames],
     }
-    (folder / INDEX_NAME).write_text(json.dumps(index, separators=(",", ":")))
+    with _cache_io(folder.parent, "write an index"):
+        (folder / INDEX_NAME).write_text(json.dumps(index, separators=(",", ":")))
 
 
 def _remove_stale_partials(final: Path) -> None:
     cutoff = time.time() - STALE_PARTIAL_S
     for partial in final.parent.glob(f"{final.name}.partial-*"):
-        if partial.stat().st_mtime < cutoff:
-            shutil.rmtree(partial, ignore_errors=True)
+        # Another process may remove it between the listing and the stat.
+        with contextlib.suppress(OSError):
+            if partial.stat().st_mtime < cutoff:
+                shutil.rmtree(partial, ignore_errors=True)
 
 
 def _build_entry(path: Path, digest: str, rules: ImageRules, final: Path) -> VideoFrames:
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with _cache_io(final.parent, "create a folder"):
+        final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(final)
     partial = final.with_name(f"{final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    partial.mkdir()
+    with _cache_io(final.parent, "create a folder"):
+        partial.mkdir()
     try:
         started = time.perf_counter()
         info, duration_s, refs = _sample_video(path, digest, rules, partial)
@@ -590,9 +660,11 @@ def _publish(partial: Path, final: Path, digest: str, rules: ImageRules) -> None
         shutil.rmtree(final, ignore_errors=True)
     try:
         partial.rename(final)
-    except OSError:
+    except OSError as exc:
         if _load_entry(final, digest, rules) is None:
-            raise
+            raise FrameCacheError(
+                f"frame cache {final.parent}: cannot publish an entry ({_strerror(exc)})"
+            ) from None
         shutil.rmtree(partial, ignore_errors=True)
 
 
@@ -609,6 +681,12 @@ class FrameCache:
         self._build_locks: dict[str, threading.Lock] = {}
         self._async_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
+    def lookup(self, video_path: Path, rules: ImageRules) -> VideoFrames | None:
+        """The cached entry of this video under these rules, reading only (None if absent):
+        for readers that must never decode or write, such as the read-only results API."""
+        digest = video_digest(Path(video_path))
+        return _load_entry(_entry_dir(self.root, digest, rules), digest, rules)
+
     def get(self, video_path: Path, rules: ImageRules) -> VideoFrames:
         """The video's samples under these rules, decoding the video if no entry exists."""
         video_path = Path(video_path)
@@ -616,7 +694,10 @@ class FrameCache:
         final = _entry_dir(self.root, digest, rules)
         key = final.name
         with self._build_lock(key):
-            frames = self._loaded.get(key) or _load_entry(final, digest, rules)
+            frames = self._loaded.get(key)
+            if frames is not None and not (final / INDEX_NAME).exists():
+                frames = None  # marked broken by a failed `read`: rebuild it
+            frames = frames or _load_entry(final, digest, rules)
             if frames is None:
                 frames = _build_entry(video_path, digest, rules, final)
             self._loaded[key] = frames
@@ -624,7 +705,9 @@ class FrameCache:
 
     async def aget(self, video_path: Path, rules: ImageRules) -> VideoFrames:
         """`get` off the event loop; concurrent calls for one video wait for one decode."""
-        key = (str(Path(video_path).resolve()), rules.key())
+        # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
+        # `get` turns the loop into a VideoDecodeError.
+        key = (os.path.abspath(video_path), rules.key())
         lock, users = self._async_locks.get(key, (asyncio.Lock(), 0))
         self._async_locks[key] = (lock, users + 1)
         try:

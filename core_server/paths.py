@@ -5,8 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from streameval.core.errors import CoreError
+
 CACHE_ENV = "STREAMEVAL_CACHE_DIR"
 STORE_ENV = "STREAMEVAL_STORE"
+
+
+class CacheDirError(CoreError):
+    """The cache directory (which holds the default store) cannot be created."""
 
 
 def default_cache_dir() -> Path:
@@ -22,5 +28,10 @@ def resolve_store_url(value: str | None, cache_dir: Path | None = None) -> str:
     if os.environ.get(STORE_ENV):
         return os.environ[STORE_ENV]
     directory = cache_dir or default_cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # read-only, full, a file in the way, a symlink loop
+        raise CacheDirError(
+            f"cache directory {directory} cannot be created ({exc.strerror or exc})"
+        ) from None
     return f"sqlite:///{directory / 'streameval.db'}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from streameval.core.config import MAX_RESPONSE_BYTES, MAX_RESPONSE_DELTAS
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
@@ -30,7 +31,18 @@ from streameval.protocol import (
     SessionClosed,
     Silent,
     Workload,
+    count_problem,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseLimits:
+    """What one response may stream: its deltas, and the UTF-8 bytes of their text
+    (snapshots included: each is stored in full). Exceeding either fails the session with
+    protocol error `response_too_large`, before the delta is recorded."""
+
+    max_deltas: int = MAX_RESPONSE_DELTAS
+    max_bytes: int = MAX_RESPONSE_BYTES
 
 
 class Awaited(StrEnum):
@@ -107,12 +119,14 @@ class _Arrival:
 class ProtocolState:
     """What the Core sent, what the adapter said, and what the adapter may say next."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: ResponseLimits | None = None) -> None:
+        self.limits = limits or ResponseLimits()
         self.hello: Hello | None = None
         self.sent_frames: set[int] = set()
         self.known_tasks: set[str] = set()  # task ids the adapter may answer
         self.open_response: str | None = None
         self.next_delta_seq = 0
+        self.response_bytes = 0  # delta text bytes of the open response
         self.seen_responses: set[str] = set()
         self.ending = False
 
@@ -166,6 +180,7 @@ class ProtocolState:
                 return Reaction(self._delta(message, arrival))
             case ResponseFinal():
                 self._check_open(message.response_id, "response_final")
+                self._check_counts(message)
                 self.open_response = None
                 final = record(
                     EventKind.RESPONSE_FINAL,
@@ -182,6 +197,7 @@ class ProtocolState:
                 silent = record(EventKind.SILENT, task_id=message.task_id, step=message.step)
                 return Reaction(silent, Resolution(Awaited.DECISION, message.step))
             case Workload():
+                self._check_counts(message)
                 return Reaction(record(EventKind.WORKLOAD, **message.model_dump(exclude={"type"})))
             case AdapterError():
                 return self._error(message, arrival)
@@ -217,6 +233,7 @@ class ProtocolState:
         self.open_response = message.response_id
         self.seen_responses.add(message.response_id)
         self.next_delta_seq = 0
+        self.response_bytes = 0
         return arrival.record(
             EventKind.RESPONSE_START, response_id=message.response_id, task_id=message.task_id
         )
@@ -225,6 +242,20 @@ class ProtocolState:
         self._check_open(message.response_id, "response_delta")
         if message.seq != self.next_delta_seq:
             raise _out_of_order(f"delta seq {message.seq}, expected {self.next_delta_seq}")
+        if message.seq >= self.limits.max_deltas:
+            raise ProtocolViolation(
+                "response_too_large",
+                f"response {message.response_id} sent more than {self.limits.max_deltas} "
+                "deltas (max_response_deltas)",
+            )
+        size = self.response_bytes + len(message.text.encode("utf-8", "surrogatepass"))
+        if size > self.limits.max_bytes:
+            raise ProtocolViolation(
+                "response_too_large",
+                f"response {message.response_id} streamed more than {self.limits.max_bytes} "
+                "bytes of text (max_response_bytes)",
+            )
+        self.response_bytes = size
         self.next_delta_seq += 1
         return arrival.record(
             EventKind.RESPONSE_DELTA,
@@ -244,6 +275,13 @@ class ProtocolState:
         return Reaction(
             reported, failure=SessionFailure(FailureStage.ADAPTER, reason, FailureCause.ADAPTER)
         )
+
+    def _check_counts(self, message: ResponseFinal | Workload) -> None:
+        # An impossible count is a broken adapter: refused like any malformed message,
+        # so it is never averaged into the workload metrics.
+        problem = count_problem(message)
+        if problem is not None:
+            raise ProtocolViolation("malformed", problem)
 
     def _check_task(self, task_id: str, what: str) -> None:
         if not self.known_tasks:

@@ -23,6 +23,10 @@ Notice = Callable[[str], None]
 
 POLL_S = 0.5
 NOTICE_EVERY_S = 30.0
+# One /healthz request must be answered whole within this time and this many bytes (the
+# client's timeout is per read: a reply trickling a byte at a time would never end).
+HEALTHZ_TIMEOUT_S = 10.0
+HEALTHZ_MAX_BYTES = 64 * 1024
 
 
 class AdapterNotReady(CoreError):
@@ -65,14 +69,14 @@ async def wait_until_ready(
     started = time.monotonic()
     announced: float | None = None
     while True:
-        response = await client.get(url)
-        if response.status_code in (200, 404):
+        status, text = await _get_healthz(client, url)
+        if status in (200, 404):
             if announced is not None and notice is not None:
                 waited = time.monotonic() - started
                 notice(f"adapter at {endpoint_url} is ready (waited {waited:.0f}s)")
             return
-        state = response.text.strip().splitlines()[0] if response.text.strip() else ""
-        state = state or f"HTTP {response.status_code}"
+        state = text.strip().splitlines()[0] if text.strip() else ""
+        state = state or f"HTTP {status}"
         if state.startswith("failed"):
             reason = state.removeprefix("failed").lstrip(": ") or "no reason given"
             raise AdapterNotReady(f"adapter at {endpoint_url} failed: {reason}", failed=True)
@@ -89,3 +93,23 @@ async def wait_until_ready(
                 f"waiting for adapter at {endpoint_url}: {state} ({waited:.0f}s of {timeout_s:g}s)"
             )
         await asyncio.sleep(min(poll_s, max(timeout_s - waited, 0.0)))
+
+
+async def _get_healthz(client: httpx.AsyncClient, url: str) -> tuple[int, str]:
+    """(status, text) of one /healthz request, bounded in time and size (httpx.HTTPError
+    when the endpoint cannot answer within them)."""
+    try:
+        async with asyncio.timeout(HEALTHZ_TIMEOUT_S):
+            async with client.stream("GET", url) as response:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > HEALTHZ_MAX_BYTES:
+                        raise httpx.DecodingError(
+                            f"{url} answered more than {HEALTHZ_MAX_BYTES} bytes"
+                        )
+                return response.status_code, body.decode("utf-8", "replace")
+    except TimeoutError:
+        raise httpx.ReadTimeout(
+            f"{url} did not answer completely within {HEALTHZ_TIMEOUT_S:g}s"
+        ) from None

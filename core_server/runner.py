@@ -17,10 +17,14 @@ exit_code` is what `streameval run` exits with (0 all finished, 1 some failed, 3
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import json
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -28,25 +32,41 @@ import httpx
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S, EndpointsGone
 from streameval.core.errors import CoreError
 from streameval.core.failures import FailureStage
-from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoFrames
+from streameval.core.frames import FrameCache, FramesError, ImageRules, VideoFrames
 from streameval.core.paths import default_cache_dir
 from streameval.core.plan import SessionPlan
+from streameval.core.protocol_state import ResponseLimits
 from streameval.core.readiness import AdapterNotReady, Notice, stderr_notice, wait_until_ready
+from streameval.core.run_inputs import check_records, create_run, records_diff
 from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.store.models import RunStatus
 from streameval.core.store.queue import WorkerIdentity
-from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.run_lease import (
+    StoreFile,
+    StoreFileGone,
+    acquire_run,
+    held_elsewhere,
+    release_run,
+    renew_run,
+)
+from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost
 from streameval.core.store.writer import EventWriter
 from streameval.core.timeline import (
     Timeline,
-    TimelineError,
     proactive_timeline,
     probe_timeline,
     qa_timeline,
 )
-from streameval.core.worker import DEFAULT_LEASE_S, Worker, WorkerSummary, finish_run_if_done
+from streameval.core.worker import (
+    DEFAULT_LEASE_S,
+    Worker,
+    WorkerSummary,
+    finish_run_if_done,
+    this_worker,
+)
 from streameval.events import Event, EventKind, FailureCause, failure_cause
 from streameval.protocol import AdapterConditions
 
@@ -58,11 +78,39 @@ EXIT_FINISHED = 0  # every session of the run finished
 EXIT_SOME_FAILED = 1  # some sessions failed
 EXIT_CANNOT_START = 2  # the run could not start: bad options, unreachable or changed adapter
 EXIT_ALL_FAILED = 3  # every session failed: the run's status is `failed`
+EXIT_STOPPED = 4  # the run stopped part-way: every adapter endpoint gone, or the store failed
 EXIT_INTERRUPTED = 130  # Ctrl-C; the run is `interrupted` and can be resumed
+EXIT_TERMINATED = 143  # SIGTERM (`docker stop`); the run is `interrupted` and can be resumed
+
+# The adapter's /info must arrive whole within this time and be at most this long.
+INFO_TIMEOUT_S = 30.0
+INFO_MAX_BYTES = 1024 * 1024
+
+# How often a running Core checks that its SQLite store file is still the one it opened.
+STORE_CHECK_S = 1.0
 
 
 class RunError(CoreError):
     """A run that cannot start (bad configuration, unreachable or incompatible adapter)."""
+
+
+class EndpointUnusable(RunError):
+    """An endpoint that cannot be used: unreachable, not ready, or its /info unusable (not a
+    conflict between its conditions and the profile)."""
+
+
+class RunTakenOver(CoreError):
+    """Another Core took this run over (this one stalled past its lease): stop without
+    touching the run, which is the other Core's now."""
+
+
+class RunStopped(CoreError):
+    """A run that stopped part-way: every endpoint gone (the run is `interrupted`), the
+    store failed (`failed`, where the store still took that), or another Core took it."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 @dataclass
@@ -104,6 +152,7 @@ async def check_endpoint(
     config: RunConfig,
     has_proactive: bool,
     notice: Notice | None = stderr_notice,
+    info_timeout_s: float = INFO_TIMEOUT_S,
 ) -> dict:
     """Wait until the endpoint is ready (a loading model: /healthz 503), ask its /info and
     refuse a run whose conditions contradict the profile."""
@@ -112,18 +161,62 @@ async def check_endpoint(
             await wait_until_ready(
                 endpoint.url, config.adapter_ready_timeout_s, client=client, notice=notice
             )
-            response = await client.get(f"{endpoint.http_base}/info")
-            response.raise_for_status()
-            info = response.json()
+            info = await fetch_info(client, endpoint, info_timeout_s)
     except AdapterNotReady as exc:
-        raise RunError(str(exc)) from None
+        raise EndpointUnusable(str(exc)) from None
     except (httpx.HTTPError, ValueError) as exc:
-        raise RunError(f"adapter endpoint {endpoint.url} is not reachable: {exc}") from None
-    conditions = AdapterConditions.model_validate(info["conditions"])
+        raise EndpointUnusable(f"adapter endpoint {endpoint.url} is not reachable: {exc}") from None
+    try:
+        conditions = AdapterConditions.model_validate(info["conditions"])
+    except (KeyError, TypeError, ValueError) as exc:
+        problem = "has no conditions" if isinstance(exc, KeyError) else "has invalid conditions"
+        raise EndpointUnusable(f"adapter endpoint {endpoint.url}: its /info {problem}") from None
     conflict = PROTOCOL_PROFILES[config.profile].conflicts(conditions, has_proactive)
     if conflict:
         raise RunError(f"adapter {info.get('adapter')} at {endpoint.url}: {conflict}")
     return info
+
+
+async def fetch_info(
+    client: httpx.AsyncClient, endpoint: EndpointConfig, timeout_s: float = INFO_TIMEOUT_S
+) -> dict:
+    """The endpoint's /info as a JSON object, read within `timeout_s` in all (the client's
+    timeout is per read: a reply trickling a byte at a time would never end) and at most
+    INFO_MAX_BYTES long (a huge reply must not take the Core's memory)."""
+    url = f"{endpoint.http_base}/info"
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("GET", url) as response:
+                response.raise_for_status()
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > INFO_MAX_BYTES:
+                    raise EndpointUnusable(
+                        _info_too_big(endpoint, f"{int(declared)} bytes declared")
+                    )
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > INFO_MAX_BYTES:
+                        raise EndpointUnusable(_info_too_big(endpoint, "more"))
+    except TimeoutError:
+        raise EndpointUnusable(
+            f"adapter endpoint {endpoint.url}: /info did not answer completely within "
+            f"{timeout_s:g}s"
+        ) from None
+    try:
+        info = json.loads(body)
+    except ValueError:
+        raise EndpointUnusable(f"adapter endpoint {endpoint.url}: /info is not JSON") from None
+    if not isinstance(info, dict):
+        raise EndpointUnusable(f"adapter endpoint {endpoint.url}: /info is not a JSON object")
+    return info
+
+
+def _info_too_big(endpoint: EndpointConfig, size: str) -> str:
+    return (
+        f"adapter endpoint {endpoint.url}: /info is larger than its limit of "
+        f"{INFO_MAX_BYTES} bytes ({size})"
+    )
 
 
 def adapter_identity(info: dict) -> dict:
@@ -186,12 +279,14 @@ class RunExecutor:
         *,
         identity: WorkerIdentity | None = None,
         lease_s: float = DEFAULT_LEASE_S,
+        give_up_s: float = ALL_DOWN_GIVE_UP_S,
     ) -> None:
         self.config = config.resolved()
         self.store = store
         self.progress = progress
         self.identity = identity
         self.lease_s = lease_s
+        self.give_up_s = give_up_s
         self._benchmark: Benchmark | None = None
         self._by_id: dict[str, QARecord | ProactiveRecord] | None = None
         # Called with the number of sessions to run, once the checks passed and they start.
@@ -213,25 +308,28 @@ class RunExecutor:
         return await self.execute(run_id)
 
     async def prepare(self) -> str:
-        """Check the benchmark and the endpoints, then store the run and its sessions."""
+        """Check the benchmark and the endpoints, then store the run and its sessions, all
+        in one transaction: a run that exists has every one of its sessions."""
         benchmark = self._load_benchmark()
         records = select_records(benchmark, self.config)
         if not records:
             raise RunError("the benchmark selection is empty: check --tasks/--task-type/--limit")
+        dumped = [r.model_dump(mode="json") for r in records]
+        check_records(dumped)  # before the endpoints are asked: bad input is found at once
         infos = await self._check_endpoints(records)
         adapters = [
             {**info, "endpoint": endpoint.url}
             for endpoint, info in zip(self.config.endpoints, infos, strict=True)
         ]
         run_id = new_run_id()
-        self.store.create_run(
+        create_run(
+            self.store,
             run_id,
             benchmark=f"{benchmark.name}@{benchmark.version}",
             config=self.config.model_dump(mode="json"),
             conditions={"run": self.config.run_conditions().model_dump(), "adapters": adapters},
+            records=dumped,
         )
-        self.store.add_records(run_id, [r.model_dump(mode="json") for r in records])
-        self.store.add_sessions(run_id, [(r.record_id, [r.record_id]) for r in records])
         return run_id
 
     async def execute(
@@ -244,13 +342,33 @@ class RunExecutor:
         `retry_failed`, sessions that failed for infrastructure reasons are redone the same
         way; other failures are final. An endpoint serving another adapter identity than the
         run used is refused (RunError) unless `allow_adapter_change`, which records it.
+
+        The run is owned by this executor meanwhile (store/run_lease.py): a run another
+        live Core owns is refused (RunOwned), one whose owner died is taken over.
         """
+        if self.identity is None:
+            self.identity = this_worker()
+        identity = self.identity
+        acquire = functools.partial(acquire_run, self.store, run_id, identity, self.lease_s)
+        await asyncio.to_thread(self.store.retrying, acquire)
+        try:
+            return await self._execute_owned(run_id, retry_failed, allow_adapter_change)
+        finally:
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(release_run, self.store, run_id, identity)
+
+    async def _execute_owned(
+        self, run_id: str, retry_failed: bool, allow_adapter_change: bool
+    ) -> RunSummary:
+        stored = self.store.sessions(run_id)
+        if not stored:
+            raise RunError(
+                f"run {run_id} has no sessions: its creation did not complete, so there is "
+                "nothing to resume; start a new run"
+            )
         benchmark = self._load_benchmark()
         by_id = {r.record_id: r for r in benchmark.records}
-        stored = self.store.sessions(run_id)
-        missing = [rid for s in stored for rid in s.record_ids if rid not in by_id]
-        if missing:
-            raise RunError(f"run {run_id}: the benchmark has no records {missing[:3]}")
+        self._check_inputs(run_id, benchmark)
         retry = {
             s.session_id
             for s in stored
@@ -263,8 +381,11 @@ class RunExecutor:
         if records:
             infos = await self._check_endpoints(records)
             self._check_identities(run_id, infos, allow_adapter_change)
+        now = datetime.now(UTC)
         for session in todo:
-            if session.status != "pending":  # running when the Core died, or retried
+            # Running when the Core died, or retried; one a scale-out worker holds under a
+            # live lease is left to it.
+            if session.status != "pending" and not held_elsewhere(session, self.identity, now):
                 self.store.reset_session(run_id, session.session_id)
         summary = await self._execute(run_id, benchmark, records)
         summary.total = len(stored)
@@ -272,10 +393,26 @@ class RunExecutor:
         summary.retried = len(retry)
         return summary
 
+    def _check_inputs(self, run_id: str, benchmark: Benchmark) -> None:
+        """Refuse a benchmark whose records differ from those the run stored: the model
+        would be asked one question and scored against another."""
+        stored = self.store.records(run_id)
+        current = {r.record_id: r.model_dump(mode="json") for r in benchmark.records}
+        selected = [r.record_id for r in select_records(benchmark, self.config)]
+        diff = records_diff(stored, current, selected)
+        if diff is not None:
+            raise RunError(
+                f"run {run_id}: the benchmark {self.config.benchmark} changed since the run "
+                f"was created ({diff}); resume with the file the run was created from, or "
+                "start a new run"
+            )
+
     async def admit(self, run_id: str, allow_adapter_change: bool = False) -> None:
         """Check this executor's endpoints against the run before working on it: reachable,
         serving what its tasks need, and the adapter identity the run used (RunError)."""
         by_id = self._records_by_id()
+        assert self._benchmark is not None
+        self._check_inputs(run_id, self._benchmark)
         wanted = {rid for session in self.store.sessions(run_id) for rid in session.record_ids}
         infos = await self._check_endpoints([by_id[rid] for rid in wanted if rid in by_id])
         self._check_identities(run_id, infos, allow_adapter_change)
@@ -356,17 +493,97 @@ class RunExecutor:
             identity=self.identity,
             lease_s=self.lease_s,
             progress=report,
+            give_up_s=self.give_up_s,
+            notice=self.notice,
         )
         try:
-            await worker.run(run_id)
-        except BaseException:
+            await self._work_watched(run_id, worker)
+        except EndpointsGone as exc:
             self.store.set_run_status(run_id, "interrupted")
+            left = sum(s.status == "pending" for s in self.store.sessions(run_id))
+            raise RunStopped(
+                f"run {run_id} stopped: {exc}; it is interrupted with {left} sessions not "
+                f"run: resume it with `streameval run --resume {run_id}` once an adapter is back",
+                run_id,
+            ) from None
+        except RunTakenOver:
+            raise  # the run is the other Core's now: its status is not ours to set
+        except StoreError as exc:
+            marked = "marked failed"
+            try:
+                if isinstance(exc, StoreFileGone | StoreLost) or getattr(exc, "lost", False):
+                    raise exc  # writing to the unlinked file would only pretend to mark it
+                if not renew_run(self.store, run_id, self.identity, self.lease_s):
+                    marked = "left to the Core that took it over"
+                else:
+                    self.store.set_run_status(run_id, "failed")
+            except StoreError:
+                marked = "not marked (the store takes no writes)"
+            raise RunStopped(
+                f"run {run_id} stopped: the store failed: {exc}; the run is {marked}", run_id
+            ) from None
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                self.store.set_run_status(run_id, "interrupted")
             raise
         # The run's status comes from all of its sessions, those kept from before included
         # (still `running` only while workers elsewhere hold some of them).
         summary.status = finish_run_if_done(self.store, run_id) or "running"
         summary.failed_total = sum(s.status == "failed" for s in self.store.sessions(run_id))
         return summary
+
+    async def _work_watched(self, run_id: str, worker: Worker) -> None:
+        """Run the worker while renewing the run's lease and checking the store file; a lost
+        lease or a vanished store stops the worker."""
+        work = asyncio.create_task(worker.run(run_id), name="streameval-run")
+        watch = asyncio.create_task(self._watch(run_id), name="streameval-run-watch")
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.cancel()
+            watch.cancel()
+            await asyncio.gather(work, watch, return_exceptions=True)
+            raise
+        if not work.done():  # the watch found a problem: stop the sessions, report it
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            watch.result()
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        work.result()
+        self._check_store_file()  # a store deleted in the last second loses the run too
+
+    async def _watch(self, run_id: str) -> None:
+        assert self.identity is not None
+        self._store_file = StoreFile.of(self.store)
+        renew_every = self.lease_s / 3
+        next_renew = time.monotonic() + renew_every
+        while True:
+            await asyncio.sleep(min(STORE_CHECK_S, renew_every))
+            self._check_store_file()
+            if time.monotonic() < next_renew:
+                continue
+            next_renew = time.monotonic() + renew_every
+            try:
+                held = await asyncio.to_thread(
+                    renew_run, self.store, run_id, self.identity, self.lease_s
+                )
+            except StoreError:
+                continue  # a store that blinked; the writer reports one that stays down
+            if not held:
+                raise RunTakenOver(
+                    f"run {run_id} stopped here: another Core took it over (this Core stalled "
+                    f"past its {self.lease_s:g}s lease)"
+                )
+
+    def _check_store_file(self) -> None:
+        check_present = getattr(self.store, "check_present", None)
+        if check_present is not None:  # the store checks its own file (StoreLost)
+            check_present()
+            return
+        store_file = getattr(self, "_store_file", None)
+        if store_file is not None:
+            store_file.check()
 
     async def _this_runner(self, _run_id: str) -> RunExecutor:
         return self
@@ -395,10 +612,11 @@ class RunExecutor:
         try:
             frames = await self.cache.aget(video_root / record.video_path, self.rules)
             timeline = self._timeline(record, frames)
-        except (VideoDecodeError, TimelineError) as exc:
+        except FramesError as exc:  # VideoDecodeError, FrameCacheError, TimelineError
             stage = FailureStage.FRAMES.value
-            outcome = SessionOutcome(session_id, "failed", stage, str(exc), FailureCause.INPUT)
-            failed = {"stage": stage, "reason": str(exc), "cause": FailureCause.INPUT}
+            cause = exc.cause  # input for the video/timeline, infrastructure for the cache
+            outcome = SessionOutcome(session_id, "failed", stage, str(exc), cause)
+            failed = {"stage": stage, "reason": str(exc), "cause": cause}
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:
@@ -412,8 +630,13 @@ class RunExecutor:
                 connect_timeout_s=self.config.connect_timeout_s,
                 ready_timeout_s=self.config.adapter_ready_timeout_s,
                 sink=writer.put,
+                response_limits=ResponseLimits(
+                    self.config.max_response_deltas, self.config.max_response_bytes
+                ),
             )
             outcome = await driver.run()
+            if outcome.before_first_task:
+                return outcome  # the worker retries it elsewhere or records the failure
         writer.put_session_status(
             run_id,
             session_id,

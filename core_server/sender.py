@@ -12,6 +12,8 @@ import time
 from typing import Protocol
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState
@@ -59,7 +61,7 @@ class SessionStream:
     ) -> None:
         assert item.frame is not None
         ref = item.frame
-        payload = self.plan.frames.read(ref)
+        payload = self._read(ref)
         header = FrameHeader(
             index=ref.index,
             frame_id=ref.frame_id,
@@ -84,6 +86,16 @@ class SessionStream:
             width=ref.width,
             height=ref.height,
         )
+
+    def _read(self, ref: FrameRef) -> bytes:
+        """The sample's JPEG from the Core's frame cache. A sample that cannot be read is the
+        Core's fault, not the adapter's: the session fails at stage `frames` with the
+        error's cause (infrastructure for the cache), before anything of it is sent."""
+        try:
+            return self.plan.frames.read(ref)
+        except FramesError as exc:
+            self.plan.frames.discard()  # rebuilt for the next session, not failed again
+            raise SessionFailure(FailureStage.FRAMES, str(exc), exc.cause) from None
 
     def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None:
         assert item.frame is not None

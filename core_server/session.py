@@ -33,10 +33,12 @@ from streameval.core.protocol_state import (
     Awaited,
     ProtocolState,
     Resolution,
+    ResponseLimits,
     hello_payload,
 )
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
+from streameval.core.store.store import StoreError
 from streameval.core.waiting import Waits
 from streameval.events import Event, EventKind, FailureCause
 from streameval.protocol import (
@@ -62,6 +64,24 @@ class SessionOutcome:
     reason: str | None = None
     cause: str | None = None  # infrastructure | adapter | input, for a failed session
     adapter: dict[str, Any] | None = None  # the adapter's hello, once it arrived
+    # Whether a task (question, instruction or step) was sent before the session ended.
+    task_sent: bool = True
+
+    @property
+    def before_first_task(self) -> bool:
+        """An infrastructure failure before any task reached the adapter (refused or lost
+        connection, no hello, the adapter gone while only frames were sent): the replica is
+        unusable and the session may run elsewhere as a new attempt (endpoint_health.py).
+        A failure after a task was sent follows TRACE's rule: it stays a failure."""
+        return (
+            self.status == "failed"
+            and self.cause == FailureCause.INFRASTRUCTURE
+            and not self.task_sent
+        )
+
+
+# What counts as a delivered task: once one is sent, the session's outcome is the model's.
+TASK_EVENTS = frozenset({EventKind.QUESTION_SENT, EventKind.INSTRUCTION_SENT, EventKind.STEP_SENT})
 
 
 class SessionDriver:
@@ -78,6 +98,7 @@ class SessionDriver:
         connect_timeout_s: float,
         sink: Callable[[Event], None],
         ready_timeout_s: float = 0.0,
+        response_limits: ResponseLimits | None = None,
     ) -> None:
         self.plan = plan
         self.endpoint_url = endpoint_url
@@ -85,8 +106,15 @@ class SessionDriver:
         self.profile = profile
         self.connect_timeout_s = connect_timeout_s
         self.ready_timeout_s = ready_timeout_s
-        self.recorder = Recorder(plan.run_id, plan.session_id, sink)
-        self.protocol = ProtocolState()
+        self.task_sent = False
+
+        def watching(event: Event) -> None:
+            if event.kind in TASK_EVENTS:
+                self.task_sent = True
+            sink(event)
+
+        self.recorder = Recorder(plan.run_id, plan.session_id, watching)
+        self.protocol = ProtocolState(response_limits)
         self.waits = Waits(response_timeout_s)
         self.clock = VideoClock(conditions.speed)
         self.ws: ClientConnection | None = None
@@ -200,7 +228,13 @@ class SessionDriver:
             cause=failure.cause,
         )
         return SessionOutcome(
-            self.plan.session_id, "failed", stage, failure.reason, failure.cause, self.hello
+            self.plan.session_id,
+            "failed",
+            stage,
+            failure.reason,
+            failure.cause,
+            self.hello,
+            task_sent=self.task_sent,
         )
 
 
@@ -234,6 +268,11 @@ class _Receiver:
         except ConnectionClosed as exc:
             if not self.protocol.ending:
                 self.waits.fail(closed_failure(exc))
+        except StoreError as exc:
+            # The store failed: the worker stops the run (one line, not one traceback per
+            # session); this session just stops waiting.
+            stage = FailureStage.STREAMING
+            self.waits.fail(SessionFailure(stage, str(exc), FailureCause.INFRASTRUCTURE))
         except Exception as exc:  # a bug here must fail the session, never hang it
             log.exception("session %s: error handling an adapter message", session_id)
             stage = FailureStage.STREAMING

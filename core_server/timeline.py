@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.errors import CoreError
-from streameval.core.frames import FrameRef, VideoFrames
+from streameval.core.frames import FrameRef, FramesError, VideoFrames
 
 ItemKind = Literal["frame", "question", "instruction", "step"]
 
@@ -37,8 +36,9 @@ class Timeline:
         return sum(1 for item in self.items if item.kind == "frame")
 
 
-class TimelineError(CoreError, ValueError):
-    """A record whose times cannot be streamed from its video (e.g. past the video's end)."""
+class TimelineError(FramesError, ValueError):
+    """A record whose times cannot be streamed from its video (e.g. past the video's end):
+    a `FramesError` of cause `input`, so the session fails at stage `frames`."""
 
 
 def _require_inside(record_id: str, what: str, t: float, frames: VideoFrames) -> None:

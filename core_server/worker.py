@@ -13,6 +13,8 @@ holds go back to pending at once instead of waiting for their leases to expire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import socket
@@ -22,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from streameval.core.config import EndpointConfig
+from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S, INFRA_RETRIES, EndpointPool
+from streameval.core.readiness import Notice
 from streameval.core.session import SessionOutcome
-from streameval.core.store.queue import SessionQueue, WorkerIdentity
+from streameval.core.store.queue import SessionQueue, WorkerIdentity, sessions_left
 from streameval.core.store.store import SessionInfo, Store, StoreError
 from streameval.core.store.writer import EventWriter
 
@@ -81,6 +85,8 @@ class Worker:
         lease_s: float = DEFAULT_LEASE_S,
         poll_s: float | None = None,
         progress: ProgressCallback | None = None,
+        give_up_s: float = ALL_DOWN_GIVE_UP_S,
+        notice: Notice | None = None,
     ) -> None:
         self.store = store
         self.endpoints = endpoints
@@ -92,6 +98,9 @@ class Worker:
         self.progress = progress
         self.summary = WorkerSummary(self.identity.worker_id, self.identity.host)
         self._held: dict[tuple[str, str], asyncio.Task[SessionOutcome]] = {}
+        self.health = EndpointPool([e.url for e in endpoints], give_up_s=give_up_s, notice=notice)
+        # New attempts given to sessions whose endpoint failed before their first task.
+        self._infra_retries: dict[tuple[str, str], int] = {}
 
     async def run(
         self, run_id: str | None = None, max_sessions: int | None = None, follow: bool = False
@@ -106,18 +115,30 @@ class Worker:
             for endpoint in self.endpoints
             for _ in range(endpoint.concurrency)
         ]
+        running = asyncio.gather(*slots)
+        # A store write that failed for good stops the worker at once (one error), instead
+        # of every session running on into a writer that stores nothing.
+        store_failed = asyncio.ensure_future(writer.wait_failed())
         try:
-            await asyncio.gather(*slots)
+            await asyncio.wait({running, store_failed}, return_when=asyncio.FIRST_COMPLETED)
+            if store_failed.done():
+                raise store_failed.result()
+            await running
         except BaseException:
             held = list(self._held)
             for slot in slots:
                 slot.cancel()
             await asyncio.gather(*slots, return_exceptions=True)
-            await writer.close()
+            if running.done() and not running.cancelled():
+                running.exception()  # retrieved: the error in flight is reported instead
+            # The error in flight is the one to report: a store that failed fails these too.
+            with contextlib.suppress(StoreError):
+                await writer.close()
             await asyncio.to_thread(self._give_back, held)
             raise
         finally:
             keeper.cancel()
+            store_failed.cancel()
         await writer.close()
         for run in sorted(self.summary.runs):
             await asyncio.to_thread(finish_run_if_done, self.store, run)
@@ -132,10 +153,20 @@ class Worker:
         follow: bool,
     ) -> None:
         while max_sessions is None or self.summary.claimed < max_sessions:
-            session = await asyncio.to_thread(self.queue.claim, run_id, endpoint.url)
+            if not self.health.up(endpoint.url):
+                # Out of rotation: re-probe it while there is work it could take.
+                left = functools.partial(sessions_left, self.store, run_id)
+                if not follow and not await asyncio.to_thread(self.store.retrying, left):
+                    return
+                await self.health.reprobe(endpoint.url)
+                continue
+            # Through a PostgreSQL restart: the store retries transient errors for a while.
+            claim = functools.partial(self.queue.claim, run_id, endpoint.url)
+            session = await asyncio.to_thread(self.store.retrying, claim)
             if session is None:
                 # Sessions other workers hold may still come back (their worker may die).
-                if follow or await asyncio.to_thread(self.queue.outstanding, run_id):
+                outstanding = functools.partial(self.queue.outstanding, run_id)
+                if follow or await asyncio.to_thread(self.store.retrying, outstanding):
                     await asyncio.sleep(self.poll_s)
                     continue
                 return
@@ -165,6 +196,14 @@ class Worker:
             return
         finally:
             self._held.pop(key, None)
+        if outcome.before_first_task:
+            self.health.mark_down(endpoint.url, outcome.reason or "unreachable")
+            if await self._retry_elsewhere(session, writer):
+                return
+            writer.put_session_status(
+                *key, outcome.status, stage=outcome.stage, reason=outcome.reason,
+                cause=outcome.cause, adapter=outcome.adapter,
+            )  # fmt: skip
         if outcome.status == "finished":
             self.summary.finished += 1
         else:
@@ -173,6 +212,19 @@ class Worker:
         await writer.flush()  # the session's end is stored before the run may be finalised
         if self.progress is not None:
             self.progress(outcome, self.summary)
+
+    async def _retry_elsewhere(self, session: SessionInfo, writer: EventWriter) -> bool:
+        """Give a session whose endpoint failed before its first task back to the queue as a
+        new attempt (its failed attempt's events are deleted), up to INFRA_RETRIES times."""
+        key = (session.run_id, session.session_id)
+        tried = self._infra_retries.get(key, 0)
+        if tried >= INFRA_RETRIES:
+            return False
+        self._infra_retries[key] = tried + 1
+        await writer.flush()  # the attempt's events are stored before release deletes them
+        release = functools.partial(self.queue.release, *key)
+        await asyncio.to_thread(self.store.retrying, release)
+        return True
 
     async def _keep_leases(self) -> None:
         while True:
@@ -195,4 +247,8 @@ class Worker:
 
     def _give_back(self, held: list[tuple[str, str]]) -> None:
         for run_id, session_id in held:
-            self.queue.release(run_id, session_id)
+            try:
+                self.store.retrying(functools.partial(self.queue.release, run_id, session_id))
+            except StoreError as exc:  # the store is gone: the lease expires by itself
+                logger.info("cannot give session %s back: %s", session_id, exc)
+                return

@@ -1,9 +1,11 @@
 """Assemble one session's events into a trace: frames, task, steps, response episodes.
 
 A first token (`response_start`) opens an episode; deltas append to its text (a snapshot
-replaces it); `response_final` closes it and its text is the complete answer. The protocol
-allows one open episode at a time, so an episode still open at the end of the log was cut
-off by a failure: it is kept, marked unclosed. One pass, in `seq` order, over rows whose
+replaces it); `response_final` closes it and its text is the complete answer. Deltas are
+kept as parts and joined once, when the session's trace is complete and only for an episode
+no final closed: rebuilding the text on every delta was quadratic (40,000 deltas took 33 s).
+The protocol allows one open episode at a time, so an episode still open at the end of the
+log was cut off by a failure: it is kept, marked unclosed. One pass, in `seq` order, over rows whose
 payloads are already typed (scorer/source.py validated them once): each event is recognised
 by its payload's model and read by attribute, so a renamed field fails where the row is read,
 never as a silent None here.
@@ -38,6 +40,7 @@ from streameval.events import (
     WorkloadPayload,
     failure_cause,
 )
+from streameval.protocol import MAX_COUNT
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.profiles import ScoringProfile
 from streameval.scorer.source import EventRow
@@ -54,6 +57,19 @@ class Episode:
     final_ns: int | None = None
     output_tokens: int | None = None
     input_tokens: int | None = None
+    # Delta texts since the last snapshot (or the start), not yet in `text`.
+    parts: list[str] = field(default_factory=list)
+    # Characters copied to build `text` from deltas: the total length of the text of an
+    # unclosed episode, 0 for a closed one (its final carries the text). Linear by design;
+    # tests read it to prove that no delta rebuilds the text.
+    copied_chars: int = 0
+
+    def join_parts(self) -> None:
+        """Fold the pending deltas into `text` (once per trace: see `_complete`)."""
+        if self.parts:
+            self.text = "".join([self.text, *self.parts])
+            self.copied_chars += len(self.text)
+            self.parts = []
 
 
 @dataclass(slots=True)
@@ -72,7 +88,7 @@ class WorkloadTally:
         kind = payload.kind
         self.events[kind] = self.events.get(kind, 0) + 1
         ids = payload.frame_ids
-        count = len(ids) if ids else payload.images
+        count = len(ids) if ids else valid_count(payload.images)
         if count is None:
             self.uncounted[kind] = self.uncounted.get(kind, 0) + 1
         else:
@@ -81,7 +97,7 @@ class WorkloadTally:
             self.frame_ids.setdefault(kind, set()).update(ids)
         elif count:
             self.unlisted[kind] = self.unlisted.get(kind, 0) + 1
-        tokens = payload.input_tokens
+        tokens = valid_count(payload.input_tokens)
         if tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + tokens
         if kind == "evict":
@@ -142,6 +158,13 @@ class SessionTrace:
         return scheduled + round((t - t0) / self.speed * 1e9)
 
 
+def valid_count(value: int | None) -> int | None:
+    """A reported count, or None (missing) when it is impossible: negative or above
+    MAX_COUNT. The Core refuses such counts as it receives them; this keeps a log recorded
+    before that check, or an imported one, from averaging them into the metrics."""
+    return value if value is not None and 0 <= value <= MAX_COUNT else None
+
+
 def assemble(rows: Iterable[EventRow]) -> Iterator[SessionTrace]:
     """Traces of consecutive sessions; the rows must be ordered by (session_id, seq)."""
     trace: SessionTrace | None = None
@@ -151,13 +174,20 @@ def assemble(rows: Iterable[EventRow]) -> Iterator[SessionTrace]:
         if trace is None or session_id != trace.session_id:
             if trace is not None:
                 done.add(trace.session_id)
-                yield trace
+                yield _complete(trace)
             if session_id in done:
                 raise ScoreError(f"events of session {session_id!r} are not contiguous")
             trace = SessionTrace(session_id)
         _add(trace, row)
     if trace is not None:
-        yield trace
+        yield _complete(trace)
+
+
+def _complete(trace: SessionTrace) -> SessionTrace:
+    # Only an episode cut off by a failure still has parts: a final replaced the rest.
+    for episode in trace.episodes:
+        episode.join_parts()
+    return trace
 
 
 def assemble_one(session_id: str, rows: Iterable[EventRow]) -> SessionTrace:
@@ -267,7 +297,11 @@ def _open_episode(trace: SessionTrace, what: str) -> Episode:
 
 def _delta(trace: SessionTrace, payload: ResponseDeltaPayload) -> None:
     episode = _open_episode(trace, "response_delta")
-    episode.text = payload.text if payload.snapshot else episode.text + payload.text
+    if payload.snapshot:
+        episode.text = payload.text
+        episode.parts = []
+    else:
+        episode.parts.append(payload.text)
 
 
 def _final(trace: SessionTrace, runtime_ns: int, payload: ResponseFinalPayload) -> None:
@@ -275,5 +309,6 @@ def _final(trace: SessionTrace, runtime_ns: int, payload: ResponseFinalPayload) 
     episode.closed = True
     episode.final_ns = runtime_ns
     episode.text = payload.text
-    episode.output_tokens = payload.output_tokens
-    episode.input_tokens = payload.input_tokens
+    episode.parts = []  # the final's text is the complete answer
+    episode.output_tokens = valid_count(payload.output_tokens)
+    episode.input_tokens = valid_count(payload.input_tokens)

@@ -473,8 +473,9 @@ def score_run(
 
 
 def cached_in(store: Store, judge: Judge | None) -> Judge | None:
-    """An LLM judge that has no cache of its own keeps its verdicts in this store."""
-    if isinstance(judge, LLMJudge) and judge.cache is None:
+    """An LLM judge that has no cache of its own keeps its verdicts in this store, unless
+    the store is open read-only (then the verdicts are not cached)."""
+    if isinstance(judge, LLMJudge) and judge.cache is None and not store.read_only:
         return judge.with_cache(JudgeCache(store.engine))
     return judge
 

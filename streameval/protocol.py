@@ -18,6 +18,12 @@ PROTOCOL_VERSION = "streameval/1"
 # while still refusing a runaway peer before it exhausts memory.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_TEXT_CHARS = 200_000
+# The largest count an adapter may report (tokens, images, frames per call or response): a
+# billion is beyond any model call, so a bigger or negative one is a broken adapter, refused
+# as a malformed message (docs/security.md) instead of being averaged into the metrics.
+MAX_COUNT = 10**9
+MAX_PIXELS = 10**15  # pixels of one call: a million 4K frames
+MAX_NS = 2**63 - 1  # a nanosecond clock reading that still fits a signed 64-bit integer
 HEARTBEAT_INTERVAL_S = 20.0
 HEARTBEAT_TIMEOUT_S = 20.0
 WS_PATH = "/ws"
@@ -224,6 +230,34 @@ AdapterMessage = Annotated[
 
 _ADAPTER_MESSAGE = TypeAdapter(AdapterMessage)
 _CORE_MESSAGE = TypeAdapter(CoreMessage)
+
+
+_COUNT_LIMITS = {
+    "output_tokens": MAX_COUNT,
+    "input_tokens": MAX_COUNT,
+    "images": MAX_COUNT,
+    "replayed_frames": MAX_COUNT,
+    "pixels": MAX_PIXELS,
+    "started_ns": MAX_NS,
+    "ended_ns": MAX_NS,
+}
+
+
+def count_problem(message: ResponseFinal | Workload) -> str | None:
+    """Why a reported count is impossible (negative, or above its limit), or None.
+
+    Checked by the Core where it receives a message, not in the models, so the wire
+    schema (and the adapter SDK, which builds these models) stays as it is."""
+    for name, limit in _COUNT_LIMITS.items():
+        value = getattr(message, name, None)
+        if value is None:
+            continue
+        # Never str() the value: an integer of thousands of digits cannot be printed.
+        if value < 0:
+            return f"{message.type}.{name} is negative"
+        if value > limit:
+            return f"{message.type}.{name} is above its limit {limit}"
+    return None
 
 
 class ProtocolViolation(Exception):

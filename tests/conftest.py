@@ -52,6 +52,33 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from _fresh_pg_database(pg_server_url())
 
 
+def admin_sql(server_url: str, sql: str) -> None:
+    """One statement on the server's maintenance database, on a connection of its own (a
+    restart of the server ends every connection open before it)."""
+    import psycopg
+
+    url = make_url(server_url)
+    conninfo = {"host": url.host, "port": url.port, "user": url.username}
+    with psycopg.connect(autocommit=True, dbname=url.database or "postgres", **conninfo) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def pg_database() -> Iterator[tuple[str, str]]:
+    """A fresh database on the test server and the server's data folder, for tests that
+    restart the server (tests/faults.py restart_postgres)."""
+    server = pg_server_url()
+    data = os.environ.get("STREAMEVAL_TEST_PG_DATA")
+    if not data:
+        pytest.skip("STREAMEVAL_TEST_PG_DATA is not set; restarting the server needs it")
+    name = f"streameval_test_{uuid.uuid4().hex[:12]}"
+    admin_sql(server, f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False), data
+    finally:
+        admin_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def pg_server_url() -> str:
     """The test PostgreSQL server; skips without one, fails where CI requires it."""
     server_url = os.environ.get(PG_URL_ENV)

@@ -111,7 +111,8 @@ def test_run_runs_and_export_follow_the_documented_schema(benchmark_path, tmp_pa
         (["run", "--adapter-url", "http://x"], "must be a ws:// or wss:// URL"),
         (["run", "--adapter-url", "ws://127.0.0.1:9/ws"], "is not reachable"),
         (["run", "--resume", "nope"], "nope"),
-        (["export", "nope"], "nope"),
+        # export opens the store read-only: a store that does not exist is not created
+        (["export", "nope"], "the file does not exist"),
         (["run", "--adapter-url", "ws://127.0.0.1:9/ws", "--profile", "x"], "unknown profile"),
     ],
 )

@@ -192,7 +192,7 @@ def readme_curls(stack: Stack, run_id: str = "RUN_ID") -> list[str]:
     replacements = {
         "http://127.0.0.1:8700": stack.url("core"),
         "http://127.0.0.1:8800": stack.url("results"),
-        "Bearer change-me": f"Bearer {TOKEN}",
+        "Bearer $STREAMEVAL_API_TOKEN": f"Bearer {TOKEN}",
         "RUN_ID": run_id,
     }
     for old, new in replacements.items():

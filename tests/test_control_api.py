@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -17,15 +18,21 @@ from tests.timeline_fixtures import write_benchmark
 TOKEN = "s3cret-token"
 
 
-def run_to_the_end(client: TestClient, benchmark: Path, cache: Path) -> dict[str, Any]:
+@pytest.fixture(autouse=True)
+def confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs started over the API read benchmarks under the data root only and use the
+    Core's own cache (docs/security.md): both are the test's."""
+    monkeypatch.setenv("STREAMEVAL_DATA_ROOT", str(tmp_path))
+    monkeypatch.setenv("STREAMEVAL_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.delenv("STREAMEVAL_ADAPTER_HOSTS", raising=False)
+
+
+def run_to_the_end(client: TestClient, benchmark: Path) -> dict[str, Any]:
     """Start a run on the registered `always` adapter and poll it until it ends."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
     started = client.post(
         "/runs",
-        json={
-            "adapters": ["always"],
-            "overrides": {"benchmark": str(benchmark), "cache_dir": str(cache)},
-        },
+        json={"adapters": ["always"], "overrides": {"benchmark": str(benchmark)}},
         headers=auth,
     )
     assert started.status_code == 202, started.text
@@ -66,14 +73,15 @@ def test_register_an_adapter_start_a_run_and_follow_it(tmp_path):
         unknown = client.post("/runs", json={"adapters": ["nobody"]}, headers=auth)
         assert unknown.status_code == 422 and "nobody" in unknown.json()["detail"]
 
-        status = run_to_the_end(client, benchmark, tmp_path / "c")
+        status = run_to_the_end(client, benchmark)
         assert status["status"] == "finished"
         assert status["sessions"] == {"finished": 3}
         assert len(status["config_hash"]) == 64
         assert client.get("/runs/nope", headers=auth).status_code == 404
 
 
-def test_registered_adapters_survive_a_restart_of_the_api(tmp_path):
+def test_registered_adapters_survive_a_restart_of_the_api(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMEVAL_ADAPTER_HOSTS", "127.0.0.1,*.invalid")
     benchmark = write_benchmark(tmp_path / "bench")
     auth = {"Authorization": f"Bearer {TOKEN}"}
     store_url = f"sqlite:///{tmp_path / 's.db'}"
@@ -94,7 +102,7 @@ def test_registered_adapters_survive_a_restart_of_the_api(tmp_path):
                 {"name": "always", "url": adapter.url, "concurrency": 3},
                 other,
             ]
-            status = run_to_the_end(second, benchmark, tmp_path / "c")
+            status = run_to_the_end(second, benchmark)
             run_id = status["run_id"]
             assert status["status"] == "finished"
             assert status["sessions"] == {"finished": 3}

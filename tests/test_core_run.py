@@ -10,7 +10,7 @@ import pytest
 
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunError, RunExecutor
+from streameval.core.runner import RunError, RunExecutor, RunStopped
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 
@@ -123,30 +123,40 @@ def statuses(store: Store, run_id: str) -> dict[str, tuple[str, str | None]]:
     return {s.session_id: (s.status, s.failure_stage) for s in store.sessions(run_id)}
 
 
-def test_killed_adapter_fails_sessions_and_the_run_finishes(adapter_env, benchmark_path, tmp_path):
+def test_killed_adapter_fails_its_session_and_the_run_stops_for_the_rest(
+    adapter_env, benchmark_path, tmp_path
+):
+    """The adapter process dies mid-stream: that session fails (a task was delivered), the
+    endpoint leaves the rotation, and with no endpoint left the run stops `interrupted`
+    with the other sessions pending (issue 13 item 1), instead of failing them at connect."""
     with (
         AdapterProcess("tests.wire_adapters:CrashingAdapter") as adapter,
         Store(f"sqlite:///{tmp_path / 's.db'}") as store,
     ):
         config = run_config(benchmark_path, tmp_path, adapter.url, concurrency=1)
-        summary = execute(config, store)
-        assert (summary.finished, summary.failed) == (0, 3)
-        # Every session failed: so did the run.
-        assert store.get_run(summary.run_id).status == "failed"
-        assert (summary.status, summary.exit_code) == ("failed", 3)
-        stages = statuses(store, summary.run_id)
-        # The first session kills the process mid-stream; the others cannot connect.
-        assert sorted(stage for _, stage in stages.values()) == ["connect", "connect", "streaming"]
-        failed = [
-            e for e in store.iter_events(summary.run_id) if e.kind == EventKind.SESSION_FAILED
-        ]
-        assert len(failed) == 3
+
+        async def go():
+            executor = RunExecutor(config, store, give_up_s=1.0)
+            executor.notice = None
+            return await executor.execute(await executor.prepare())
+
+        with pytest.raises(RunStopped) as stopped:
+            asyncio.run(go())
+        run_id = stopped.value.run_id
+        assert "every adapter endpoint has been unreachable for 1s" in str(stopped.value)
+        assert store.get_run(run_id).status == "interrupted"
+        stages = statuses(store, run_id)
+        assert sorted(stages.values(), key=str) == sorted(
+            [("failed", "streaming"), ("pending", None), ("pending", None)], key=str
+        )
+        failed = [e for e in store.iter_events(run_id) if e.kind == EventKind.SESSION_FAILED]
+        assert len(failed) == 1
         assert {e.payload.cause for e in failed} == {"infrastructure"}
-        streaming = next(e for e in failed if e.payload.stage == "streaming")
+        streaming = failed[0]
         # What was recorded before the crash is kept.
         acks = [
             e
-            for e in store.iter_events(summary.run_id, streaming.session_id)
+            for e in store.iter_events(run_id, streaming.session_id)
             if e.kind == EventKind.FRAME_ACK
         ]
         assert len(acks) > 0

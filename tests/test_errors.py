@@ -51,7 +51,8 @@ def test_every_user_error_has_its_package_root_under_user_error(root: type) -> N
     ("args", "message"),
     [
         (["run", "--adapter-url", "ws://127.0.0.1:9/ws", "--benchmark", "nowhere.json"], "nowhere"),
-        (["score", "no-such-run", "--store", "sqlite://"], "no-such-run"),
+        # score opens the store read-only: an empty in-memory database is no store at all
+        (["score", "no-such-run", "--store", "sqlite://"], "is not a streameval store"),
         (["adapter", "serve", "no-such-adapter", "--port", "0"], "no-such-adapter"),
     ],
 )

@@ -156,36 +156,63 @@ def info_only_endpoint():
     server.server_close()
 
 
-def test_a_run_whose_every_session_fails_exits_3_with_status_failed(
+def test_an_endpoint_that_takes_no_sessions_stops_the_run_with_them_pending(
     info_only_endpoint, adapter_env, benchmark_path, tmp_path
 ):
+    """/healthz and /info answer but no session connects: the endpoint leaves the rotation
+    and the run stops `interrupted` (exit 4) instead of burning its queue at `connect`."""
     done = streameval(
         "run", "--adapter-url", info_only_endpoint, "--benchmark", str(benchmark_path),
-        "--json", *common(tmp_path),
+        "--unreachable-timeout", "1", "--json", *common(tmp_path),
     )  # fmt: skip
-    assert done.returncode == 3, done.stderr
-    summary = json.loads(done.stdout)  # printed before the non-zero exit
-    assert (summary["finished"], summary["failed"], summary["failed_total"]) == (0, 3, 3)
-    assert summary["status"] == "failed"
-    assert listed_runs(tmp_path)[summary["run_id"]]["status"] == "failed"
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert "stopped: every adapter endpoint has been unreachable for 1s" in last
+    (run_id,) = listed_runs(tmp_path)
+    assert listed_runs(tmp_path)[run_id]["status"] == "interrupted"
     with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
-        sessions = store.sessions(summary["run_id"])
-        assert {(s.failure_stage, s.failure_cause) for s in sessions} == {
-            ("connect", "infrastructure")
-        }
-        assert all(s.adapter is None for s in sessions)  # no hello ever arrived
+        sessions = store.sessions(run_id)
+        assert {s.status for s in sessions} == {"pending"}
+        assert store.count_events(run_id) == 0
 
-    # Without --json too, and `streameval runs` shows the failed status in red.
-    again = streameval(
-        "run", "--adapter-url", info_only_endpoint, "--benchmark", str(benchmark_path),
-        *common(tmp_path),
-    )  # fmt: skip
-    assert again.returncode == 3
-    assert "failed: every session failed" in again.stderr
-    colored = streameval(
-        "runs", "--store", f"sqlite:///{tmp_path / 's.db'}", env={**os.environ, "FORCE_COLOR": "1"}
-    )
-    assert "\x1b[31mfailed" in colored.stdout
+
+def test_a_run_whose_every_session_fails_exits_3_with_status_failed(
+    adapter_env, benchmark_path, tmp_path
+):
+    # Every session breaks the protocol (an endpoint that cannot be reached at all no longer
+    # fails its sessions one by one: it leaves the rotation and the run stops, see
+    # tests/test_replica_health.py).
+    with AdapterProcess("tests.wire_adapters:GarbageAdapter") as garbage:
+        endpoint = garbage.url
+        done = streameval(
+            "run", "--adapter-url", endpoint, "--benchmark", str(benchmark_path),
+            "--json", *common(tmp_path),
+        )  # fmt: skip
+        assert done.returncode == 3, done.stderr
+        summary = json.loads(done.stdout)  # printed before the non-zero exit
+        assert (summary["finished"], summary["failed"], summary["failed_total"]) == (0, 3, 3)
+        assert summary["status"] == "failed"
+        assert listed_runs(tmp_path)[summary["run_id"]]["status"] == "failed"
+        with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+            sessions = store.sessions(summary["run_id"])
+            assert {(s.failure_stage, s.failure_cause) for s in sessions} == {
+                ("protocol", "adapter")
+            }
+        # Without --json too, and `streameval runs` shows the failed status in red.
+        again = streameval(
+            "run", "--adapter-url", endpoint, "--benchmark", str(benchmark_path),
+            *common(tmp_path),
+        )  # fmt: skip
+        assert again.returncode == 3
+        assert "failed: every session failed" in again.stderr
+        colored = streameval(
+            "runs",
+            "--store",
+            f"sqlite:///{tmp_path / 's.db'}",
+            env={**os.environ, "FORCE_COLOR": "1"},
+        )
+        assert "\x1b[31mfailed" in colored.stdout
 
 
 def test_a_hung_adapter_fails_every_session_and_the_run(adapter_env, benchmark_path, tmp_path):
@@ -227,37 +254,47 @@ def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monke
     run = ["--benchmark", str(benchmark), "--concurrency", "1", "--json", *common(tmp_path)]
 
     # Sessions run in id order: t:pro:1 (fatal adapter error), t:qa:1 (finished), t:qa:2
-    # (the adapter process dies at its question), t:qa:3 (nothing listens any more),
-    # t:qa:bad (the video does not decode).
+    # (the adapter process dies at its question), t:qa:3 (nothing listens any more: the
+    # endpoint leaves the rotation and the session stays pending, issue 13 item 1), and with
+    # every endpoint gone the run stops `interrupted` before t:qa:bad.
     monkeypatch.setenv(CRASH_AT_ENV, "t:qa:2")
     with AdapterProcess("tests.integrity_adapters:FlakyAdapter") as dying:
-        first = streameval("run", "--adapter-url", dying.url, *run)
-    assert first.returncode == 1, first.stderr
-    run_id = json.loads(first.stdout)["run_id"]
+        first = streameval("run", "--adapter-url", dying.url, "--unreachable-timeout", "1", *run)
+    assert first.returncode == 4, first.stderr
     with Store(url) as store:
+        (run_id,) = [r.run_id for r in store.list_runs()]
+        assert store.get_run(run_id).status == "interrupted"
         before = {s.session_id: s for s in store.sessions(run_id)}
         events_before = {sid: list(store.iter_events(run_id, sid)) for sid in before}
     assert {sid: (s.status, s.failure_stage, s.failure_cause) for sid, s in before.items()} == {
         "t:pro:1": ("failed", "adapter", "adapter"),
         "t:qa:1": ("finished", None, None),
         "t:qa:2": ("failed", "streaming", "infrastructure"),
-        "t:qa:3": ("failed", "connect", "infrastructure"),
-        "t:qa:bad": ("failed", "frames", "input"),
+        "t:qa:3": ("pending", None, None),
+        "t:qa:bad": ("pending", None, None),
     }
+    assert events_before["t:qa:3"] == events_before["t:qa:bad"] == []
     for sid, session in before.items():
         failed = [e for e in events_before[sid] if e.kind == EventKind.SESSION_FAILED]
         if session.status == "failed":
             assert [e.payload.cause for e in failed] == [session.failure_cause]
     assert any(e.kind == EventKind.FRAME_ACK for e in events_before["t:qa:2"])
 
-    # A plain resume keeps every failure: nothing to do.
+    # A plain resume runs the pending sessions and keeps every failure.
     monkeypatch.delenv(CRASH_AT_ENV)
     with AdapterProcess("tests.integrity_adapters:FlakyAdapter") as healthy:
         plain = streameval("run", "--resume", run_id, "--adapter-url", healthy.url, *run[-5:])
         assert plain.returncode == 1, plain.stderr
-        assert json.loads(plain.stdout)["kept"] == 5
+        summary = json.loads(plain.stdout)
+        assert (summary["kept"], summary["finished"], summary["failed"]) == (3, 1, 1)
         with Store(url) as store:
-            assert {s.session_id: s for s in store.sessions(run_id)} == before
+            middle = {s.session_id: s for s in store.sessions(run_id)}
+            events_middle = {sid: list(store.iter_events(run_id, sid)) for sid in middle}
+        assert {sid: middle[sid] for sid in ("t:pro:1", "t:qa:1", "t:qa:2")} == {
+            sid: before[sid] for sid in ("t:pro:1", "t:qa:1", "t:qa:2")
+        }
+        bad = middle["t:qa:bad"]
+        assert (bad.status, bad.failure_stage, bad.failure_cause) == ("failed", "frames", "input")
 
         # The same adapter identity on another endpoint needs no --allow-adapter-change.
         retried = streameval(
@@ -265,11 +302,13 @@ def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monke
         )
     assert retried.returncode == 1, retried.stderr  # the adapter and input failures remain
     summary = json.loads(retried.stdout)
-    assert (summary["finished"], summary["failed"], summary["kept"]) == (2, 0, 3)
-    assert (summary["retried"], summary["failed_total"], summary["status"]) == (2, 2, "finished")
+    assert (summary["finished"], summary["failed"], summary["kept"]) == (1, 0, 4)
+    assert (summary["retried"], summary["failed_total"], summary["status"]) == (1, 2, "finished")
 
     with Store(url) as store:
         after = {s.session_id: s for s in store.sessions(run_id)}
+        # t:qa:2 redone by --retry-failed; t:qa:3 run by the plain resume, its attempt at the
+        # dead endpoint discarded.
         for sid in ("t:qa:2", "t:qa:3"):
             assert (after[sid].status, after[sid].attempt) == ("finished", 1)
             assert (after[sid].failure_stage, after[sid].failure_cause) == (None, None)
@@ -282,9 +321,11 @@ def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monke
             assert kinds.count(EventKind.SESSION_START) == 1
             assert EventKind.SESSION_FAILED not in kinds
             assert kinds[-1] == EventKind.SESSION_FINISHED
-        for sid in ("t:pro:1", "t:qa:1", "t:qa:bad"):
+        for sid in ("t:pro:1", "t:qa:1"):
             assert after[sid] == before[sid]
             assert list(store.iter_events(run_id, sid)) == events_before[sid]
+        assert after["t:qa:bad"] == middle["t:qa:bad"]
+        assert list(store.iter_events(run_id, "t:qa:bad")) == events_middle["t:qa:bad"]
         adapters = store.get_run(run_id).conditions["adapters"]
         assert [(a["adapter"], a["endpoint"]) for a in adapters] == [
             ("flaky", dying.url),
@@ -335,7 +376,9 @@ def test_run_help_documents_the_exit_codes():
         "1 some sessions failed",
         "3 every session failed",
         "2 the run could not start",
+        "4 the run stopped part-way",
         "130 interrupted",
+        "143 terminated by SIGTERM",
     ):
         assert line in text
 

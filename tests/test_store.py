@@ -28,7 +28,7 @@ from streameval.core.store.store import (
     default_store_url,
     library_versions,
 )
-from streameval.core.store.writer import EventWriter
+from streameval.core.store.writer import EventWriter, EventWriterFailed
 from streameval.events import Event, EventKind, PayloadError
 from tests.event_examples import example, example_events
 
@@ -532,12 +532,19 @@ async def test_writer_surfaces_a_failed_write(counting_store) -> None:
     for seq in range(8):  # the first batch (seq 0..3) is fine, the second hits seq 5 again
         writer.put(make_event("s1", seq))
     writer.put_session_status(RUN, "s1", "finished")
-    with pytest.raises(StoreError, match=r"cannot append 4 events .* seq 4 .* seq 7\)") as info:
+    with pytest.raises(
+        EventWriterFailed, match=r"cannot append 4 events .* seq 4 .* seq 7\)"
+    ) as info:
         await writer.flush()
-    assert "1 later items were discarded" in str(info.value)
-    with pytest.raises(StoreError, match="cannot append 4 events"):
-        writer.put(make_event("s1", 8))
-    with pytest.raises(StoreError, match="cannot append 4 events"):
+    # Accepted but not stored: counted, never raised into the sessions that put them.
+    assert (info.value.unwritten_events, info.value.unwritten_changes) == (4, 1)
+    assert not info.value.lost
+    writer.put(make_event("s1", 8))
+    with pytest.raises(EventWriterFailed) as closed:
         await writer.close()
+    assert closed.value.unwritten_events == 5
+    assert "5 events and 1 session status changes the writer accepted were not stored" in str(
+        closed.value
+    )
     assert [ev.seq for ev in counting_store.iter_events(RUN)] == [0, 1, 2, 3, 5]
     assert counting_store.sessions(RUN)[0].status == "pending"

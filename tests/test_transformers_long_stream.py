@@ -98,7 +98,7 @@ def test_a_session_ten_times_the_context_finishes_in_bounded_memory(tmp_path, po
     }
     config = RunConfig(
         benchmark=str(benchmark),
-        endpoints=[EndpointConfig(url="ws://unused", concurrency=1)],
+        endpoints=[EndpointConfig(url="ws://unused/ws", concurrency=1)],
         cache_dir=str(tmp_path / "cache"),
         pacing="logical",
         profile="trace",

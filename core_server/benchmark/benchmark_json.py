@@ -29,11 +29,25 @@ def benchmark_from_json(path: Path, data: Any, video_root: Path | None = None) -
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise BenchmarkError(f"benchmark file {path}: {where}: {first['msg']}") from None
+        raise BenchmarkError(
+            f"benchmark file {path}: {where}{_record_named(data, first['loc'])}: {first['msg']}"
+        ) from None
     root = video_root or Path(benchmark.video_root)
     if not root.is_absolute():
         root = path.parent / root
     return benchmark.model_copy(update={"video_root": str(root)})
+
+
+def _record_named(data: Any, loc: tuple) -> str:
+    """ " (record <id>)" when the error lies in a record that has an id, else ""."""
+    if len(loc) < 2 or loc[0] != "records" or not isinstance(loc[1], int):
+        return ""
+    records = data.get("records") if isinstance(data, dict) else None
+    if not isinstance(records, list) or not 0 <= loc[1] < len(records):
+        return ""
+    record = records[loc[1]]
+    ident = record.get("record_id") if isinstance(record, dict) else None
+    return f" (record {ident})" if isinstance(ident, str) else ""
 
 
 def is_benchmark_json(data: Any) -> bool:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,15 +53,141 @@ class Imported:
     notes: list[str] = field(default_factory=list)  # warnings that do not stop a run
 
 
+# Limits on what a benchmark file may hold, so that a hostile or broken file is one error line
+# instead of a RecursionError, a ValueError of Python's int parser (4,300 digits) or an
+# OverflowError further on. Real benchmark files nest at most 6 levels and hold numbers of a
+# few digits; docs/security.md lists the limits.
+MAX_JSON_DEPTH = 64  # nested lists and objects
+MAX_NUMBER_CHARS = 50  # characters of one number literal (sign, digits, point, exponent)
+
+
+class JsonLimitError(ValueError):
+    """A JSON text over one of the limits above, or holding text that is not Unicode; the
+    message says where (a JSON path) and which limit. `literal` is a too-long number."""
+
+    def __init__(self, message: str, literal: str | None = None) -> None:
+        super().__init__(message)
+        self.literal = literal
+
+
+def parse_json(text: str) -> Any:
+    """json.loads within the limits: raises json.JSONDecodeError or JsonLimitError.
+
+    NaN, Infinity and numbers too large for a float (1e400) still parse: the record check
+    (`non_finite_problems`) names the record and field that holds them.
+    """
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except RecursionError:
+        # The C parser stops near Python's recursion limit (1,000), far above ours.
+        raise JsonLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    _check_tree(value)
+    return value
+
+
+def _check_length(literal: str) -> None:
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise JsonLimitError(
+            f"a number of {len(literal)} characters is longer than the limit of {MAX_NUMBER_CHARS}",
+            literal,
+        )
+
+
+def _parse_int(literal: str) -> int:
+    _check_length(literal)
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    _check_length(literal)
+    return float(literal)
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    value: Any
+    depth: int
+    parent: _Node | None = None
+    key: str | int | None = None
+
+    def path(self) -> str:
+        """Where the node lies, as a JSON path: `[3].question`, `the top level`."""
+        parts: list[str] = []
+        node: _Node | None = self
+        while node is not None and node.key is not None:
+            parts.append(f"[{node.key}]" if isinstance(node.key, int) else f".{node.key}")
+            node = node.parent
+        joined = "".join(reversed(parts)).removeprefix(".")
+        return joined or "the top level"
+
+
+def _check_tree(value: Any) -> None:
+    """Depth and Unicode, checked without recursion (a deep value would overflow the stack):
+    a lone surrogate ("\\ud800" in the file) is valid JSON but no valid text; it cannot be
+    printed, stored in PostgreSQL or encoded to UTF-8, so it is refused here."""
+    stack = [_Node(value, 0)]
+    while stack:
+        node = stack.pop()
+        item = node.value
+        if isinstance(item, str):
+            _check_text(item, node)
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if node.depth >= MAX_JSON_DEPTH:
+            # No path: it would be MAX_JSON_DEPTH steps long.
+            raise JsonLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            if isinstance(key, str):
+                _check_text(key, _Node(key, node.depth, node, "<key>"))
+            stack.append(_Node(child, node.depth + 1, node, _safe_key(key)))
+
+
+def _safe_key(key: str | int) -> str | int:
+    # A key holding a surrogate is reported on its own; its path must still print.
+    return key if isinstance(key, int) or _is_text(key) else repr(key)
+
+
+def _is_text(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_text(text: str, node: _Node) -> None:
+    if not _is_text(text):
+        bad = next(c for c in text if 0xD800 <= ord(c) <= 0xDFFF)
+        raise JsonLimitError(
+            f"{node.path()}: lone surrogate \\u{ord(bad):04x} is not valid Unicode text"
+        )
+
+
+def _limit_message(exc: JsonLimitError, text: str) -> str:
+    """The message, with the line and column of a too-long number."""
+    at = text.find(exc.literal) if exc.literal else -1
+    if at < 0:
+        return str(exc)
+    line = text.count("\n", 0, at) + 1
+    column = at - text.rfind("\n", 0, at)
+    return f"line {line}, column {column}: {exc}"
+
+
 def read_json(path: Path) -> Any:
     """Parse a whole JSON file; a malformed one is named with its line and column."""
     text = read_text(path)
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as exc:
         raise BenchmarkError(
             f"{path} is not valid JSON at line {exc.lineno}, column {exc.colno}: {_reason(exc)}"
         ) from None
+    except JsonLimitError as exc:
+        raise BenchmarkError(f"{path}: {_limit_message(exc, text)}") from None
 
 
 def read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[Problem]]:
@@ -70,12 +197,54 @@ def read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[Problem]]:
     for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{path.name}:{number}"
         try:
-            rows.append((number, json.loads(line)))
+            rows.append((number, parse_json(line)))
         except json.JSONDecodeError as exc:
-            where = f"{path.name}:{number}"
             problems.append(Problem(where, f"not valid JSON at column {exc.colno}: {_reason(exc)}"))
+        except JsonLimitError as exc:
+            problems.append(Problem(where, _limit_message(exc, line).removeprefix("line 1, ")))
     return rows, problems
+
+
+def non_finite_problems(records: Iterable[Record]) -> list[Problem]:
+    """A problem for each record holding NaN or an infinity (a time, a window, a metadata
+    value), naming the record and the field: such a time cannot be compared with another,
+    and PostgreSQL refuses it in a stored record. A record may have several."""
+    problems = []
+    for record in records:
+        for field_path, value in _floats(record.model_dump(mode="python"), ""):
+            if not math.isfinite(value):
+                problems.append(
+                    Problem(record.record_id, f"{field_path} is {value}, not a finite number")
+                )
+    return problems
+
+
+def _floats(value: Any, where: str) -> Iterator[tuple[str, float]]:
+    """Every float inside a record's dump, with its field path. Records are built from
+    depth-checked JSON, so the recursion is shallow."""
+    if isinstance(value, float):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            yield from _floats(child, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, child in enumerate(value):
+            yield from _floats(child, f"{where}[{index}]")
+
+
+def without_non_finite(imported: Imported) -> Imported:
+    """`imported` less the records holding NaN or an infinity, each of them a problem (as an
+    entry that could not be converted): `data validate` lists them and a run refuses the
+    benchmark before it creates anything."""
+    found = non_finite_problems(imported.benchmark.records)
+    if not found:
+        return imported
+    bad = {problem.where for problem in found}
+    kept = [r for r in imported.benchmark.records if r.record_id not in bad]
+    benchmark = imported.benchmark.model_copy(update={"records": kept})
+    return replace(imported, benchmark=benchmark, problems=[*imported.problems, *found])
 
 
 def _reason(exc: json.JSONDecodeError) -> str:

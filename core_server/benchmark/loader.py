@@ -13,7 +13,12 @@ from pathlib import Path
 
 from streameval.core.benchmark import ovo_bench, streamingbench, trace_release
 from streameval.core.benchmark.benchmark_json import benchmark_from_json, is_benchmark_json
-from streameval.core.benchmark.importing import BenchmarkError, Imported, read_json
+from streameval.core.benchmark.importing import (
+    BenchmarkError,
+    Imported,
+    read_json,
+    without_non_finite,
+)
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
 
@@ -39,8 +44,14 @@ def import_path(
     BenchmarkError only when the path cannot be read or its format is not recognised.
 
     `subset` (tiny, standard, full) applies to TRACE releases; `video_root` replaces the
-    default, the directory holding the file or release.
+    default, the directory holding the file or release. A record holding NaN or an infinity
+    is a problem of every format (importing.without_non_finite), so `load_benchmark` refuses
+    it before a run is created.
     """
+    return without_non_finite(_import_any(path, video_root, subset))
+
+
+def _import_any(path: Path, video_root: Path | None, subset: str | None) -> Imported:
     if path.is_dir():
         if not trace_release.is_release(path):
             raise BenchmarkError(

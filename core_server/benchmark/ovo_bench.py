@@ -95,14 +95,16 @@ def _record(raw: Any) -> Record:
 
 def _qa(raw: dict, common: dict, category: str) -> QARecord:
     gt = require(raw, "gt", int)
-    if gt < 0:
-        raise EntryError(f"gt {gt} is not an option index")
+    options = label_options(string_list(raw, "options"))
+    # Checked against the options, not just for sign: a huge gt would overflow `chr`.
+    if not 0 <= gt < len(options):
+        raise EntryError(f"gt {gt} is not an option index (0..{len(options) - 1})")
     # OVO-Bench annotates no evidence time: the question time is the anchor.
     realtime = require(raw, "realtime", NUMBER)
     return QARecord(
         **common,
         question=require(raw, "question", str),
-        options=label_options(string_list(raw, "options")),
+        options=options,
         answer=option_letter(gt),
         question_time_s=realtime,
         evidence_anchor_s=realtime,

@@ -35,6 +35,9 @@ PARTS = ("real", "omni", "sqa", "proactive")
 _TIME = re.compile(r"^\d+(?::\d+)*:\d+(?:\.\d+)?$")
 _CLOCK = re.compile(r"^\d+:[0-5]\d:[0-5]\d(?:\.\d+)?$")  # the usual H:MM:SS form
 _LETTER = re.compile(r"^([A-Z])[.)]?$")
+# Longer time stamps are refused before they are read: "HH:MM:SS.fff" is 12 characters, and
+# a 5,000-digit field would exceed Python's int parser (or a float) instead.
+MAX_TIME_CHARS = 32
 
 
 def looks_like(data: Any) -> bool:
@@ -60,6 +63,8 @@ def seconds(stamp: Any) -> float:
     from the right, whatever their width ("00:06:59" is 419 s, "00:24" is 24 s and
     "00:12450" is 12,450 s)."""
     text = stamp.strip() if isinstance(stamp, str) else None
+    if text is not None and len(text) > MAX_TIME_CHARS:
+        raise EntryError(f"time of {len(text)} characters; the limit is {MAX_TIME_CHARS}")
     if text is None or _TIME.match(text) is None:
         raise EntryError(f"time {stamp!r} is not a colon-separated time like HH:MM:SS")
     *whole, last = text.split(":")

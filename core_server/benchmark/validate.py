@@ -155,8 +155,12 @@ def _latest_time(record: Record) -> tuple[str, float]:
 def video_duration_s(path: Path) -> float:
     """The video's duration as `frames.probe` reads it (from the metadata, without a full
     decode), after checking that the file exists and its first frame decodes."""
-    if not path.is_file():
-        raise VideoProblem(f"missing video: {path} does not exist")
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise VideoProblem(f"missing video: {path} does not exist") from None
+    except OSError as exc:  # a symlink loop (ELOOP), a folder without permission
+        raise VideoProblem(f"unreadable video: {path}: {exc.strerror}") from None
     try:
         return probe(path).duration_s
     except VideoDecodeError as exc:

@@ -138,3 +138,18 @@ adapter_endpoints = Table(
     Column("concurrency", Integer, nullable=False),
     Column("registered_at", UTCDateTime(), nullable=False),
 )
+
+# The Core that drives a run, one at a time (store/run_lease.py): a `run` or `run --resume`
+# holds the run until `expires_at`, pushing it forward while it runs; another Core refuses
+# the run until then, and takes it over once the lease expired (its owner died).
+run_owners = Table(
+    "run_owners",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("renewed_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_owners_run_id"),
+)

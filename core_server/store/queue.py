@@ -219,3 +219,20 @@ class SessionQueue:
             query = query.where(sessions.c.run_id == run_id)
         with self.store.transaction("cannot count running sessions") as conn:
             return conn.execute(query).scalar_one()
+
+
+def sessions_left(store: Store, run_id: str | None = None) -> int:
+    """Pending or running sessions of claimable runs (of `run_id`): work that is not done."""
+    sessions, runs = models.sessions, models.runs
+    query = (
+        select(func.count())
+        .select_from(sessions.join(runs, runs.c.run_id == sessions.c.run_id))
+        .where(
+            runs.c.status.in_(CLAIMABLE_RUN_STATUSES),
+            sessions.c.status.in_(("pending", "running")),
+        )
+    )
+    if run_id is not None:
+        query = query.where(sessions.c.run_id == run_id)
+    with store.transaction("cannot count the sessions left") as conn:
+        return conn.execute(query).scalar_one()

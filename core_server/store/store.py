@@ -3,24 +3,41 @@
 One synchronous SQLAlchemy engine over SQLite (the default, a single file in WAL mode) or
 PostgreSQL (`postgresql+psycopg://...`), with the same code for both. The Core writes through
 one writer task (see writer.py) that calls this class via `asyncio.to_thread`; the scorer only
-reads. Opening a store migrates it to the newest schema with Alembic.
+reads. Opening a store read-write migrates it to the newest schema with Alembic; opening it
+read-only (`Store(url, read_only=True)`: scoring, the results API, exports) never writes:
+no migration, no WAL or journal file, SQLite opened with `mode=ro` (`immutable=1` on media
+where even the lock files cannot be made), PostgreSQL in read-only transactions.
+
+The store is checked, not trusted: a SQLite file deleted or replaced under an open store is
+detected on every transaction (its device and inode) and raised as `StoreLost`. Errors the
+database may recover from (a PostgreSQL restart, a reset connection, SQLite's "database is
+locked") are `StoreError`s with `transient=True`; the reading and status methods, and
+`append_events`, retry them for up to `RETRY_BUDGET_S` (backoff `RETRY_FIRST_DELAY_S`
+doubling to `RETRY_MAX_DELAY_S`), and a PostgreSQL connection that cannot be made is
+retried for as long while the store is open.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
-from collections.abc import Iterator, Sequence
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Connection,
     Engine,
@@ -30,13 +47,14 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     null,
     select,
 )
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.pool import NullPool, StaticPool
 
 from streameval.core.errors import CoreError
 from streameval.core.store import models
@@ -57,8 +75,48 @@ _VERSIONED_PACKAGES = (
 )
 
 
+# How long a transient database error (a PostgreSQL restart, a reset connection, a locked
+# SQLite file) is retried before it counts as a failure, and the backoff between tries.
+RETRY_BUDGET_S = 60.0
+RETRY_FIRST_DELAY_S = 0.1
+RETRY_MAX_DELAY_S = 2.0
+# PostgreSQL SQLSTATEs that a later try may not meet: connection exceptions (class 08), the
+# server shutting down or starting (57P01-57P03), serialization failure and deadlock.
+_TRANSIENT_SQLSTATES = ("08", "57P01", "57P02", "57P03", "40001", "40P01")
+_TRANSIENT_SQLITE = ("database is locked", "database table is locked")
+T = TypeVar("T")
+
+
+def record_rows(run_id: str, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `run_records` rows of a run's records (KeyError: a record lacks a column)."""
+    return [
+        {
+            "run_id": run_id,
+            "record_id": rec["record_id"],
+            "task": rec["task"],
+            "task_type": rec["task_type"],
+            "source_benchmark": rec["source_benchmark"],
+            "video_path": rec["video_path"],
+            "record": rec,
+        }
+        for rec in records
+    ]
+
+
 class StoreError(CoreError):
-    """A store operation failed; the message names the run, session or URL involved."""
+    """A store operation failed; the message names the run, session or URL involved.
+
+    `transient` is True when the database may recover by itself (a restart, a reset
+    connection, a lock held too long): trying again later can succeed."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class StoreLost(StoreError):
+    """The store this process opened is gone: its SQLite file was deleted or replaced (what
+    was written since went into the removed file, or would). Never transient."""
 
 
 @dataclass(frozen=True)
@@ -160,29 +218,141 @@ def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 _json_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
-def _create_engine(url: str) -> Engine:
+def _set_sqlite_read_only_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # No journal_mode: setting it is a write. query_only makes any write fail at once.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Whether the database may recover by itself from this error (see _TRANSIENT_*)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate.startswith(_TRANSIENT_SQLSTATES)
+    if isinstance(orig, sqlite3.OperationalError):
+        return str(orig).startswith(_TRANSIENT_SQLITE)
+    # psycopg's errors without a SQLSTATE are connection failures (refused, reset, closed).
+    return type(orig).__module__.startswith("psycopg") and type(orig).__name__ in (
+        "OperationalError",
+        "InterfaceError",
+    )
+
+
+def _sqlite_path(database: str | None) -> Path | None:
+    """The SQLite file of a URL's database part; None for an in-memory database."""
+    if database in (None, "", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        path = urllib.parse.urlsplit(database).path
+        return None if path in ("", ":memory:") else Path(path)
+    return Path(database)
+
+
+def _create_engine(
+    url: str, read_only: bool = False, connect_retry: Callable[[], bool] = bool
+) -> Engine:
+    """An engine for `url`. `connect_retry()` says whether a PostgreSQL connection that
+    cannot be made is retried (for RETRY_BUDGET_S) instead of failing at once."""
     parsed = make_url(url)
     if parsed.drivername == "postgresql":  # no driver named: use the installed one
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername == "postgresql+psycopg":
         # Fail within seconds on an unreachable host instead of waiting out TCP timeouts.
-        timeout = {} if "connect_timeout" in parsed.query else {"connect_timeout": 10}
-        return create_engine(
-            parsed, json_serializer=_json_dumps, pool_pre_ping=True, connect_args=timeout
+        connect_args: dict[str, Any] = (
+            {} if "connect_timeout" in parsed.query else {"connect_timeout": 10}
         )
+        if read_only:  # the server refuses any write in this session's transactions
+            connect_args["options"] = "-c default_transaction_read_only=on"
+        engine = create_engine(
+            parsed, json_serializer=_json_dumps, pool_pre_ping=True, connect_args=connect_args
+        )
+        event.listen(engine, "do_connect", _retrying_connect(connect_retry))
+        return engine
     if parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
         raise StoreError(
             f"cannot open store {parsed.render_as_string(hide_password=True)}: "
             "only sqlite:/// and postgresql+psycopg:// URLs are supported"
         )
-    in_memory = parsed.database in (None, "", ":memory:")
+    path = _sqlite_path(parsed.database)
+    if read_only and path is not None:
+        return _read_only_sqlite_engine(path)
     # An in-memory database lives in one connection: share it across the writer's threads.
     extra: dict[str, Any] = (
-        {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}} if in_memory else {}
+        {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        if path is None
+        else {}
     )
     engine = create_engine(parsed, json_serializer=_json_dumps, **extra)
     event.listen(engine, "connect", _set_sqlite_pragmas)
     return engine
+
+
+def _retrying_connect(enabled: Callable[[], bool]) -> Callable[..., Any]:
+    """A `do_connect` hook: while the server restarts, new connections are retried with
+    backoff for RETRY_BUDGET_S instead of failing the store call that needed one."""
+
+    def connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        deadline = time.monotonic() + RETRY_BUDGET_S
+        delay = RETRY_FIRST_DELAY_S
+        while True:
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError:
+                if not enabled() or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY_S)
+
+    return connect
+
+
+def _read_only_sqlite_engine(path: Path) -> Engine:
+    """SQLite opened so that nothing is ever written: not the database, not a WAL, journal or
+    shared-memory file. Each transaction gets a new connection (NullPool: opening a file is
+    cheap), opened as the file is at that moment:
+
+    - a -wal file exists (a Core is writing, or did not close): `mode=ro`, which reads the
+      WAL through the existing -shm file; on media where no -shm exists nor can be made,
+      `immutable=1` (then only what was checkpointed into the database file is seen);
+    - no -wal file: `immutable=1`, as `mode=ro` would create -wal and -shm files and leave
+      them behind. Nobody writes then: a writer in WAL mode keeps its -wal while open.
+    """
+    if not path.is_file():
+        raise StoreError(f"cannot open store {path} read-only: the file does not exist")
+    quoted = urllib.parse.quote(str(path.resolve()))
+    wal = Path(f"{path}-wal")
+
+    def connect() -> sqlite3.Connection:
+        if wal.exists():
+            conn = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, check_same_thread=False)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return conn
+            except sqlite3.OperationalError:  # no -shm and none can be made
+                conn.close()
+        return sqlite3.connect(f"file:{quoted}?immutable=1", uri=True, check_same_thread=False)
+
+    engine = create_engine(
+        "sqlite://", creator=connect, poolclass=NullPool, json_serializer=_json_dumps
+    )
+    event.listen(engine, "connect", _set_sqlite_read_only_pragmas)
+    return engine
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return cfg
+
+
+def _table_names(conn: Connection) -> list[str]:
+    """The table names of the connected database."""
+    return list(inspect(conn).get_table_names())
 
 
 def _run_info(row: Row[Any]) -> RunInfo:
@@ -288,35 +458,76 @@ def _sessions_not_held(conn: Connection, events: Sequence[Event], owner: str) ->
     return {session for run, session in wanted - held}
 
 
+def _stored_keys(conn: Connection, events: Sequence[Event]) -> set[tuple[str, str, int]]:
+    """Which of these events' (run, session, seq) keys are already stored."""
+    table = models.events
+    spans: dict[tuple[str, str], list[int]] = {}
+    for ev in events:
+        spans.setdefault((ev.run_id, ev.session_id), []).append(ev.seq)
+    stored: set[tuple[str, str, int]] = set()
+    for (run_id, session_id), seqs in spans.items():
+        query = select(table.c.seq).where(
+            table.c.run_id == run_id,
+            table.c.session_id == session_id,
+            table.c.seq.between(min(seqs), max(seqs)),
+        )
+        stored.update((run_id, session_id, seq) for seq in conn.execute(query).scalars())
+    return stored
+
+
 def _check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
     if status not in allowed:
         raise StoreError(f"invalid {what} status {status!r}; expected one of {', '.join(allowed)}")
 
 
-class Store:
-    """Open (and migrate) a store by URL; every method is one short transaction."""
+def _retried(method: Callable[..., T]) -> Callable[..., T]:
+    """A Store method that is safe to repeat, retried on transient errors (Store.retrying)."""
 
-    def __init__(self, url: str) -> None:
+    @functools.wraps(method)
+    def retried(self: Store, *args: Any, **kwargs: Any) -> T:
+        return self.retrying(lambda: method(self, *args, **kwargs))
+
+    return retried
+
+
+class Store:
+    """Open (and migrate) a store by URL; every method is one short transaction.
+
+    `read_only=True` opens it for reading only (scoring, results API, exports): nothing is
+    migrated or written, and a store of another schema version is refused with one line."""
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         try:
-            self._display_url = make_url(url).render_as_string(hide_password=True)
+            parsed = make_url(url)
+            self._display_url = parsed.render_as_string(hide_password=True)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open store {url!r}: {_reason(exc)}") from exc
+        self._read_only = read_only
+        self._opened = False  # connections are retried only once the store was opened
+        self._file: Path | None = None
+        self._identity: tuple[int, int] | None = None
         self._engine = self._open_engine(url)
         try:
-            self._migrate()
-        except SQLAlchemyError as exc:
+            self._check_schema() if read_only else self._migrate()
+        except (SQLAlchemyError, sqlite3.Error) as exc:
             self._engine.dispose()
             raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
+        except StoreError:
+            self._engine.dispose()
+            raise
+        if parsed.drivername.startswith("sqlite"):
+            self._file = _sqlite_path(parsed.database)
+            self._identity = self._file_identity()
+        self._opened = True
 
     def _open_engine(self, url: str) -> Engine:
         try:
-            return _create_engine(url)
+            return _create_engine(url, self._read_only, lambda: self._opened)
         except (SQLAlchemyError, ImportError) as exc:  # ImportError: the driver is missing
             raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
 
     def _migrate(self) -> None:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg = _alembic_config()
         with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Several Core workers may open one fresh database at once: one migrates.
@@ -325,6 +536,61 @@ class Store:
                 )
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    def _check_schema(self) -> None:
+        """A read-only store must already have this streameval's schema: it cannot migrate."""
+        head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        with self._engine.connect() as conn:
+            tables = set(_table_names(conn))
+            if "alembic_version" not in tables:
+                raise StoreError(f"{self._display_url} is not a streameval store (no schema)")
+            version = conn.execute(sql_text("SELECT version_num FROM alembic_version")).scalar()
+        if version != head:
+            raise StoreError(
+                f"store {self._display_url} has schema version {version} but this streameval "
+                f"reads {head}; open it once read-write (e.g. `streameval runs`) to migrate it"
+            )
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the SQLite file; None when it no longer exists."""
+        if self._file is None:
+            return None
+        try:
+            stat = os.stat(self._file)
+        except FileNotFoundError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def check_present(self) -> None:
+        """Raise StoreLost if the SQLite file opened was deleted or replaced since (a stat:
+        cheap enough for every transaction). PostgreSQL stores are checked by their server."""
+        if self._identity is None:
+            return
+        now = self._file_identity()
+        if now == self._identity:
+            return
+        change = "deleted" if now is None else "replaced by another file"
+        raise StoreLost(
+            f"store {self._display_url} was {change} while open; what was written since is lost"
+        )
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """`call()`, tried again while it raises a transient StoreError, for at most
+        RETRY_BUDGET_S with backoff. Only for calls that are safe to repeat."""
+        deadline = time.monotonic() + RETRY_BUDGET_S
+        delay = RETRY_FIRST_DELAY_S
+        while True:
+            try:
+                return call()
+            except StoreError as exc:
+                if not exc.transient or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY_S)
 
     @property
     def url(self) -> str:
@@ -381,6 +647,7 @@ class Store:
     def update_run_conditions(self, run_id: str, conditions: dict[str, Any]) -> None:
         self._update_run(run_id, {"conditions": conditions})
 
+    @_retried
     def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
         with self.transaction(f"cannot update run {run_id!r}") as conn:
             table = models.runs
@@ -388,6 +655,7 @@ class Store:
             if result.rowcount == 0:
                 raise self._unknown_run(run_id)
 
+    @_retried
     def get_run(self, run_id: str) -> RunInfo:
         with self.transaction(f"cannot read run {run_id!r}") as conn:
             row = conn.execute(select(models.runs).where(models.runs.c.run_id == run_id)).first()
@@ -395,6 +663,7 @@ class Store:
             raise self._unknown_run(run_id)
         return _run_info(row)
 
+    @_retried
     def list_runs(self) -> list[RunInfo]:
         table = models.runs
         with self.transaction("cannot list runs") as conn:
@@ -407,24 +676,14 @@ class Store:
 
     def add_records(self, run_id: str, records: Sequence[dict[str, Any]]) -> None:
         try:
-            rows = [
-                {
-                    "run_id": run_id,
-                    "record_id": rec["record_id"],
-                    "task": rec["task"],
-                    "task_type": rec["task_type"],
-                    "source_benchmark": rec["source_benchmark"],
-                    "video_path": rec["video_path"],
-                    "record": rec,
-                }
-                for rec in records
-            ]
+            rows = record_rows(run_id, records)
         except KeyError as exc:
             raise StoreError(
                 f"cannot add records to run {run_id!r}: a record has no {exc} field"
             ) from exc
         self._insert_for_run(run_id, models.run_records, rows, "records")
 
+    @_retried
     def records(self, run_id: str) -> list[dict[str, Any]]:
         table = models.run_records
         with self.transaction(f"cannot read records of run {run_id!r}") as conn:
@@ -455,6 +714,7 @@ class Store:
             if rows:
                 conn.execute(insert(table), rows)
 
+    @_retried
     def sessions(self, run_id: str) -> list[SessionInfo]:
         table = models.sessions
         with self.transaction(f"cannot read sessions of run {run_id!r}") as conn:
@@ -464,6 +724,7 @@ class Store:
             )
             return [_session_info(row) for row in rows]
 
+    @_retried
     def set_session_status(
         self,
         run_id: str,
@@ -536,10 +797,28 @@ class Store:
     def append_events(self, events: Sequence[Event], owner: str | None = None) -> set[str]:
         """Insert a batch in one transaction: all of it is stored, or none of it.
 
-        With `owner`, events of sessions whose lease that worker no longer holds are
-        dropped (their session was given to another attempt); returns those sessions."""
+        A transient error is retried (Store.retrying); as the failed try may have committed
+        (a connection lost during COMMIT), a retry skips the events already stored, so each
+        is stored exactly once. With `owner`, events of sessions whose lease that worker no
+        longer holds are dropped (their session was given to another attempt); returns those
+        sessions."""
         if not events:
             return set()
+        uncertain = False
+
+        def attempt() -> set[str]:
+            nonlocal uncertain
+            try:
+                return self._append_events(events, owner, skip_stored=uncertain)
+            except StoreError as exc:
+                uncertain = uncertain or exc.transient
+                raise
+
+        return self.retrying(attempt)
+
+    def _append_events(
+        self, events: Sequence[Event], owner: str | None, skip_stored: bool
+    ) -> set[str]:
         first, last = events[0], events[-1]
         what = (
             f"cannot append {len(events)} events of run {first.run_id!r} (session "
@@ -550,8 +829,11 @@ class Store:
             if owner is not None:
                 lost = _sessions_not_held(conn, events, owner)
                 events = [event for event in events if event.session_id not in lost]
-                if not events:
-                    return lost
+            if skip_stored:
+                stored = _stored_keys(conn, events)
+                events = [ev for ev in events if (ev.run_id, ev.session_id, ev.seq) not in stored]
+            if not events:
+                return lost
             if conn.dialect.name == "postgresql":
                 _copy_events(conn, events)
             else:
@@ -575,6 +857,7 @@ class Store:
             for row in conn.execution_options(yield_per=batch).execute(query):
                 yield _stored_event(row)
 
+    @_retried
     def count_events(self, run_id: str) -> int:
         table = models.events
         with self.transaction(f"cannot count events of run {run_id!r}") as conn:
@@ -596,6 +879,7 @@ class Store:
             conn.execute(insert(table).values(**asdict(endpoint)))
         return endpoint
 
+    @_retried
     def adapter_endpoints(self) -> list[AdapterEndpoint]:
         table = models.adapter_endpoints
         with self.transaction("cannot list adapter endpoints") as conn:
@@ -606,17 +890,23 @@ class Store:
 
     @contextmanager
     def transaction(self, what: str) -> Iterator[Connection]:
-        """One transaction; database errors (constraints, lost server) become StoreError.
+        """One transaction; database errors (constraints, lost server) become StoreError
+        (`transient` set where a later try may succeed), a SQLite file deleted or replaced
+        under the store StoreLost, checked before and after the transaction.
 
         Driver errors arrive unwrapped from COPY (PostgreSQL), and ValueError/TypeError
         from JSON encoding (NaN, objects JSON cannot hold) wherever SQLAlchemy does not wrap.
         """
         driver_error = self._engine.dialect.loaded_dbapi.Error
+        self.check_present()
         try:
             with self._engine.begin() as conn:
                 yield conn
         except (SQLAlchemyError, driver_error, ValueError, TypeError) as exc:
-            raise StoreError(f"{what}: {_reason(exc)}") from exc
+            self.check_present()  # a vanished file explains the error better than SQLite
+            raise StoreError(f"{what}: {_reason(exc)}", transient=_is_transient(exc)) from exc
+        # A file deleted during the transaction took the commit with it.
+        self.check_present()
 
     @staticmethod
     def _run_exists(conn: Connection, run_id: str) -> bool:

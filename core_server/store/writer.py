@@ -4,8 +4,15 @@ Session tasks call `put` (never blocks, never awaits the database). The writer t
 consecutive events off the queue, up to `batch_size` or until `max_delay_s` has passed since
 the first one, and stores them with one `Store.append_events` call in a worker thread.
 Session status changes travel through the same queue, so a session is marked finished only
-after every event queued before it is committed. The first write failure stops the writer:
-later items are discarded and `put`, `flush` and `close` raise it as a StoreError.
+after every event queued before it is committed.
+
+Nothing accepted is dropped silently. Transient database errors are retried by the store
+(Store.retrying: a PostgreSQL restart, a reset connection, a locked SQLite file). The first
+write that still fails stops the writer: from then on `put` and `put_session_status` only
+count what they are given (they never raise, so the in-flight sessions that call them do not
+each fail with a traceback), and `flush` and `close` raise one `EventWriterFailed` naming the
+cause and how many accepted events and status changes were not stored. `failure` holds it
+and `wait_failed()` returns it, so a runner can stop the run at once.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from streameval.core.store.store import Store, StoreError
+from streameval.core.store.store import Store, StoreError, StoreLost
 from streameval.events import Event
 
 
@@ -35,6 +42,25 @@ class _Flush:
 
 class _Stop:
     pass
+
+
+class EventWriterFailed(StoreError):
+    """The writer stopped: a store write failed for good. Raised by `flush` and `close`.
+
+    `cause`: the StoreError of the failed write (a StoreLost when the store was deleted or
+    replaced); `unwritten_events` / `unwritten_changes`: how many events and session status
+    changes the writer accepted that are not stored (the failed batch, everything queued
+    after it, and everything put since); `lost`: whether the store itself is gone."""
+
+    def __init__(self, cause: StoreError, unwritten_events: int, unwritten_changes: int) -> None:
+        self.cause = cause
+        self.unwritten_events = unwritten_events
+        self.unwritten_changes = unwritten_changes
+        self.lost = isinstance(cause, StoreLost)
+        super().__init__(
+            f"{cause} ({unwritten_events} events and {unwritten_changes} session status "
+            "changes the writer accepted were not stored)"
+        )
 
 
 _Item = Event | _StatusChange | _Flush | _Stop
@@ -59,18 +85,41 @@ class EventWriter:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._error: StoreError | None = None
-        self._discarded = 0
+        self._unwritten_events = 0
+        self._unwritten_changes = 0
+        self._failed = asyncio.Event()
 
     async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="streameval-event-writer")
 
     def put(self, event: Event) -> None:
+        """Queue an event. After a failure it is only counted as not stored (see module)."""
+        if self._error is not None and not self._closed:
+            self._unwritten_events += 1
+            return
         self._enqueue(event)
 
     def put_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> None:
         """Queue `Store.set_session_status`; options are its keyword arguments."""
+        if self._error is not None and not self._closed:
+            self._unwritten_changes += 1
+            return
         self._enqueue(_StatusChange(run_id, session_id, status, options))
+
+    @property
+    def failure(self) -> EventWriterFailed | None:
+        """What `flush` and `close` will raise, once a write failed for good."""
+        if self._error is None:
+            return None
+        return EventWriterFailed(self._error, self._unwritten_events, self._unwritten_changes)
+
+    async def wait_failed(self) -> EventWriterFailed:
+        """Wait until a write fails for good (forever if none does) and return the failure."""
+        await self._failed.wait()
+        failure = self.failure
+        assert failure is not None
+        return failure
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""
@@ -92,7 +141,6 @@ class EventWriter:
     def _enqueue(self, item: _Item) -> None:
         if self._closed:
             raise StoreError("the event writer is closed; nothing more can be stored")
-        self._raise_if_failed()
         self._queue.put_nowait(item)
 
     def _require_running(self) -> None:
@@ -106,17 +154,34 @@ class EventWriter:
         if not self._task.done() or self._error is not None:
             return
         if self._task.cancelled():
-            self._error = StoreError(
-                "the event writer task was cancelled before storing everything"
-            )
+            error = StoreError("the event writer task was cancelled before storing everything")
         elif self._task.exception() is not None:
-            self._error = StoreError(f"the event writer crashed: {self._task.exception()!r}")
+            error = StoreError(f"the event writer crashed: {self._task.exception()!r}")
+        else:
+            return
+        self._fail(error)
+        self._count_queued()
+
+    def _count_queued(self) -> None:
+        """Count what is still queued as not stored (the writer task is gone)."""
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, Event):
+                self._unwritten_events += 1
+            elif isinstance(item, _StatusChange):
+                self._unwritten_changes += 1
+            elif isinstance(item, _Flush) and not item.done.done():
+                item.done.set_result(None)
+
+    def _fail(self, error: StoreError) -> None:
+        if self._error is None:
+            self._error = error
+            self._failed.set()
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            if self._discarded:
-                raise StoreError(f"{self._error} ({self._discarded} later items were discarded)")
-            raise self._error
+        failure = self.failure
+        if failure is not None:
+            raise failure
 
     async def _run(self) -> None:
         pending: _Item | None = None
@@ -130,7 +195,7 @@ class EventWriter:
             elif isinstance(item, Event):
                 batch, pending = await self._collect(item)
                 append = partial(self._store.append_events, batch, **self._fence)
-                await self._call_store(len(batch), append)
+                await self._call_store(len(batch), 0, append)
             else:
                 change = partial(
                     self._store.set_session_status,
@@ -140,7 +205,7 @@ class EventWriter:
                     **self._fence,
                     **item.options,
                 )
-                await self._call_store(1, change)
+                await self._call_store(0, 1, change)
 
     async def _collect(self, first: Event) -> tuple[list[Event], _Item | None]:
         """Consecutive events after `first`; a non-event item ends the batch and is returned."""
@@ -163,14 +228,16 @@ class EventWriter:
             batch.append(item)
         return batch, None
 
-    async def _call_store(self, items: int, call: Callable[[], object]) -> None:
-        """Run one store call in a worker thread; after a failure, only count what is dropped."""
-        if self._error is not None:
-            self._discarded += items
-            return
-        try:
-            await asyncio.to_thread(call)
-        except StoreError as exc:
-            self._error = exc
-        except Exception as exc:  # any failure must reach flush()/close(), never vanish
-            self._error = StoreError(f"event writer: {type(exc).__name__}: {exc}")
+    async def _call_store(self, events: int, changes: int, call: Callable[[], object]) -> None:
+        """Run one store call in a worker thread (the store retries transient errors); after
+        a failure, only count what is not stored."""
+        if self._error is None:
+            try:
+                await asyncio.to_thread(call)
+                return
+            except StoreError as exc:
+                self._fail(exc)
+            except Exception as exc:  # any failure must reach flush()/close(), never vanish
+                self._fail(StoreError(f"event writer: {type(exc).__name__}: {exc}"))
+        self._unwritten_events += events
+        self._unwritten_changes += changes

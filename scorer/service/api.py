@@ -3,7 +3,10 @@ per-record results and timelines, and run comparisons, as JSON with OpenAPI docs
 Served by `streameval results-api`.
 
 Scores are computed on request and kept (a few runs per profile) until the run gains events
-or changes status, so a dashboard can page through records without rescoring.
+or changes status, so a dashboard can page through records without rescoring. Scoring locks
+one (run, profile) pair, never the whole API: while one run scores, every other run answers.
+
+Nothing it answers names the store or a path on the server (/healthz, error bodies).
 
 The same app serves the dashboard (scorer/service/dashboard/static) under /ui/, and / leads there.
 """
@@ -13,12 +16,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from datetime import datetime
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from streameval.core.store.store import RunInfo, Store, StoreError
 from streameval.scorer.compare import Comparison, compare_runs
@@ -116,27 +122,80 @@ def stored_record(store: Store, run_id: str, record_id: str) -> dict[str, Any]:
     raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
 
 
+class _PairLock:
+    """The lock of one (run, profile) pair and how many requests hold or wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
 class _Scores:
-    """Scored runs, keyed by what would change them (event count and run status)."""
+    """Scored runs, keyed by what would change them (event count and run status).
+
+    Two requests for the same (run, profile) score it once (the second waits for the
+    first); requests for other pairs never wait: `_lock` guards only the dictionaries, and
+    is never held while scoring."""
 
     def __init__(self, store: Store, judge: Judge | None) -> None:
         self._store = store
         self._judge = judge
         self._kept: OrderedDict[tuple, RunScores] = OrderedDict()
         self._lock = threading.Lock()
+        self._pairs: dict[tuple[str, str], _PairLock] = {}
+
+    def _cached(self, key: tuple) -> RunScores | None:
+        with self._lock:
+            scores = self._kept.get(key)
+            if scores is not None:
+                self._kept.move_to_end(key)
+            return scores
 
     def get(self, run_id: str, profile: str) -> RunScores:
         info = self._store.get_run(run_id)
         key = (run_id, profile, info.status, self._store.count_events(run_id))
-        with self._lock:
-            if key in self._kept:
-                self._kept.move_to_end(key)
-                return self._kept[key]
-            scores = score_run(self._store, run_id, profile, self._judge)
-            self._kept[key] = scores
-            while len(self._kept) > _KEPT_SCORES:
-                self._kept.popitem(last=False)
+        if (scores := self._cached(key)) is not None:
             return scores
+        with self._lock:
+            pair = self._pairs.setdefault((run_id, profile), _PairLock())
+            pair.users += 1
+        try:
+            with pair.lock:
+                # Whoever held the pair's lock before may have scored it meanwhile.
+                if (scores := self._cached(key)) is not None:
+                    return scores
+                scores = score_run(self._store, run_id, profile, self._judge)
+                with self._lock:
+                    self._kept[key] = scores
+                    while len(self._kept) > _KEPT_SCORES:
+                        self._kept.popitem(last=False)
+                return scores
+        finally:
+            # Dropped with its last user, so unknown profiles or runs leave nothing behind.
+            with self._lock:
+                pair.users -= 1
+                if pair.users == 0:
+                    del self._pairs[(run_id, profile)]
+
+
+def _store_names(store_url: str, store: Store) -> list[str]:
+    """How an error line may name the store: its URL, and a SQLite file's path."""
+    names = [store.url, store_url]
+    try:
+        database = make_url(store_url).database
+    except ArgumentError:
+        database = None
+    if database and store_url.startswith("sqlite"):
+        names += [database, str(FilePath(database).resolve())]
+    # Longest first, so that a URL is replaced before the path inside it.
+    return sorted({name for name in names if name}, key=len, reverse=True)
+
+
+def _without_store(message: str, names: list[str]) -> str:
+    """An error line with the store's URL or path (a server path, a database host) taken out."""
+    for name in names:
+        message = message.replace(name, "the store")
+    return message
 
 
 def _page(items: list, offset: int, limit: int) -> dict[str, Any]:
@@ -149,8 +208,9 @@ def _page(items: list, offset: int, limit: int) -> dict[str, Any]:
 
 
 def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
-    """The API over one store (opened, and migrated, once). Raises StoreError if it cannot."""
-    store = Store(store_url)
+    """The API over one store (opened read-only, once). Raises StoreError if it cannot."""
+    store = Store(store_url, read_only=True)
+    hidden = _store_names(store_url, store)
     judge = cached_in(store, judge)
     scores = _Scores(store, judge)
     meter = RateMeter()
@@ -168,8 +228,12 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
 
     @app.exception_handler(StoreError)
     async def _store_error(_: Request, exc: StoreError) -> JSONResponse:
-        missing = str(exc).startswith("unknown run id")
-        return JSONResponse(status_code=404 if missing else 503, content={"detail": str(exc)})
+        message = str(exc)
+        if message.startswith("unknown run id"):
+            # "unknown run id 'x' in store sqlite:////path": the run, not where it was looked.
+            detail = _without_store(message, hidden).removesuffix(" in store the store")
+            return JSONResponse(status_code=404, content={"detail": detail})
+        return JSONResponse(status_code=503, content={"detail": _without_store(message, hidden)})
 
     @app.exception_handler(ScoreError)
     async def _score_error(_: Request, exc: ScoreError) -> JSONResponse:
@@ -178,7 +242,8 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:
-        return {"status": "ok", "store": store.url}
+        # Says that it serves, not from where: the store URL would name a path or a host.
+        return {"status": "ok"}
 
     @app.get("/profiles", response_model=list[ProfileReport], tags=["profiles"])
     def profiles() -> list[ProfileReport]:
@@ -287,10 +352,23 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
         width: ThumbnailWidth = 160,
     ) -> Response:
         """One sampled frame as the model saw it, scaled down to `width`."""
+        stored_record(store, run_id, record_id)  # 404 for a record the run does not have
         try:
-            jpeg = thumbnail(frames.video_frames(run_id, record_id), index, width)
-        except FramesUnavailable as exc:
-            raise HTTPException(404, str(exc)) from None
+            video = frames.video_frames(run_id, record_id)
+        except FramesUnavailable:
+            # The reason names files on the server (the video, the cache): the frame
+            # index (`/frames`) gives it; a frame request only says that it is missing.
+            raise HTTPException(
+                404, f"frame {index} of record {record_id!r} is not available"
+            ) from None
+        if not index < len(video.frames):
+            raise HTTPException(404, f"no frame {index}: the video has {len(video.frames)} samples")
+        try:
+            jpeg = thumbnail(video, index, width)
+        except FramesUnavailable:  # a cached sample that cannot be read: named by its path
+            raise HTTPException(
+                404, f"frame {index} of record {record_id!r} is not available"
+            ) from None
         # Cache entries are content-addressed: a frame never changes.
         headers = {"Cache-Control": "max-age=86400, immutable"}
         return Response(jpeg, media_type="image/jpeg", headers=headers)

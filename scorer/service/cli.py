@@ -8,6 +8,8 @@
 
 The store URL comes from --store, else $STREAMEVAL_STORE, else
 sqlite:///~/.cache/streameval/streameval.db. A user mistake prints one line and exits 2.
+Every command here only reads the store (Store(url, read_only=True)): a store on read-only
+media can be scored, and nothing (no migration, no WAL file) is written next to it.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def score(
             name = profile or scoring_profile_for(_exported_protocol(events))
             scores = score_exported(events, _profile(name, tolerance), judge)
         else:
-            with Store(resolve_store_url(store)) as opened:
+            with Store(resolve_store_url(store), read_only=True) as opened:
                 protocol = opened.get_run(run_id).config.get("profile", "")
                 name = profile or scoring_profile_for(protocol)
                 scores = score_run(opened, run_id, _profile(name, tolerance), judge)
@@ -154,7 +156,7 @@ def compare(
     try:
         chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
-        with Store(resolve_store_url(store)) as opened:
+        with Store(resolve_store_url(store), read_only=True) as opened:
             comparison = compare_runs(opened, run_a, run_b, chosen, judge)
     except UserError as exc:
         raise _fail(str(exc)) from None
@@ -195,7 +197,7 @@ def report(
     try:
         chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
-        with Store(resolve_store_url(store)) as opened:
+        with Store(resolve_store_url(store), read_only=True) as opened:
             written = write_report(opened, run_id, html, chosen, judge, max_timelines, thumbnails)
     except UserError as exc:
         raise _fail(str(exc)) from None

@@ -5,6 +5,10 @@ A run's stored configuration names its benchmark, its cache folder and its image
 relative to. The cache is content-addressed, so the JPEGs found are exactly those the Core
 sent. Where the cache or the videos are not on this machine (a results API on another host),
 the frames are unavailable and the dashboard draws frame ticks instead.
+
+Over a store opened read-only (the results API) nothing is ever written: frames are served
+from the cache when their entry is there, and are unavailable otherwise (no video is decoded
+into the cache, no folder is made).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from streameval.core.benchmark.importing import BenchmarkError
 from streameval.core.benchmark.loader import load_benchmark, synthetic_dir
 from streameval.core.frames import (
     FrameCache,
+    FrameCacheError,
     ImageRules,
     ImageRulesError,
     VideoDecodeError,
@@ -63,8 +68,11 @@ class RunFrames:
     """Finds the cached frames of any record of any run in one store. What a run needs is
     resolved once: a run's configuration and records never change after it is created."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, read_only: bool | None = None) -> None:
+        """`read_only` (default: whether the store was opened read-only): only read frames
+        the cache already holds, never decode a video into it."""
         self._store = store
+        self._read_only = store.read_only if read_only is None else read_only
         self._runs: dict[str, _RunVideos] = {}
         self._caches: dict[Path, FrameCache] = {}
         self._lock = threading.Lock()
@@ -93,6 +101,8 @@ class RunFrames:
         if not video.is_file():
             raise FramesUnavailable(f"video {video} is not on this machine")
         try:
+            if self._read_only:
+                return cached_frames(run.cache, video, run.rules)
             return run.cache.get(video, run.rules)
         except (VideoDecodeError, OSError) as exc:
             raise FramesUnavailable(f"frames of {video} cannot be read: {exc}") from None
@@ -117,6 +127,17 @@ class RunFrames:
             cache = self._caches.setdefault(cache_dir, FrameCache(cache_dir / "frames"))
             run = self._runs[run_id] = _RunVideos(rules, cache, videos)
         return run
+
+
+def cached_frames(cache: FrameCache, video: Path, rules: ImageRules) -> VideoFrames:
+    """The video's frames as the cache holds them, reading only: FramesUnavailable when the
+    cache has no complete entry for this video and these rules."""
+    frames = cache.lookup(video, rules)
+    if frames is None:
+        raise FramesUnavailable(
+            f"frames of {video} are not in the frame cache (a read-only store never decodes)"
+        )
+    return frames
 
 
 def _video_root(run_id: str, config: dict[str, Any], cache_dir: Path) -> Path:
@@ -144,7 +165,10 @@ def thumbnail(frames: VideoFrames, index: int, width: int) -> bytes:
     """Sample `index` as a JPEG at most `width` pixels wide (aspect kept, never upscaled)."""
     if not 0 <= index < len(frames.frames):
         raise FramesUnavailable(f"no frame {index}: the video has {len(frames.frames)} samples")
-    data = frames.read(frames.frames[index])
+    try:
+        data = frames.read(frames.frames[index])
+    except FrameCacheError as exc:  # a cached sample that cannot be read: one line, a 404
+        raise FramesUnavailable(str(exc)) from None
     image = Image.open(io.BytesIO(data))
     if image.width <= width:
         return data

@@ -1,0 +1,157 @@
+"""A run is bound to its inputs: created whole from records that validate, and resumed only
+with the records it was created with.
+
+`create_run` checks every selected record before anything is stored (values JSON cannot
+hold, such as NaN or Infinity timestamps, are refused with the record and field), then
+stores the run, its records and its sessions in one transaction: a run either exists with
+all of its sessions or not at all. `records_diff` compares the records a run stored with
+the benchmark as loaded now, for a resume to refuse a changed file with a short summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import insert
+
+from streameval.core.errors import CoreError
+from streameval.core.store import models
+from streameval.core.store.store import (
+    RunInfo,
+    Store,
+    config_hash,
+    library_versions,
+    record_rows,
+)
+
+# How many record ids (and fields) a diff summary names before it says "and N more".
+DIFF_NAMES_SHOWN = 5
+
+
+class RunInputError(CoreError):
+    """The benchmark's records cannot make a run, or no longer match a stored run's."""
+
+
+def _bad_number(value: Any, path: str) -> str | None:
+    """The path of the first float JSON cannot hold (NaN, Infinity) inside `value`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_number(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _bad_number(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def check_records(records: Sequence[dict[str, Any]]) -> None:
+    """Refuse a record the store could not hold exactly (RunInputError, one line)."""
+    for record in records:
+        bad = _bad_number(record, "")
+        if bad is not None:
+            raise RunInputError(
+                f"record {record.get('record_id')!r}: {bad} is not a finite number; "
+                "fix the benchmark file (timestamps must be finite seconds)"
+            )
+        try:
+            json.dumps(record, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise RunInputError(
+                f"record {record.get('record_id')!r} cannot be stored: {exc}"
+            ) from None
+
+
+def create_run(
+    store: Store,
+    run_id: str,
+    *,
+    benchmark: str,
+    config: dict[str, Any],
+    conditions: dict[str, Any],
+    records: Sequence[dict[str, Any]],
+) -> RunInfo:
+    """Store the run, its records and one session per record in one transaction."""
+    check_records(records)
+    info = RunInfo(
+        run_id=run_id,
+        created_at=datetime.now(UTC),
+        status="created",
+        benchmark=benchmark,
+        config=config,
+        config_hash=config_hash(config),
+        versions=library_versions(),
+        conditions=dict(conditions),
+        finished_at=None,
+    )
+    rows_of_records = record_rows(run_id, records)
+    session_rows = [
+        {
+            "run_id": run_id,
+            "session_id": rec["record_id"],
+            "record_ids": [rec["record_id"]],
+            "status": "pending",
+            "attempt": 0,
+        }
+        for rec in records
+    ]
+    with store.transaction(f"cannot create run {run_id!r}") as conn:
+        conn.execute(insert(models.runs).values(**asdict(info)))
+        if rows_of_records:
+            conn.execute(insert(models.run_records), rows_of_records)
+            conn.execute(insert(models.sessions), session_rows)
+    return info
+
+
+def _normal(record: dict[str, Any]) -> dict[str, Any]:
+    """The record as the store hands it back (a JSON round trip: tuples become lists)."""
+    return json.loads(json.dumps(record))
+
+
+def _names(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:DIFF_NAMES_SHOWN])
+    more = len(ids) - DIFF_NAMES_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = list(old) + [k for k in new if k not in old]
+    return [k for k in keys if old.get(k) != new.get(k)]
+
+
+def records_diff(
+    stored: Sequence[dict[str, Any]],
+    current: dict[str, dict[str, Any]],
+    selected_now: Sequence[str],
+) -> str | None:
+    """A one-line summary of how the benchmark differs from a run's stored records (None when
+    it does not): stored records that are gone or changed (with the fields), and records the
+    run's selection takes now that it did not take then."""
+    stored_ids = {rec["record_id"] for rec in stored}
+    removed = [rec["record_id"] for rec in stored if rec["record_id"] not in current]
+    changed: list[str] = []
+    for rec in stored:
+        now = current.get(rec["record_id"])
+        if now is None:
+            continue
+        fields = _changed_fields(rec, _normal(now))
+        if fields:
+            changed.append(f"{rec['record_id']} ({', '.join(fields[:DIFF_NAMES_SHOWN])})")
+    added = [rid for rid in selected_now if rid not in stored_ids]
+    parts = []
+    if changed:
+        parts.append(f"{len(changed)} changed: {_names(changed)}")
+    if removed:
+        parts.append(f"{len(removed)} removed: {_names(removed)}")
+    if added:
+        parts.append(f"{len(added)} added: {_names(added)}")
+    return "; ".join(parts) or None
