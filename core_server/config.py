@@ -28,6 +28,9 @@ MIN_SPEED, MAX_SPEED = 0.01, 1000.0
 # cannot fill the store or make scoring slow.
 MAX_RESPONSE_DELTAS = 20_000
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# Adapter messages the Core records for one session (protocol error `too_many_events`):
+# a real session records a few thousand; a flooding adapter must not fill the store.
+MAX_SESSION_EVENTS = 1_000_000
 
 # The control API accepts adapter endpoints on these hosts only (host or host:port patterns,
 # `*` wildcards, comma-separated); the command line trusts the URLs its operator gives.
@@ -257,6 +260,11 @@ class RunConfig(BaseModel):
         default=MAX_RESPONSE_BYTES,
         ge=1024,
         description="UTF-8 bytes of delta text one response may stream",
+    )
+    max_session_events: int = Field(
+        default=MAX_SESSION_EVENTS,
+        ge=1,
+        description="adapter messages the Core records for one session",
     )
     cache_dir: str = Field(default_factory=lambda: str(default_cache_dir()))
 

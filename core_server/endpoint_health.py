@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import httpx
 
@@ -44,6 +44,10 @@ class EndpointHealth:
         self._delay = PROBE_FIRST_S
         self._next_probe = 0.0
         self._probing = asyncio.Lock()
+        # Checks an endpoint never seen up must pass before it first joins the rotation
+        # (its /info, the run's profile and adapter identity); None once passed.
+        self.admission: Callable[[], Awaitable[None]] | None = None
+        self.refusal: str | None = None  # why the admission failed, until it is said
 
     @property
     def up(self) -> bool:
@@ -70,12 +74,23 @@ class EndpointHealth:
             if self.up:  # another slot's probe brought it back meanwhile
                 return False
             await asyncio.sleep(max(self._next_probe - time.monotonic(), 0.0))
-            if await _healthy(self.url):
+            if await _healthy(self.url) and await self._admitted():
                 self.mark_up()
                 return True
             self._delay = min(self._delay * 2, PROBE_MAX_S)
             self._next_probe = time.monotonic() + self._delay
             return False
+
+    async def _admitted(self) -> bool:
+        if self.admission is None:
+            return True
+        try:
+            await self.admission()
+        except CoreError as exc:  # an unusable /info, another adapter, a profile conflict
+            self.reason = self.refusal = str(exc)
+            return False
+        self.admission = None
+        return True
 
 
 async def _healthy(url: str) -> bool:
@@ -102,7 +117,12 @@ class EndpointPool:
         self.give_up_s = give_up_s
         self.notice = notice
 
-    def mark_down(self, url: str, reason: str) -> None:
+    def mark_down(
+        self, url: str, reason: str, admission: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Take `url` out of rotation; `admission` must pass before it first comes back."""
+        if admission is not None:
+            self._health[url].admission = admission
         if self._health[url].mark_down(reason) and self.notice is not None:
             self.notice(f"adapter at {url} is out of rotation: {reason}")
 
@@ -113,8 +133,15 @@ class EndpointPool:
         """Probe an endpoint out of rotation once, at its backoff time (it may come back);
         raise EndpointsGone when every endpoint has been out of rotation for `give_up_s`."""
         self._check_all_gone()
-        if await self._health[url].probe() and self.notice is not None:
+        health = self._health[url]
+        back = await health.probe()
+        if self.notice is None:
+            return
+        if back:
             self.notice(f"adapter at {url} is back in rotation")
+        elif health.refusal is not None:
+            self.notice(f"adapter at {url} answers but stays out of rotation: {health.refusal}")
+            health.refusal = None
 
     def _check_all_gone(self) -> None:
         healths = list(self._health.values())

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from streameval.core.config import MAX_RESPONSE_BYTES, MAX_RESPONSE_DELTAS
+from streameval.core.config import MAX_RESPONSE_BYTES, MAX_RESPONSE_DELTAS, MAX_SESSION_EVENTS
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
@@ -39,10 +39,13 @@ from streameval.protocol import (
 class ResponseLimits:
     """What one response may stream: its deltas, and the UTF-8 bytes of their text
     (snapshots included: each is stored in full). Exceeding either fails the session with
-    protocol error `response_too_large`, before the delta is recorded."""
+    protocol error `response_too_large`, before the delta is recorded. `max_events` caps
+    the adapter messages recorded for the whole session: the one past it fails the session
+    with `too_many_events`, unrecorded."""
 
     max_deltas: int = MAX_RESPONSE_DELTAS
     max_bytes: int = MAX_RESPONSE_BYTES
+    max_events: int = MAX_SESSION_EVENTS
 
 
 class Awaited(StrEnum):
@@ -129,6 +132,7 @@ class ProtocolState:
         self.response_bytes = 0  # delta text bytes of the open response
         self.seen_responses: set[str] = set()
         self.ending = False
+        self.recorded = 0  # adapter messages recorded for this session
 
     # ------------------------------------------------------------------ Core side
 
@@ -160,9 +164,23 @@ class ProtocolState:
         try:
             if self.hello is None and not isinstance(message, Hello):
                 raise _out_of_order(f"{message.type} before hello")
-            return self._dispatch(message, _Arrival(arrived_ns, video_t))
+            reaction = self._dispatch(message, _Arrival(arrived_ns, video_t))
         except ProtocolViolation as violation:
             return Reaction(violation=violation)
+        if reaction.record is None:
+            return reaction
+        if self.recorded >= self.limits.max_events:
+            # Checked after the message was judged (only recorded messages count); the
+            # session fails on it, so the state it changed is never used again.
+            return Reaction(
+                violation=ProtocolViolation(
+                    "too_many_events",
+                    f"the adapter sent more than {self.limits.max_events} recorded messages in "
+                    "this session (max_session_events)",
+                )
+            )
+        self.recorded += 1
+        return reaction
 
     def _dispatch(self, message: AdapterMessage, arrival: _Arrival) -> Reaction:
         record = arrival.record

@@ -293,6 +293,9 @@ class RunExecutor:
         self.on_start: StartCallback | None = None
         # Where "waiting for adapter ..." progress lines go (None: nowhere).
         self.notice: Notice | None = stderr_notice
+        # Endpoints the last check found unusable (url -> why): the run starts without them.
+        self.left_out: dict[str, str] = {}
+        self._allow_adapter_change = False
         self.profile = PROTOCOL_PROFILES[self.config.profile]
         self.rules = ImageRules(
             fps=self.config.fps,
@@ -320,6 +323,7 @@ class RunExecutor:
         adapters = [
             {**info, "endpoint": endpoint.url}
             for endpoint, info in zip(self.config.endpoints, infos, strict=True)
+            if info is not None  # left out of rotation: its identity is not known yet
         ]
         run_id = new_run_id()
         create_run(
@@ -437,23 +441,49 @@ class RunExecutor:
 
     # ------------------------------------------------------------------ internals
 
-    async def _check_endpoints(self, records: list) -> list[dict]:
+    async def _check_endpoints(self, records: list) -> list[dict | None]:
+        """Each endpoint's /info, None for one that cannot be used now (unreachable, not
+        ready, a bad /info): the run starts without it, out of rotation and re-probed
+        (`left_out`), as long as one endpoint is usable; with none, the first one's error
+        refuses the run. A profile conflict refuses it whatever the others say."""
         has_proactive = any(r.task == "proactive" for r in records)
         checks = [
             check_endpoint(e, self.config, has_proactive, self.notice)
             for e in self.config.endpoints
         ]
-        return list(await asyncio.gather(*checks))
+        results = await asyncio.gather(*checks, return_exceptions=True)
+        for result in results:  # a conflict, a bug, a cancellation: not an unusable replica
+            if isinstance(result, BaseException) and not isinstance(result, EndpointUnusable):
+                raise result
+        unusable = [r for r in results if isinstance(r, EndpointUnusable)]
+        if len(unusable) == len(results):
+            raise unusable[0]
+        self.left_out = {
+            endpoint.url: str(result)
+            for endpoint, result in zip(self.config.endpoints, results, strict=True)
+            if isinstance(result, EndpointUnusable)
+        }
+        return [None if isinstance(r, EndpointUnusable) else r for r in results]
 
-    def _check_identities(self, run_id: str, infos: list[dict], allow_change: bool) -> None:
+    async def _admit_late(self, run_id: str, endpoint: EndpointConfig, has_proactive: bool) -> None:
+        """The checks an endpoint left out at start passes before it first joins: the same
+        as at start (its /info, the profile, the adapter identity the run uses)."""
+        info = await check_endpoint(endpoint, self.config, has_proactive, None)
+        infos = [info if e.url == endpoint.url else None for e in self.config.endpoints]
+        await asyncio.to_thread(self._check_identities, run_id, infos, self._allow_adapter_change)
+
+    def _check_identities(self, run_id: str, infos: list[dict | None], allow_change: bool) -> None:
         """Refuse endpoints whose adapter identity the run has not used (unless allowed);
         record every (identity, endpoint) pair the run now uses in its conditions."""
+        self._allow_adapter_change = allow_change
         run = self.store.get_run(run_id)
         conditions = dict(run.conditions)
         used: list[dict] = list(conditions.get("adapters") or [])
         known = [adapter_identity(info) for info in used]
         added: list[dict] = []
         for endpoint, info in zip(self.config.endpoints, infos, strict=True):
+            if info is None:  # left out of rotation at start: nothing to compare yet
+                continue
             identity = adapter_identity(info)
             if used and identity not in known and not allow_change:
                 changes = identity_differences(used[-1], info)
@@ -496,6 +526,14 @@ class RunExecutor:
             give_up_s=self.give_up_s,
             notice=self.notice,
         )
+        has_proactive = any(r.task == "proactive" for r in records)
+        for endpoint in self.config.endpoints:
+            if endpoint.url in self.left_out:
+                # Unusable at start: out of rotation from the first claim, re-probed with
+                # backoff like a replica lost mid-run (the pool's notice names it and why);
+                # it joins only once its /info, profile and adapter identity pass.
+                admission = functools.partial(self._admit_late, run_id, endpoint, has_proactive)
+                worker.health.mark_down(endpoint.url, self.left_out[endpoint.url], admission)
         try:
             await self._work_watched(run_id, worker)
         except EndpointsGone as exc:
@@ -631,7 +669,9 @@ class RunExecutor:
                 ready_timeout_s=self.config.adapter_ready_timeout_s,
                 sink=writer.put,
                 response_limits=ResponseLimits(
-                    self.config.max_response_deltas, self.config.max_response_bytes
+                    self.config.max_response_deltas,
+                    self.config.max_response_bytes,
+                    self.config.max_session_events,
                 ),
             )
             outcome = await driver.run()

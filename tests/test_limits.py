@@ -38,6 +38,8 @@ from tests.test_core_run import execute, run_config
 
 _POLLED = AdapterConditions(state="native", initiation="polled", model_name="test")
 N_DELTAS = 100_000
+EVENT_FLOOD = 5_000  # workload reports the flooding session sends
+SESSION_EVENT_CAP = 1_000  # far above a normal session here, far below the flood
 
 
 # --------------------------------------------------------------------------- adapters
@@ -98,6 +100,23 @@ class HugeWorkloadAdapter(Adapter):
     async def on_question(self, session: Session, question: Question, respond: Responder):
         workload = {"type": "workload", "kind": "model_call", "input_tokens": 10**40}
         await session.send(json.dumps(workload))
+        await respond.say("B")
+
+
+class EventFloodAdapter(Adapter):
+    """The first question it gets (one session of the run) is answered after a flood of
+    workload reports, each a recorded event; every other question is answered at once."""
+
+    name = "event-flood"
+    conditions = _POLLED
+    flooded = False  # per adapter process
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        if not EventFloodAdapter.flooded:
+            EventFloodAdapter.flooded = True
+            workload = json.dumps({"type": "workload", "kind": "model_call", "input_tokens": 1})
+            for _ in range(EVENT_FLOOD):
+                await session.send(workload)
         await respond.say("B")
 
 
@@ -169,10 +188,64 @@ def test_an_impossible_count_is_a_protocol_error_of_its_session(
     assert EventKind.WORKLOAD not in kinds and EventKind.RESPONSE_FINAL not in kinds
 
 
+def test_a_session_over_its_event_cap_fails_alone_and_keeps_what_came_before(
+    adapter_env, benchmark_path, tmp_path
+):
+    with (
+        AdapterProcess("tests.test_limits:EventFloodAdapter") as served,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        config = run_config(
+            benchmark_path,
+            tmp_path,
+            served.url,
+            tasks=["qa"],
+            limit=3,
+            max_session_events=SESSION_EVENT_CAP,
+        )
+        summary = execute(config, store)
+        sessions = store.sessions(summary.run_id)
+        failed = [s for s in sessions if s.status == "failed"]
+        finished = [s for s in sessions if s.status == "finished"]
+        assert (len(failed), len(finished)) == (1, len(sessions) - 1) and finished
+        (flooded,) = failed
+        assert (flooded.failure_stage, flooded.failure_reason, flooded.failure_cause) == (
+            "protocol",
+            f"too_many_events: the adapter sent more than {SESSION_EVENT_CAP} recorded "
+            "messages in this session (max_session_events)",
+            "adapter",
+        )
+        events = list(store.iter_events(summary.run_id, flooded.session_id))
+    # Every adapter message up to the cap is recorded, the one past it is not, and the
+    # answer after the flood never arrives.
+    kinds = [e.kind for e in events]
+    adapter_kinds = {
+        EventKind.ADAPTER_HELLO,
+        EventKind.FRAME_ACK,
+        EventKind.WORKLOAD,
+        EventKind.RESPONSE_START,
+        EventKind.RESPONSE_DELTA,
+        EventKind.RESPONSE_FINAL,
+        EventKind.SILENT,
+        EventKind.ADAPTER_ERROR,
+    }
+    assert sum(kind in adapter_kinds for kind in kinds) == SESSION_EVENT_CAP
+    assert EventKind.RESPONSE_FINAL not in kinds and kinds[-1] == EventKind.SESSION_FAILED
+
+
 def test_response_limits_are_the_configs():
     config = RunConfig(benchmark="synthetic", endpoints=[EndpointConfig(url="ws://a:1/ws")])
     assert (config.max_response_deltas, config.max_response_bytes) == (20_000, 4 * 1024 * 1024)
-    assert ResponseLimits() == ResponseLimits(config.max_response_deltas, config.max_response_bytes)
+    assert config.max_session_events == 1_000_000
+    assert ResponseLimits() == ResponseLimits(
+        config.max_response_deltas, config.max_response_bytes, config.max_session_events
+    )
+    with pytest.raises(ValidationError):
+        RunConfig(
+            benchmark="synthetic",
+            endpoints=[EndpointConfig(url="ws://a:1/ws")],
+            max_session_events=0,
+        )
 
 
 # --------------------------------------------------------------------------- ranges

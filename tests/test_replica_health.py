@@ -28,10 +28,11 @@ from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.runner import INFO_MAX_BYTES, RunError, check_endpoint
 from streameval.core.store.store import Store
-from tests.faults import cli, wait_for
+from tests.faults import cli, free_port, wait_for
 from tests.timeline_fixtures import write_benchmark
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
+INSTANT = "tests.wire_adapters:InstantAdapter"
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -134,6 +135,79 @@ def test_when_every_replica_is_gone_the_run_stops_interrupted_and_resumes(tmp_pa
     assert resumed.returncode in (0, 1), resumed.stderr
     assert all(after[s.session_id].status == "finished" for s in pending)
     assert all(s.failure_stage != "connect" for s in after.values())
+
+
+def left_out_line(err: str, url: str) -> str:
+    """The one stderr line naming an endpoint left out of rotation at start, and why."""
+    (line,) = [line for line in error_lines(err) if line.startswith(f"adapter at {url} ")]
+    return line
+
+
+def test_a_run_starts_without_an_unreachable_replica_and_runs_on_the_live_one(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    closed = f"ws://127.0.0.1:{free_port()}/ws"  # nothing listens there
+    with AdapterProcess(INSTANT) as live:
+        done = subprocess.run(
+            cli(
+                "run", "--store", url, "--adapter-url", live.url, "--adapter-url", closed,
+                "--limit", "6", "--json",
+            ),
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = left_out_line(done.stderr, closed)
+    assert line.startswith(f"adapter at {closed} is out of rotation: adapter endpoint {closed} ")
+    assert "is not reachable" in line
+    summary = json.loads(done.stdout)
+    assert (summary["finished"], summary["failed"]) == (6, 0)
+    with Store(url) as store:
+        run_id = one_run(store)
+        sessions = store.sessions(run_id)
+        run = store.get_run(run_id)
+    assert run.status == "finished"
+    assert [(s.status, s.endpoint) for s in sessions] == [("finished", live.url)] * 6
+    # Only the endpoint that answered is recorded as an adapter the run used.
+    assert [a["endpoint"] for a in run.conditions["adapters"]] == [live.url]
+
+
+def test_a_resume_with_a_replica_down_proceeds_on_the_others(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    closed = f"ws://127.0.0.1:{free_port()}/ws"
+    with AdapterProcess(INSTANT) as live:
+        created = subprocess.run(
+            cli("run", "--store", url, "--adapter-url", live.url, "--limit", "4", "--detach",
+                "--json"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        run_id = json.loads(created.stdout)["run_id"]
+        resumed = subprocess.run(
+            cli(
+                "run", "--resume", run_id, "--store", url, "--adapter-url", closed,
+                "--adapter-url", live.url, "--json",
+            ),
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "is not reachable" in left_out_line(resumed.stderr, closed)
+    with Store(url) as store:
+        sessions = store.sessions(run_id)
+        assert store.get_run(run_id).status == "finished"
+    assert [(s.status, s.endpoint) for s in sessions] == [("finished", live.url)] * 4
+
+
+def test_with_no_usable_replica_the_run_refuses_to_start_as_before(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    closed = [f"ws://127.0.0.1:{free_port()}/ws" for _ in range(2)]
+    done = subprocess.run(
+        cli("run", "--store", url, "--adapter-url", closed[0], "--adapter-url", closed[1]),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = error_lines(done.stderr)
+    assert f"adapter endpoint {closed[0]} is not reachable" in line
+    with Store(url) as store:
+        assert store.list_runs() == []
 
 
 # --------------------------------------------------------------------------- /info limits
@@ -272,3 +346,44 @@ def test_a_huge_info_is_refused_at_its_size_limit_without_taking_the_memory(tmp_
     assert took < 60
     with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
         assert store.list_runs() == []
+
+
+def test_an_endpoint_left_out_at_start_joins_only_as_the_adapter_the_run_uses(tmp_path):
+    """A replica unreachable at start is admitted later only after the checks it missed:
+    an endpoint that comes up serving another adapter stays out of rotation."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    port = free_port()
+    late = f"ws://127.0.0.1:{port}/ws"
+    with AdapterProcess(SLOW) as live:
+        core = subprocess.Popen(
+            cli("run", "--store", url, "--adapter-url", live.url, "--adapter-url", late,
+                "--limit", "12", "--json"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # The endpoint comes up only once the run has started without it.
+        first = core.stderr.readline()
+        assert first.startswith(f"adapter at {late} is out of rotation"), first
+        impostor = subprocess.Popen(
+            [sys.executable, "-m", "streameval.adapters", "always", "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            assert "listening" in impostor.stdout.readline()
+            out, err = core.communicate(timeout=240)
+        finally:
+            impostor.terminate()
+            impostor.wait(timeout=10)
+            if core.poll() is None:
+                core.kill()
+    assert core.returncode == 0, err
+    refused = [line for line in err.splitlines() if "answers but stays out of rotation" in line]
+    assert refused, err
+    assert refused[0].startswith(f"adapter at {late} answers but stays out of")
+    assert "always" in refused[0]  # the identity it serves, named against the run's
+    assert f"adapter at {late} is back in rotation" not in err
+    with Store(url) as store:
+        run = store.get_run(one_run(store))
+        sessions = store.sessions(run.run_id)
+    assert {(s.status, s.endpoint) for s in sessions} == {("finished", live.url)}
+    assert [a["endpoint"] for a in run.conditions["adapters"]] == [live.url]
+    assert json.loads(out)["finished"] == 12
