@@ -186,7 +186,8 @@ def readme_curls(stack: Stack, run_id: str = "RUN_ID") -> list[str]:
     this stack's ports and token."""
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("### On a laptop: the cpu profile") :]
-    block = section[section.index("```bash\ndocker compose --profile cpu up -d") :]
+    up = section.index("docker compose --profile cpu up -d")
+    block = section[section.rindex("```bash\n", 0, up) :]
     block = block[: block.index("```", 3)].replace("\\\n", " ")
     calls = [line.strip() for line in block.splitlines() if line.strip().startswith("curl ")]
     replacements = {
