@@ -445,7 +445,8 @@ class RunExecutor:
         """Each endpoint's /info, None for one that cannot be used now (unreachable, not
         ready, a bad /info): the run starts without it, out of rotation and re-probed
         (`left_out`), as long as one endpoint is usable; with none, the first one's error
-        refuses the run. A profile conflict refuses it whatever the others say."""
+        refuses the run. A profile conflict refuses it whatever the others say. A run made
+        with no endpoints (`run --detach`, workers bring theirs) checks nothing here."""
         has_proactive = any(r.task == "proactive" for r in records)
         checks = [
             check_endpoint(e, self.config, has_proactive, self.notice)
@@ -456,7 +457,7 @@ class RunExecutor:
             if isinstance(result, BaseException) and not isinstance(result, EndpointUnusable):
                 raise result
         unusable = [r for r in results if isinstance(r, EndpointUnusable)]
-        if len(unusable) == len(results):
+        if unusable and len(unusable) == len(results):
             raise unusable[0]
         self.left_out = {
             endpoint.url: str(result)

@@ -322,10 +322,13 @@ def test_a_huge_info_is_refused_at_its_size_limit_without_taking_the_memory(tmp_
         done = subprocess.run(
             [
                 sys.executable, "-c",
-                "import resource, sys\n"
+                # VmHWM, not ru_maxrss: Linux carries the parent's peak (this whole
+                # pytest process) into a child's ru_maxrss across fork and exec.
+                "import re, sys\n"
                 "from streameval.cli import main\n"
                 "try:\n    main()\nfinally:\n"
-                "    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+                "    status = open('/proc/self/status').read()\n"
+                "    kib = re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1)\n"
                 "    print(f'maxrss_kib={kib}', file=sys.stderr)\n",
                 "run", "--store", f"sqlite:///{tmp_path / 's.db'}", "--adapter-url", server.url,
                 # A small ready-made benchmark: the synthetic one would be generated on a
