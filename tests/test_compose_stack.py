@@ -31,6 +31,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "compose-test-token"
 BUILD_AND_RUN_TIMEOUT_S = 1200
+# The stack is built and run in the first test's setup: its limit is the build's, not the
+# suite's per-test default.
+pytestmark = pytest.mark.timeout(BUILD_AND_RUN_TIMEOUT_S + 300)
 
 
 def _engine_problem() -> str | None:
