@@ -33,6 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
 
+from streameval.core.capacity import MAX_ENDPOINT_CONCURRENCY
 from streameval.core.config import (
     EndpointConfig,
     RunConfig,
@@ -88,7 +89,7 @@ def docs_enabled() -> bool:
 class AdapterRegistration(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     url: str
-    concurrency: int = Field(default=4, ge=1, le=1024)
+    concurrency: int = Field(default=4, ge=1, le=MAX_ENDPOINT_CONCURRENCY)
 
 
 class RunRequest(BaseModel):

@@ -194,6 +194,14 @@ def run(
         ),
     ] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
+    verify_video_digests: Annotated[
+        bool,
+        typer.Option(
+            "--verify-video-digests",
+            help="Hash every video in full to find its cached frames, instead of trusting "
+            "the digest remembered for the file's size, times and inode.",
+        ),
+    ] = False,
     store: StoreOption = None,
     resume: Annotated[
         str | None, typer.Option("--resume", help="Continue an interrupted run by its id.")
@@ -274,6 +282,8 @@ def run(
                 if adapter_ready_timeout is not None:
                     update = {"adapter_ready_timeout_s": adapter_ready_timeout}
                     stored = stored.model_copy(update=update)
+                if verify_video_digests:
+                    stored = stored.model_copy(update={"verify_video_digests": True})
                 config = stored
             else:
                 if not adapter_url and not detach:
@@ -296,6 +306,7 @@ def run(
                     max_width=max_width,
                     qa_history_s=qa_history,
                     response_timeout_s=response_timeout,
+                    verify_video_digests=verify_video_digests,
                     **({"cache_dir": str(cache_dir)} if cache_dir else {}),
                     **(
                         {"adapter_ready_timeout_s": adapter_ready_timeout}

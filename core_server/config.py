@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from streameval.core.capacity import MAX_ENDPOINT_CONCURRENCY
 from streameval.core.paths import default_cache_dir
 from streameval.protocol import WS_PATH, AdapterConditions, RunConditions
 
@@ -103,7 +104,8 @@ class EndpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str
-    concurrency: int = Field(default=4, ge=1, le=1024)
+    # Bounded by the port range only; the worker fits it to what its machine holds.
+    concurrency: int = Field(default=4, ge=1, le=MAX_ENDPOINT_CONCURRENCY)
 
     @field_validator("url")
     @classmethod
@@ -267,6 +269,9 @@ class RunConfig(BaseModel):
         description="adapter messages the Core records for one session",
     )
     cache_dir: str = Field(default_factory=lambda: str(default_cache_dir()))
+    # The frame cache finds a video's content digest from the file's size, times and inode;
+    # this hashes every video in full instead (a file system whose times cannot be trusted).
+    verify_video_digests: bool = False
 
     @field_validator("profile")
     @classmethod

@@ -1,16 +1,27 @@
-"""The frame pipeline: decode a video once, sample it at a fixed rate, cache JPEGs on disk.
+"""The frame pipeline: decode what a video's samples need once, cache JPEGs on disk.
 
-A video is decoded sequentially, once per (video content, image rules): seeking to every
-sample decodes each keyframe interval again and again, which is several times slower on
-ordinary keyframe spacing (bench/bench_frame_sampling.py measures it). Sample k sits at video
-time t = k / fps (time 0 is the first frame). Which source frame it shows depends on the
-stream, as `probe` classifies it:
+Sample k sits at video time t = k / fps (time 0 is the first frame). Which source frame it
+shows depends on the stream, as `probe` classifies it:
 
 - constant frame rate (the usual case): source frame floor(t * source_fps + 0.5), the rule
   of the spec, with the frame number read from each frame's timestamp;
 - variable frame rate (timestamp gaps that differ from the nominal frame period by more than
   a muxer's rounding): the last frame whose presentation time is <= t, i.e. the frame a
   player shows at t. Its source index is its position in presentation order.
+
+Decoding follows a plan made from the packets alone, read without decoding (timestamps and
+keyframe flags): the timestamps tell which frame each sample shows, so the decoder is fed
+only the keyframe intervals (GOPs) holding a shown frame, each from its keyframe up to the
+packet of its last shown frame, then drained (decoding order puts a frame's references
+before it). GOPs without a sample and the tail of a GOP after its last sample are skipped
+(the demuxer reads past them; the decoder never sees them); the last GOP is always decoded
+to the end, as its last frame gives the duration. A frame shown before its GOP's keyframe
+(an open GOP's leading frame, which references the GOP before) is decoded on from the
+previous GOP. Every frame out of the decoder is checked against the plan (timestamps in
+presentation order, none missing); on any difference, or a stream the plan cannot describe
+(packets without timestamps, discarded or duplicate ones), every frame is decoded instead,
+which gives the same samples. Seeking anew for each sample would decode each GOP again and
+again (bench/bench_frame_sampling.py compares the approaches).
 
 Frames are delivered upright: a display matrix (or a legacy `rotate` tag) turning the picture
 by 90, 180 or 270 degrees is applied, and the width cap applies to the upright picture. Each
@@ -21,6 +32,16 @@ whatever the video's length.
 Cache layout (content-addressed, shared by every run on the machine):
 
     root/<digest[:2]>/<digest>-<rules key>/000000.jpg ... index.json
+    root/video-digests/<key>.json   (key: sha256 of the video's absolute path)
+
+The digest is the sha256 of the video's bytes. Hashing a long video takes a while, so each
+digest is remembered with the file's identity (path, device, inode, size, modification and
+change times): a later lookup, in any process, that finds the same identity reuses it without
+reading the video. A file changed or replaced since changes its identity (its change time at
+least, which no program can set back) and is hashed again; a digest is only remembered once
+the file has not changed for DIGEST_SETTLED_NS, so two changes within one tick of the file
+system's clock cannot hide each other. `FrameCache(root, verify=True)` ignores the on-disk
+memo and hashes each video in full once per process.
 
 An entry is built in a private `.partial-*` folder with index.json written last, then
 published by one atomic rename; an entry folder without a valid index.json (left by a killed
@@ -42,7 +63,7 @@ import threading
 import time
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from itertools import pairwise
@@ -235,8 +256,94 @@ def _cache_io(folder: Path, what: str) -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- digests
 
+DIGEST_MEMO_DIR = "video-digests"
+# File systems stamp changes with a coarse clock (a few milliseconds on Linux, 2 s on FAT):
+# a file changed twice within one tick keeps its timestamps. A digest is remembered only for
+# a file whose last change is older than this when hashing starts, as git does for its index.
+DIGEST_SETTLED_NS = 2_000_000_000
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
 _digest_lock = threading.Lock()
-_digests: dict[tuple[str, int, int], str] = {}
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What tells one version of a file from another without reading it."""
+
+    path: str  # absolute, not resolved: `resolve` raises RuntimeError on a symlink loop
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int  # set by the kernel on every change: no program can set it back
+
+    @classmethod
+    def of(cls, path: Path, stat: os.stat_result) -> FileIdentity:
+        return cls(
+            os.path.abspath(path),
+            stat.st_dev,
+            stat.st_ino,
+            stat.st_size,
+            stat.st_mtime_ns,
+            stat.st_ctime_ns,
+        )
+
+    def settled(self, at_ns: int) -> bool:
+        """Whether any change after `at_ns` is sure to change this identity."""
+        return max(self.mtime_ns, self.ctime_ns) < at_ns - DIGEST_SETTLED_NS
+
+
+class DigestMemo:
+    """Video digests remembered on disk, one small JSON file per video path, so that a new
+    process finds a video's digest without reading the video. `read=False` never trusts it
+    (the verifying mode); `write=False` never writes it (readers of a read-only cache)."""
+
+    def __init__(self, folder: Path, *, read: bool = True, write: bool = True) -> None:
+        self.folder = Path(folder)
+        self.read = read
+        self.write = write
+
+    def get(self, identity: FileIdentity) -> str | None:
+        if not self.read:
+            return None
+        try:
+            record = json.loads(self._file(identity).read_text())
+            digest = record["sha256"]
+            if record["file"] != asdict(identity) or not _is_sha256(digest):
+                return None
+            return digest
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, identity: FileIdentity, digest: str) -> None:
+        """Remember a digest; a memo that cannot be written only costs a later hash."""
+        if not self.write:
+            return
+        target = self._file(identity)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        record = json.dumps({"file": asdict(identity), "sha256": digest})
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(record)
+            # Readers see the old record or the new one, never half of one.
+            temporary.replace(target)
+        except OSError as exc:
+            log.debug("cannot remember the digest of %s: %s", identity.path, _strerror(exc))
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+
+    def _file(self, identity: FileIdentity) -> Path:
+        # One flat folder: nothing in it looks like the <digest[:2]>/<entry> folders.
+        key = hashlib.sha256(os.fsencode(identity.path)).hexdigest()
+        return self.folder / f"{key}.json"
+
+
+# Digests found in this process, by file identity: each file version is hashed once.
+_digests: dict[FileIdentity, str] = {}
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX_DIGITS
 
 
 def _stat(path: Path) -> os.stat_result:
@@ -252,23 +359,32 @@ def _stat(path: Path) -> os.stat_result:
     return stat
 
 
-def video_digest(path: Path) -> str:
-    """sha256 of the file's bytes, computed once per process per (path, size, mtime)."""
-    stat = _stat(path)
-    # The absolute path, not the resolved one: `resolve` raises RuntimeError on a symlink
-    # loop (Python 3.11), and the size and mtime already tell two files apart.
-    memo_key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+def file_sha256(path: Path) -> str:
+    """sha256 of the file's bytes, read in full."""
+    try:
+        with Path(path).open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as exc:
+        raise VideoDecodeError(f"{path}: cannot read video file ({_strerror(exc)})") from None
+
+
+def video_digest(path: Path, memo: DigestMemo | None = None) -> str:
+    """sha256 of the file's bytes, hashed once per version of the file (see FileIdentity):
+    remembered in this process and, with `memo`, on disk for other processes."""
+    path = Path(path)
+    identity = FileIdentity.of(path, _stat(path))
     # One lock for all files: concurrent sessions on one video then hash it only once.
     with _digest_lock:
-        if memo_key not in _digests:
-            try:
-                with path.open("rb") as f:
-                    _digests[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
-            except OSError as exc:
-                raise VideoDecodeError(
-                    f"{path}: cannot read video file ({_strerror(exc)})"
-                ) from None
-        return _digests[memo_key]
+        digest = _digests.get(identity) or (memo.get(identity) if memo else None)
+        if digest is None:
+            started_ns = time.time_ns()
+            digest = file_sha256(path)
+            if not identity.settled(started_ns):
+                return digest  # changed too recently to vouch for: hashed again next time
+            if memo is not None:
+                memo.put(identity, digest)
+        _digests[identity] = digest
+        return digest
 
 
 # ----------------------------------------------------------------------------- probing
@@ -453,11 +569,15 @@ class _Timing:
             else:
                 origin = frame.pts if origin is None else origin
                 elapsed = (frame.pts - origin) * self.time_base
-            if self.variable:
-                yield _Placed(ordinal, elapsed, frame)
-            else:
-                number = math.floor(elapsed * self.rate + Fraction(1, 2))
-                yield _Placed(number, number, frame)
+            yield _Placed(*self.locate(ordinal, elapsed), frame)
+
+    def locate(self, ordinal: int, elapsed: Fraction) -> tuple[int, Position]:
+        """(source index, position) of the frame `ordinal` in presentation order, which
+        starts `elapsed` seconds after the first frame."""
+        if self.variable:
+            return ordinal, elapsed
+        number = math.floor(elapsed * self.rate + Fraction(1, 2))
+        return number, number
 
     def sample_at(self, k: int, fps: float) -> Position:
         """Where sample k (at t = k / fps) lies on the axis."""
@@ -477,6 +597,10 @@ def source_index(t: float, source_fps: float) -> int:
     """The source frame a sample at time t shows at a constant rate (before clamping to the
     last frame)."""
     return math.floor(t * source_fps + 0.5)
+
+
+def _timing(path: Path, info: VideoInfo, stream: av.VideoStream) -> _Timing:
+    return _Timing(info.variable_frame_rate, _nominal_rate(path, stream), _time_base(stream))
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -529,21 +653,296 @@ def capped_size(width: int, height: int, max_width: int) -> tuple[int, int]:
     return max_width, max(1, round(height * max_width / width))
 
 
+# ----------------------------------------------------------------------------- planning
+
+
+class _PlanMismatch(Exception):
+    """The demuxer or decoder did not give what the plan was made from: every frame is
+    decoded instead."""
+
+
+@dataclass
+class DecodeStats:
+    """What building one entry decoded (tests and benchmarks read it)."""
+
+    packets_decoded: int = 0  # packets sent to the decoder (= frames, when decoding all)
+    planned: bool = False  # decoded to a plan; False: every frame decoded
+
+
+@dataclass(frozen=True)
+class _Packets:
+    """The video stream's packets in decoding order, as read without decoding them."""
+
+    pts: list[int]
+    keyframes: list[int]  # indices of the keyframe packets, where each GOP starts
+
+
+@dataclass
+class _Run:
+    """Packets `first` to `last` (a keyframe, then on through one or more GOPs) fed to the
+    decoder in one go, then drained: every frame fed comes out, in presentation order.
+    Mutable: `came_out` counts the frames checked so far."""
+
+    first: int
+    last: int
+    # A run that begins with a jump to a keyframe cannot trust the frames shown before the
+    # keyframe (an open GOP's leading frames, which reference the GOP before): it ignores
+    # them. None for the run that begins the stream, which decodes as decoding all does.
+    accept_from: int | None
+    expected: list[int]  # timestamps of the frames to come out, in order
+    wanted: set[int]  # ranks (places in presentation order) to deliver
+    came_out: int = 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    pts: list[int]  # of the packets, in decoding order
+    ranks: dict[int, int]  # timestamp -> place in presentation order
+    placements: list[tuple[int, Position]]  # by rank: (source index, position)
+    shown_by: dict[int, list[int]]  # rank -> the samples showing it (those before the last)
+    n_samples: int  # samples placed before the last frame; the rest show the last frame
+    runs: list[_Run]
+    last_rank: int
+
+
+def _scan_packets(
+    container: av.container.InputContainer, stream: av.VideoStream
+) -> _Packets | None:
+    """Every packet's timestamp and keyframe flag, without decoding; None when the packets
+    cannot be planned on (one without a timestamp, a discarded or empty one, two with one
+    timestamp, a stream that does not begin with a keyframe, a demuxing error)."""
+    pts: list[int] = []
+    keyframes: list[int] = []
+    ended = False
+    try:
+        for packet in container.demux(stream):
+            if ended:
+                return None
+            if packet.size == 0:
+                ended = True  # the empty packet PyAV adds after the last one
+                continue
+            if packet.pts is None or packet.is_discard:
+                return None
+            if packet.is_keyframe:
+                keyframes.append(len(pts))
+            pts.append(packet.pts)
+    except av.FFmpegError:
+        return None  # the decode-all path reports it in its own words
+    if not keyframes or keyframes[0] != 0 or len(set(pts)) != len(pts):
+        return None
+    return _Packets(pts, keyframes)
+
+
+def _make_plan(packets: _Packets, timing: _Timing, fps: float) -> _Plan:
+    assert timing.time_base is not None  # packets with timestamps have a time base
+    in_order = sorted(packets.pts)
+    origin = in_order[0]
+    placements = [
+        timing.locate(rank, (pts - origin) * timing.time_base) for rank, pts in enumerate(in_order)
+    ]
+    shows = _shown_frames([position for _, position in placements], timing, fps)
+    shown_by: dict[int, list[int]] = {}
+    for k, rank in enumerate(shows):
+        shown_by.setdefault(rank, []).append(k)
+    ranks = {pts: rank for rank, pts in enumerate(in_order)}
+    last = len(in_order) - 1
+    runs = _plan_runs(packets, in_order, ranks, {last, *shows})
+    return _Plan(packets.pts, ranks, placements, shown_by, len(shows), runs, last)
+
+
+def _shown_frames(positions: list[Position], timing: _Timing, fps: float) -> list[int]:
+    """The rank of the frame each sample placed before the last frame shows: the decode-all
+    loop of `_sample_everything`, run on the positions alone."""
+    shows: list[int] = []
+    for rank in range(1, len(positions)):
+        while timing.sample_at(len(shows), fps) < positions[rank]:
+            shows.append(rank - 1)
+    return shows
+
+
+def _plan_runs(
+    packets: _Packets, in_order: list[int], ranks: dict[int, int], needed: set[int]
+) -> list[_Run]:
+    """The runs that decode the needed frames: from the keyframe of each GOP holding one up
+    to the packet of its last one; a GOP whose needed frame is shown before its keyframe is
+    decoded on from the GOP before."""
+    keyframes = packets.keyframes
+    packet_of = {pts: index for index, pts in enumerate(packets.pts)}
+    last_needed: dict[int, int] = {}  # GOP -> the last packet it must decode
+    leading: set[int] = set()  # GOPs to be decoded on from the GOP before
+    for rank in needed:
+        index = packet_of[in_order[rank]]
+        gop = bisect_right(keyframes, index) - 1
+        last_needed[gop] = max(last_needed.get(gop, index), index)
+        if gop > 0 and in_order[rank] < packets.pts[keyframes[gop]]:
+            leading.add(gop)
+    # The first run starts the stream (its first frame places every other); the last one
+    # decodes through the end of the stream, as decoding all does.
+    last_needed.setdefault(0, 0)
+    last_needed[len(keyframes) - 1] = len(packets.pts) - 1
+    for gop in sorted(leading, reverse=True):
+        last_needed.setdefault(gop - 1, keyframes[gop - 1])
+    spans: list[list[int]] = []  # [first packet, last packet] of each run
+    for gop in sorted(last_needed):
+        if gop in leading:  # the GOP before ends the last span
+            spans[-1][1] = last_needed[gop]
+        else:
+            spans.append([keyframes[gop], last_needed[gop]])
+    return [_run(packets, ranks, needed, first, last) for first, last in spans]
+
+
+def _run(packets: _Packets, ranks: dict[int, int], needed: set[int], first: int, last: int) -> _Run:
+    accept_from = None if first == 0 else packets.pts[first]
+    fed = packets.pts[first : last + 1]
+    expected = sorted(pts for pts in fed if accept_from is None or pts >= accept_from)
+    wanted = {ranks[pts] for pts in expected} & needed
+    return _Run(first, last, accept_from, expected, wanted)
+
+
+Deliver = Callable[[int, av.VideoFrame], None]
+
+
+def _decode_to_plan(
+    container: av.container.InputContainer,
+    stream: av.VideoStream,
+    plan: _Plan,
+    deliver: Deliver,
+    stats: DecodeStats,
+) -> None:
+    """Feed the decoder the planned packets only, delivering each wanted frame (by rank) as
+    it comes out; _PlanMismatch when anything differs from the plan."""
+    stream.thread_type = "AUTO"
+    codec = stream.codec_context
+    runs = iter(plan.runs)
+    following, current = next(runs, None), None
+    n_packets = 0
+    for index, packet in enumerate(_demuxed(container, stream)):
+        n_packets = index + 1
+        if index >= len(plan.pts) or packet.pts != plan.pts[index]:
+            raise _PlanMismatch(f"packet {index} differs from the first read")
+        if following is not None and index == following.first:
+            current, following = following, next(runs, None)
+        if current is None:
+            continue
+        stats.packets_decoded += 1
+        _take(_decode(codec, packet), current, plan, deliver)
+        if index == current.last:
+            # Draining brings out the frames in flight without feeding the rest of the GOP.
+            _take(_decode(codec, None), current, plan, deliver)
+            codec.flush_buffers()  # ready for packets again after the drain
+            if current.came_out != len(current.expected):
+                raise _PlanMismatch(
+                    f"{current.came_out} frames of {len(current.expected)} came out"
+                )
+            current = None
+    if n_packets != len(plan.pts) or current is not None or following is not None:
+        raise _PlanMismatch(f"{n_packets} packets where the first read found {len(plan.pts)}")
+
+
+def _demuxed(container: av.container.InputContainer, stream: av.VideoStream) -> Iterator[av.Packet]:
+    try:
+        for packet in container.demux(stream):
+            if packet.size:  # not the empty packet PyAV adds after the last one
+                yield packet
+    except av.FFmpegError as exc:
+        raise _PlanMismatch(f"demuxing failed ({exc.strerror})") from None
+
+
+def _decode(codec: av.CodecContext, packet: av.Packet | None) -> list[av.VideoFrame]:
+    """The frames one packet brings out (None: drain the decoder)."""
+    try:
+        return codec.decode(packet)
+    except av.FFmpegError as exc:
+        raise _PlanMismatch(f"decoding failed ({exc.strerror})") from None
+
+
+def _take(frames: list[av.VideoFrame], run: _Run, plan: _Plan, deliver: Deliver) -> None:
+    """Check each frame out of the decoder against the plan and deliver the wanted ones."""
+    for frame in frames:
+        if frame.pts is None:
+            raise _PlanMismatch("a frame came out without a timestamp")
+        if run.accept_from is not None and frame.pts < run.accept_from:
+            continue
+        if run.came_out >= len(run.expected) or frame.pts != run.expected[run.came_out]:
+            raise _PlanMismatch(f"the frame at pts {frame.pts} came out out of order")
+        run.came_out += 1
+        rank = plan.ranks[frame.pts]
+        if rank in run.wanted:
+            deliver(rank, frame)
+
+
 # ----------------------------------------------------------------------------- sampling
 
 
 def _sample_video(
-    path: Path, digest: str, rules: ImageRules, folder: Path
+    path: Path,
+    digest: str,
+    rules: ImageRules,
+    folder: Path,
+    *,
+    decode_all: bool = False,
+    stats: DecodeStats | None = None,
 ) -> tuple[VideoInfo, float, list[FrameRef]]:
-    """Decode the video once, writing every sample's JPEG; returns (info, duration, frames)."""
+    """Write every sample's JPEG into `folder`, decoding what the samples need (every frame
+    with `decode_all`, which gives the same JPEGs); returns (info, duration, frames)."""
     info = probe(path)
+    stats = DecodeStats() if stats is None else stats
     writer = _JpegWriter(folder, rules, digest, info.rotation)
-    refs: list[FrameRef] = []
+    if not decode_all:
+        try:
+            sampled = _sample_planned(path, info, rules, writer, stats)
+        except _PlanMismatch as exc:
+            log.info("%s: %s; decoding every frame", path, exc)
+            _remove_samples(folder)
+            sampled = None
+        if sampled is not None:
+            return info, *sampled
+    return info, *_sample_everything(path, info, rules, writer, stats)
+
+
+def _sample_planned(
+    path: Path, info: VideoInfo, rules: ImageRules, writer: _JpegWriter, stats: DecodeStats
+) -> tuple[float, list[FrameRef]] | None:
+    """Sample by decoding only what the plan names; None when the packets allow no plan."""
     with _open(path) as container:
-        stream = container.streams.video[0]
-        timing = _Timing(info.variable_frame_rate, _nominal_rate(path, stream), _time_base(stream))
+        stream = _video_stream(path, container)
+        timing = _timing(path, info, stream)
+        packets = None if timing.time_base is None else _scan_packets(container, stream)
+    if packets is None:
+        return None
+    plan = _make_plan(packets, timing, rules.fps)
+    refs: dict[int, FrameRef] = {}
+    last: list[_Placed] = []
+
+    def deliver(rank: int, frame: av.VideoFrame) -> None:
+        placed = _Placed(*plan.placements[rank], frame)
+        for k in plan.shown_by.get(rank, ()):
+            refs[k] = writer.write(k, placed)
+        if rank == plan.last_rank:
+            last.append(placed)
+
+    stats.packets_decoded = 0
+    with _open(path) as container:
+        _decode_to_plan(container, _video_stream(path, container), plan, deliver, stats)
+        if len(refs) != plan.n_samples or not last:
+            raise _PlanMismatch("a planned frame was not delivered")
+        ordered = [refs[k] for k in range(plan.n_samples)]
+        duration_s = _finish(path, info, timing, rules, writer, ordered, last[0])
+    stats.planned = True
+    return duration_s, ordered
+
+
+def _sample_everything(
+    path: Path, info: VideoInfo, rules: ImageRules, writer: _JpegWriter, stats: DecodeStats
+) -> tuple[float, list[FrameRef]]:
+    """Sample by decoding every frame in presentation order."""
+    refs: list[FrameRef] = []
+    stats.packets_decoded, stats.planned = 0, False
+    with _open(path) as container:
+        timing = _timing(path, info, container.streams.video[0])
         shown: _Placed | None = None
         for placed in timing.place(_decoded(path, container)):
+            stats.packets_decoded += 1
             # Frames come in presentation order: the one on screen serves every sample
             # placed before the next one.
             while shown is not None and timing.sample_at(len(refs), rules.fps) < placed.position:
@@ -551,13 +950,33 @@ def _sample_video(
             shown = placed
         if shown is None:
             raise VideoDecodeError(f"{path}: video stream has no decodable frames")
-        duration_s = timing.end_s(shown)
-        _check_not_truncated(path, duration_s, info)
-        # The samples from the last frame on (at a constant rate, also those within its last
-        # half frame, which round past the end) show the last frame.
-        while len(refs) / rules.fps < duration_s:
-            refs.append(writer.write(len(refs), shown))
-    return info, duration_s, refs
+        duration_s = _finish(path, info, timing, rules, writer, refs, shown)
+    return duration_s, refs
+
+
+def _finish(
+    path: Path,
+    info: VideoInfo,
+    timing: _Timing,
+    rules: ImageRules,
+    writer: _JpegWriter,
+    refs: list[FrameRef],
+    last: _Placed,
+) -> float:
+    """Check the decoded length against the header, then add the samples from the last
+    frame on (at a constant rate, also those within its last half frame, which round past
+    the end): they show the last frame. Returns the duration."""
+    duration_s = timing.end_s(last)
+    _check_not_truncated(path, duration_s, info)
+    while len(refs) / rules.fps < duration_s:
+        refs.append(writer.write(len(refs), last))
+    return duration_s
+
+
+def _remove_samples(folder: Path) -> None:
+    for jpeg in folder.glob("*.jpg"):
+        with contextlib.suppress(OSError):
+            jpeg.unlink()
 
 
 def _check_not_truncated(path: Path, decoded_s: float, info: VideoInfo) -> None:
@@ -674,8 +1093,15 @@ def _publish(partial: Path, final: Path, digest: str, rules: ImageRules) -> None
 class FrameCache:
     """Sampled frames of every video, on disk under `root`, decoded at most once."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, verify: bool = False) -> None:
+        """`verify`: never take a video's digest from the on-disk memo (see the module
+        docstring); hash each video in full, once per process and version of the file."""
         self.root = Path(root)
+        self.verify = verify
+        memo = self.root / DIGEST_MEMO_DIR
+        self._memo = DigestMemo(memo, read=not verify)
+        # Readers that must never write (the read-only results API) use it without adding.
+        self._reading_memo = DigestMemo(memo, read=not verify, write=False)
         self._loaded: dict[str, VideoFrames] = {}
         self._guard = threading.Lock()
         self._build_locks: dict[str, threading.Lock] = {}
@@ -684,13 +1110,13 @@ class FrameCache:
     def lookup(self, video_path: Path, rules: ImageRules) -> VideoFrames | None:
         """The cached entry of this video under these rules, reading only (None if absent):
         for readers that must never decode or write, such as the read-only results API."""
-        digest = video_digest(Path(video_path))
+        digest = video_digest(Path(video_path), self._reading_memo)
         return _load_entry(_entry_dir(self.root, digest, rules), digest, rules)
 
     def get(self, video_path: Path, rules: ImageRules) -> VideoFrames:
         """The video's samples under these rules, decoding the video if no entry exists."""
         video_path = Path(video_path)
-        digest = video_digest(video_path)
+        digest = video_digest(video_path, self._memo)
         final = _entry_dir(self.root, digest, rules)
         key = final.name
         with self._build_lock(key):

@@ -112,7 +112,7 @@ class WallClockPacing:
 
     async def play(self, items: Sequence[TimelineItem], stream: Stream) -> None:
         self.clock.start(self.now_ns(), items[0].t)
-        following = _next_frame_times(items)
+        following = _NextFrame(items)
         answer: asyncio.Future[None] | None = None
         for position, item in enumerate(items):
             scheduled = self._scheduled_ns(item.t)
@@ -122,7 +122,7 @@ class WallClockPacing:
             stream.check()
             lag = self.now_ns() - scheduled
             if item.kind == "frame":
-                due = following[position]
+                due = following.after(position)
                 if due is not None and self._scheduled_ns(due) <= self.now_ns():
                     # The next frame is already due: skip this one, never stall the clock.
                     stream.drop_frame(item, scheduled_ns=scheduled, lag_ns=lag)
@@ -153,12 +153,19 @@ def pacing_for(pacing: str, *, speed: float, initiation: str, clock: VideoClock)
     return WallClockPacing(speed, initiation, clock)
 
 
-def _next_frame_times(items: Sequence[TimelineItem]) -> list[float | None]:
-    """For each position, the video time of the next frame after it (None: no more frames)."""
-    following: list[float | None] = [None] * len(items)
-    upcoming: float | None = None
-    for position in range(len(items) - 1, -1, -1):
-        following[position] = upcoming
-        if items[position].kind == "frame":
-            upcoming = items[position].t
-    return following
+class _NextFrame:
+    """The video time of the next frame after a position, for positions visited in order:
+    a cursor that only moves forward, so each item is looked at once in all (a search per
+    frame made a long timeline quadratic) and nothing is held per item."""
+
+    def __init__(self, items: Sequence[TimelineItem]) -> None:
+        self.items = items
+        self.ahead = 0  # the first frame at or after the last position asked, or the end
+
+    def after(self, position: int) -> float | None:
+        items = self.items
+        ahead = max(self.ahead, position + 1)
+        while ahead < len(items) and items[ahead].kind != "frame":
+            ahead += 1
+        self.ahead = ahead
+        return items[ahead].t if ahead < len(items) else None

@@ -302,7 +302,9 @@ class RunExecutor:
             max_width=self.config.max_width,
             jpeg_quality=self.config.jpeg_quality,
         )
-        self.cache = FrameCache(Path(self.config.cache_dir) / "frames")
+        self.cache = FrameCache(
+            Path(self.config.cache_dir) / "frames", verify=self.config.verify_video_digests
+        )
 
     # ------------------------------------------------------------------ entry points
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frame_messages import SHARED, FrameMessage, FrameMessages
 from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
@@ -21,13 +22,7 @@ from streameval.core.recorder import Recorder
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
 from streameval.events import EventKind, probe_task_id
-from streameval.protocol import (
-    FrameHeader,
-    Instruction,
-    Question,
-    Step,
-    encode_frame,
-)
+from streameval.protocol import Instruction, Question, Step
 
 
 class Socket(Protocol):
@@ -45,8 +40,10 @@ class SessionStream:
         protocol: ProtocolState,
         waits: Waits,
         clock: VideoClock,
+        messages: FrameMessages = SHARED,
     ) -> None:
         self.ws = ws
+        self.messages = messages
         self.plan = plan
         self.recorder = recorder
         self.protocol = protocol
@@ -61,18 +58,10 @@ class SessionStream:
     ) -> None:
         assert item.frame is not None
         ref = item.frame
-        payload = self._read(ref)
-        header = FrameHeader(
-            index=ref.index,
-            frame_id=ref.frame_id,
-            t=ref.t,
-            width=ref.width,
-            height=ref.height,
-            nbytes=len(payload),
-        )
+        message = self.messages.cached(self.plan.frames, ref) or await self._read(ref)
         self.protocol.frame_sent(ref.index)
         self.clock.frame_sent(ref.t)
-        await self.ws.send(encode_frame(header, payload))
+        await self.ws.send(message.data)
         self.recorder.record(
             EventKind.FRAME_SENT,
             time.monotonic_ns(),
@@ -82,19 +71,22 @@ class SessionStream:
             t=ref.t,
             scheduled_ns=scheduled_ns,
             lag_ns=lag_ns,
-            bytes=len(payload),
+            bytes=message.nbytes,
             width=ref.width,
             height=ref.height,
         )
 
-    def _read(self, ref: FrameRef) -> bytes:
-        """The sample's JPEG from the Core's frame cache. A sample that cannot be read is the
-        Core's fault, not the adapter's: the session fails at stage `frames` with the
-        error's cause (infrastructure for the cache), before anything of it is sent."""
+    async def _read(self, ref: FrameRef) -> FrameMessage:
+        """The sample's message, its JPEG read from the Core's frame cache off the event
+        loop. A sample that cannot be read is the Core's fault, not the adapter's: the
+        session fails at stage `frames` with the error's cause (infrastructure for the
+        cache), before anything of it is sent."""
+        frames = self.plan.frames
         try:
-            return self.plan.frames.read(ref)
+            return await self.messages.get(frames, ref)
         except FramesError as exc:
-            self.plan.frames.discard()  # rebuilt for the next session, not failed again
+            frames.discard()  # rebuilt for the next session, not failed again
+            self.messages.forget(frames.directory)
             raise SessionFailure(FailureStage.FRAMES, str(exc), exc.cause) from None
 
     def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None:

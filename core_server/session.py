@@ -132,6 +132,7 @@ class SessionDriver:
         except (ConnectionClosed, OSError) as exc:
             return self._fail(self.waits.failure or closed_failure(exc))
         finally:
+            self.waits.close()
             if self.ws is not None:
                 with contextlib.suppress(Exception):
                     await self.ws.close()

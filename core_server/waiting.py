@@ -22,6 +22,9 @@ class Waits:
         self.failure: SessionFailure | None = None
         self._future: asyncio.Future[None] | None = None
         self._expected: Resolution | None = None
+        self._waiting: tuple[asyncio.Future[None], str] | None = None
+        self._deadline = 0.0  # loop time at which the current wait times out
+        self._timer: asyncio.TimerHandle | None = None
 
     def expect(self, awaited: Awaited, key: int | None = None) -> asyncio.Future[None]:
         """Start waiting, before sending what is answered, so no answer can be missed."""
@@ -39,14 +42,36 @@ class Waits:
 
     async def wait(self, future: asyncio.Future[None], what: str) -> None:
         """Wait for `future` up to the response timeout; `what` names it in the reason."""
+        loop = asyncio.get_running_loop()
+        self._waiting = (future, what)
+        self._deadline = loop.time() + self.response_timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._expire)
         try:
-            await asyncio.wait_for(future, self.response_timeout_s)
-        except TimeoutError:
-            reason = f"no {what} within {self.response_timeout_s:g}s"
-            raise SessionFailure(
-                FailureStage.RESPONSE, reason, FailureCause.INFRASTRUCTURE
-            ) from None
+            await future
+        finally:
+            self._waiting = None
         self.check()
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._waiting is None:
+            return  # between waits: the next one arms the timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._expire)
+            return
+        future, what = self._waiting
+        if not future.done():
+            reason = f"no {what} within {self.response_timeout_s:g}s"
+            failure = SessionFailure(FailureStage.RESPONSE, reason, FailureCause.INFRASTRUCTURE)
+            future.set_exception(failure)
+
+    def close(self) -> None:
+        """Stop the timer (the session ended): it would keep this object alive until then."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def check(self) -> None:
         """Raise the session's failure, if it has failed."""

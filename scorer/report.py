@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
-from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import Store
 from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
 from streameval.scorer.errors import ScoreError
+from streameval.scorer.exported import open_exported
 from streameval.scorer.judging.cache import JudgeCache
 from streameval.scorer.judging.judges import (
     ExactJudge,
@@ -58,7 +58,7 @@ from streameval.scorer.profiles import (
     is_frame_level,
     scoring_profile_for,
 )
-from streameval.scorer.source import RunSource, file_source, store_source
+from streameval.scorer.source import RunSource, store_source
 
 SCHEMA = "streameval-scores/1"
 # The configuration entries that say how the timeline was delivered.
@@ -485,19 +485,14 @@ def score_exported(
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: Judge | None = None,
 ) -> RunScores:
-    """Score an exported JSONL event log (`streameval export`) with no store."""
+    """Score an exported JSONL event log (`streameval export`) with no store, reading it
+    once, one session at a time (scorer/exported.py)."""
     return scores_of(evaluate_source(load_exported(path), profile, judge))
 
 
 def load_exported(path: str | Path) -> RunSource:
-    try:
-        return file_source(path)
-    except FileNotFoundError:
-        raise ScoreError(f"event log {path} does not exist") from None
-    except IsADirectoryError:
-        raise ScoreError(f"event log {path} is a directory, not a JSONL file") from None
-    except ExportFormatError as exc:
-        raise ScoreError(str(exc)) from None
+    """The export as a source: its header is read now, its events as they are scored."""
+    return open_exported(path)
 
 
 # --------------------------------------------------------------------------- rendering

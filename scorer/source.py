@@ -2,23 +2,21 @@
 
 Events travel as plain tuples `(session_id, seq, kind, runtime_ns, video_t, payload)` whose
 payload is the typed model of its kind (streameval.events), validated once where the row is
-read: from the store's JSON text (one pydantic call per row, JSON parsing included), or by
-`read_jsonl` for an export. The store is read through the DBAPI cursor, skipping SQLAlchemy's
-per-row work, which is what makes a million events score in seconds; tuples keep the rows
-cheap.
+read: from the store's JSON text (one pydantic call per row, JSON parsing included), or from
+an export's line (scorer/exported.py). The store is read through the DBAPI cursor, skipping
+SQLAlchemy's per-row work, which is what makes a million events score in seconds; tuples
+keep the rows cheap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Text, cast, select
 
 from streameval.core.store import models
-from streameval.core.store.export import ExportedRun, read_jsonl
 from streameval.core.store.store import Store
 from streameval.events import JSON_PAYLOAD_READERS, EventPayload, PayloadError, read_payload
 from streameval.scorer.errors import ScoreError
@@ -118,22 +116,3 @@ def _typed_row(run_id: str, row: tuple[Any, ...]) -> EventRow:
     except PayloadError as exc:
         raise ScoreError(f"run {run_id!r} session {session_id!r} event {seq}: {exc}") from None
     return session_id, seq, kind, runtime_ns, video_t, payload
-
-
-def exported_source(exported: ExportedRun) -> RunSource:
-    run = {name: exported.run[name] for name in RUN_FIELDS}
-    records = exported.records
-    rows = [
-        (e.session_id, e.seq, e.kind, e.runtime_ns, e.video_t, e.payload) for e in exported.events
-    ]
-
-    def events(session_id: str | None = None) -> Iterable[EventRow]:
-        if session_id is None:
-            return rows
-        return [row for row in rows if row[0] == session_id]
-
-    return RunSource(run, records, events)
-
-
-def file_source(path: str | Path) -> RunSource:
-    return exported_source(read_jsonl(path))

@@ -40,13 +40,15 @@ def encode_video(
     rate: Fraction | int,
     *,
     codec: str = "libx264",
+    codec_options: dict[str, str] | None = None,
     pts_ms: Sequence[int] | None = None,
     display_rotation: int | None = None,
     tags: dict[str, str] | None = None,
     container_format: str | None = None,
     container_options: dict[str, str] | None = None,
 ) -> Path:
-    """Encode RGB pictures with PyAV. `pts_ms` (one per picture) gives irregular timestamps;
+    """Encode RGB pictures with PyAV. `codec_options` go to the encoder (keyframe spacing
+    "g", B-frames "bf", "x264-params"); `pts_ms` (one per picture) gives irregular timestamps;
     `display_rotation` (PyAV's counter-clockwise degrees) is written as a display matrix;
     `tags` go into the stream's metadata; the container follows the suffix unless named."""
     with av.open(
@@ -55,6 +57,8 @@ def encode_video(
         stream = container.add_stream(codec, rate=rate)
         stream.height, stream.width = pictures[0].shape[:2]
         stream.pix_fmt = "yuv420p"
+        if codec_options:
+            stream.options = codec_options
         if pts_ms is not None:
             stream.codec_context.time_base = Fraction(1, 1000)
         if display_rotation is not None:

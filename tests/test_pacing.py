@@ -9,12 +9,14 @@ exact numbers.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
 from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frame_messages import FrameMessages
 from streameval.core.frames import FrameRef
 from streameval.core.pacing import LogicalPacing, VideoClock, WallClockPacing, pacing_for
 from streameval.core.plan import SessionPlan
@@ -295,6 +297,9 @@ class FakeSocket:
 
 
 class FakeFrames:
+    directory = Path("/fake-frames")
+    frames: tuple[FrameRef, ...] = ()
+
     def read(self, ref: FrameRef) -> bytes:
         return b"jpeg"
 
@@ -306,7 +311,8 @@ def stream_for(record: QARecord | ProactiveRecord):
     events: list[Event] = []
     protocol, clock, ws = ProtocolState(), VideoClock(), FakeSocket()
     recorder = Recorder("run", record.record_id, events.append)
-    return SessionStream(ws, plan, recorder, protocol, Waits(1.0), clock), events, protocol, ws
+    stream = SessionStream(ws, plan, recorder, protocol, Waits(1.0), clock, FrameMessages())
+    return stream, events, protocol, ws
 
 
 QA = QARecord(

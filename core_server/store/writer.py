@@ -2,7 +2,10 @@
 
 Session tasks call `put` (never blocks, never awaits the database). The writer task takes
 consecutive events off the queue, up to `batch_size` or until `max_delay_s` has passed since
-the first one, and stores them with one `Store.append_events` call in a worker thread.
+the first one, and stores them with one `Store.append_events` call in a worker thread. While
+it gathers a batch it is woken only when the batch can be filled or something other than an
+event arrives, not by every event: a wake-up per event cost sessions more time than the
+event itself.
 Session status changes travel through the same queue, so a session is marked finished only
 after every event queued before it is committed.
 
@@ -18,6 +21,7 @@ and `wait_failed()` returns it, so a runner can stop the run at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -82,6 +86,10 @@ class EventWriter:
         self._batch_size = batch_size
         self._max_delay_s = max_delay_s
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        # Set when what the gathering batch waits for is queued: enough events, or an item
+        # that ends the batch.
+        self._more = asyncio.Event()
+        self._wanted = batch_size
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._error: StoreError | None = None
@@ -135,6 +143,7 @@ class EventWriter:
             await self.start()  # events put before start() must not be lost
             self._closed = True
             self._queue.put_nowait(_Stop())
+            self._more.set()
             await self._wait_for(self._task)
         self._raise_if_failed()
 
@@ -142,6 +151,8 @@ class EventWriter:
         if self._closed:
             raise StoreError("the event writer is closed; nothing more can be stored")
         self._queue.put_nowait(item)
+        if not isinstance(item, Event) or self._queue.qsize() >= self._wanted:
+            self._more.set()
 
     def _require_running(self) -> None:
         if self._task is None:
@@ -219,10 +230,11 @@ class EventWriter:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-                except TimeoutError:
-                    break
+                self._wanted = self._batch_size - len(batch)
+                self._more.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._more.wait(), remaining)
+                continue
             if not isinstance(item, Event):
                 return batch, item
             batch.append(item)

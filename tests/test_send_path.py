@@ -1,0 +1,425 @@
+"""The send path at scale: frame messages shared across sessions, the next-frame cursor of
+wall-clock pacing, one response timer per session, and endpoints beyond 1,024 sessions.
+
+The frame map is tested with fake frame cache entries that count their reads; the worker with
+a real SQLite store and a runner that holds every session it is given until all are held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+from streameval.core.api import AdapterRegistration
+from streameval.core.capacity import raise_open_file_limit, slots_per_endpoint
+from streameval.core.config import EndpointConfig
+from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frame_messages import FrameMessages
+from streameval.core.frames import FrameCacheError, FrameRef
+from streameval.core.pacing import VideoClock, WallClockPacing, _NextFrame
+from streameval.core.plan import SessionPlan
+from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
+from streameval.core.recorder import Recorder
+from streameval.core.sender import SessionStream
+from streameval.core.session import SessionOutcome
+from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.writer import EventWriter
+from streameval.core.timeline import Timeline, TimelineItem
+from streameval.core.waiting import Waits
+from streameval.core.worker import Worker
+from streameval.events import Event, EventKind
+from streameval.protocol import decode_frame
+from tests.event_examples import example
+from tests.test_pacing import QA, FakeClock, FakeSocket, FakeStream, frame, step
+
+# ------------------------------------------------------------------ frame messages
+
+
+class CountingFrames:
+    """A frame cache entry whose JPEGs are made up, counting each read and its thread."""
+
+    def __init__(self, directory: Path, count: int, size: int = 100) -> None:
+        self.directory = directory
+        self.frames = tuple(
+            FrameRef(k, k, float(k), f"v:{k}", 4, 2, size + k) for k in range(count)
+        )
+        self.reads: dict[int, int] = {}
+        self.threads: set[int] = set()
+        self.failing: set[int] = set()
+        self.discarded = 0
+        self.gate: threading.Event | None = None  # when set up, reads wait for it
+
+    def read(self, ref: FrameRef) -> bytes:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.reads[ref.index] = self.reads.get(ref.index, 0) + 1
+        self.threads.add(threading.get_ident())
+        if ref.index in self.failing:
+            raise FrameCacheError(f"frame cache {self.directory}: cannot read sample {ref.index}")
+        return bytes([ref.index % 256]) * ref.nbytes
+
+    def discard(self) -> None:
+        self.discarded += 1
+
+
+def session_on(frames: CountingFrames, messages: FrameMessages):
+    plan = SessionPlan("run", QA.record_id, QA, Timeline(QA.record_id, "qa", ()), frames)  # type: ignore[arg-type]
+    events: list[Event] = []
+    ws = FakeSocket()
+    recorder = Recorder("run", QA.record_id, events.append)
+    stream = SessionStream(ws, plan, recorder, ProtocolState(), Waits(1.0), VideoClock(), messages)
+    return stream, ws, events
+
+
+async def send_all(stream: SessionStream, refs: tuple[FrameRef, ...]) -> None:
+    for ref in refs:
+        await stream.send_frame(TimelineItem("frame", ref.t, ref), scheduled_ns=None, lag_ns=None)
+
+
+async def test_each_frame_is_read_once_for_all_the_sessions_of_the_process(tmp_path):
+    frames = CountingFrames(tmp_path, 40)
+    messages = FrameMessages()
+    sessions = [session_on(frames, messages) for _ in range(25)]
+    await asyncio.gather(*(send_all(stream, frames.frames) for stream, _, _ in sessions))
+
+    assert frames.reads == {k: 1 for k in range(40)}
+    assert messages.reads == 40
+    # Off the event loop: on the map's reader threads.
+    assert threading.get_ident() not in frames.threads
+    first = sessions[0][1].sent
+    for _, ws, events in sessions:
+        assert ws.sent == first  # one message per frame, the same bytes for every session
+        assert [e.payload.bytes for e in events] == [ref.nbytes for ref in frames.frames]
+    for ref, message in zip(frames.frames, first, strict=True):
+        header, payload = decode_frame(message)
+        assert (header.index, header.frame_id, header.t, header.nbytes) == (
+            ref.index,
+            ref.frame_id,
+            ref.t,
+            ref.nbytes,
+        )
+        assert payload == bytes([ref.index % 256]) * ref.nbytes
+
+
+async def test_a_frame_that_cannot_be_read_fails_its_session_and_is_read_again_later(tmp_path):
+    frames = CountingFrames(tmp_path, 12)
+    frames.failing = {5}
+    messages = FrameMessages()
+    stream, ws, events = session_on(frames, messages)
+    with pytest.raises(SessionFailure) as failed:
+        await send_all(stream, frames.frames)
+    assert (failed.value.stage, failed.value.cause) == (FailureStage.FRAMES, "infrastructure")
+    assert failed.value.reason == f"frame cache {tmp_path}: cannot read sample 5"
+    assert len(ws.sent) == len(events) == 5  # everything before it went out, nothing after
+    assert frames.discarded == 1
+    # The entry is rebuilt: its messages are read anew, the sample that failed included.
+    assert messages.cached(frames, frames.frames[0]) is None
+    frames.failing = set()
+    again, ws, _ = session_on(frames, messages)
+    await send_all(again, frames.frames)
+    assert len(ws.sent) == 12
+    assert frames.reads[5] == 3  # prefetched with sample 0, asked for, then read once more
+
+
+async def test_a_session_cancelled_while_waiting_does_not_cancel_the_read(tmp_path):
+    frames = CountingFrames(tmp_path, 3)
+    frames.gate = threading.Event()
+    messages = FrameMessages()
+    ref = frames.frames[0]
+    cancelled = asyncio.create_task(messages.get(frames, ref))
+    waiting = asyncio.create_task(messages.get(frames, ref))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    frames.gate.set()
+    message = await waiting
+    assert cancelled.cancelled()
+    assert message.nbytes == ref.nbytes
+    assert frames.reads[0] == 1
+
+
+async def test_the_map_of_messages_is_bounded_in_bytes(tmp_path):
+    frames = CountingFrames(tmp_path, 10, size=1000)
+    messages = FrameMessages(max_bytes=3500, prefetch=0)
+    stream, _, _ = session_on(frames, messages)
+    await send_all(stream, frames.frames)
+    kept = [ref for ref in frames.frames if messages.cached(frames, ref) is not None]
+    assert [ref.index for ref in kept] == [7, 8, 9]  # the most recently used
+    await send_all(stream, frames.frames[:1])
+    assert frames.reads[0] == 2  # evicted, read again
+
+
+# ------------------------------------------------------------------ the next-frame cursor
+
+
+def next_frame_by_search(items: list[TimelineItem], position: int) -> float | None:
+    """What wall-clock pacing did before: search the rest of the timeline at every frame."""
+    return next((item.t for item in items[position + 1 :] if item.kind == "frame"), None)
+
+
+def odd_timeline(rng: random.Random) -> list[TimelineItem]:
+    """Variable gaps (0 included: frames at one time), runs of steps and tasks between
+    frames, timelines that start or end without a frame."""
+    items: list[TimelineItem] = []
+    t = rng.choice([0.0, 3.7])
+    index = 0
+    for _ in range(rng.randint(0, 60)):
+        kind = rng.choices(["frame", "step", "question", "instruction"], [6, 3, 1, 1])[0]
+        if kind == "frame":
+            t += rng.choice([0.0, 0.001, 1 / 30, 0.5, 1.0, 2.75])
+            items.append(frame(index, t))
+            index += 1
+        elif kind == "step":
+            items.append(step(len(items), t))
+        else:
+            items.append(TimelineItem(kind, t))
+    return items
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_next_frame_cursor_gives_the_times_the_search_gave(seed):
+    items = odd_timeline(random.Random(seed))
+    every = _NextFrame(items)
+    assert [every.after(p) for p in range(len(items))] == [
+        next_frame_by_search(items, p) for p in range(len(items))
+    ]
+    # The pacing asks only at frames (skipping everything between), in order.
+    at_frames = _NextFrame(items)
+    frames = [p for p, item in enumerate(items) if item.kind == "frame"]
+    assert [at_frames.after(p) for p in frames] == [next_frame_by_search(items, p) for p in frames]
+
+
+async def test_wall_clock_drops_on_a_variable_rate_timeline_as_before():
+    second = 1_000_000_000
+    clock = FakeClock()
+    items = [frame(0, 0.0), frame(1, 0.1), frame(2, 0.15), step(0, 0.15)]
+    items += [frame(3, 1.0), frame(4, 1.0), frame(5, 2.5)]
+    # Sending frame 0 takes 0.12 s: frame 1 is late but its successor is not yet due.
+    stream = FakeStream(clock=clock, send_cost_ns={0: 12 * second // 100})
+    pacing = WallClockPacing(1.0, "polled", VideoClock(), clock.now_ns, clock.sleep)
+    await pacing.play(items, stream)
+    assert stream.calls == [
+        ("frame", 0, 0, 0),
+        ("frame", 1, second // 10, 2 * second // 100),
+        ("frame", 2, 15 * second // 100, 0),
+        ("step", 0),
+        ("drop", 3, second, 0),  # frame 4 shows the same time: it is already due
+        ("frame", 4, second, 0),
+        ("frame", 5, 5 * second // 2, 0),
+    ]
+
+
+# ------------------------------------------------------------------ the response timer
+
+
+async def test_a_wait_begun_after_the_timer_was_armed_gets_its_whole_timeout():
+    loop = asyncio.get_running_loop()
+    waits = Waits(0.2)
+    first = waits.expect(Awaited.ACK, 0)
+    loop.call_later(0.1, waits.resolve, Resolution(Awaited.ACK, 0))
+    await waits.wait(first, "frame 0 acknowledgement")  # armed the timer for 0.2 s
+    started = loop.time()
+    second = waits.expect(Awaited.ACK, 1)
+    with pytest.raises(SessionFailure) as timed_out:
+        await waits.wait(second, "frame 1 acknowledgement")
+    assert loop.time() - started >= 0.2 - 0.01  # not when the first wait's timer ran out
+    assert (timed_out.value.stage, timed_out.value.reason, timed_out.value.cause) == (
+        FailureStage.RESPONSE,
+        "no frame 1 acknowledgement within 0.2s",
+        "infrastructure",
+    )
+    assert waits.failure is None  # a timeout fails the wait, not the session's record
+    waits.close()
+
+
+async def test_many_quick_waits_in_a_row_never_time_out():
+    waits = Waits(0.05)
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + 0.2
+    key = 0
+    while loop.time() < ends:  # four timeouts long, each wait far shorter than one
+        future = waits.expect(Awaited.ACK, key)
+        loop.call_later(0.005, waits.resolve, Resolution(Awaited.ACK, key))
+        await waits.wait(future, f"frame {key} acknowledgement")
+        key += 1
+    waits.close()
+
+
+# ------------------------------------------------------------------ the event writer
+
+
+def ack(session_id: str, seq: int) -> Event:
+    return Event(
+        "run", session_id, seq, EventKind.FRAME_ACK, seq, 0.0, example(EventKind.FRAME_ACK)
+    )
+
+
+class BatchLog:
+    """A store that only logs the batches it is given."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, int]]] = []
+
+    def append_events(self, events, owner=None):
+        self.batches.append([(e.session_id, e.seq) for e in events])
+        return set()
+
+
+async def test_events_put_one_at_a_time_are_gathered_into_one_batch():
+    store = BatchLog()
+    writer = EventWriter(store, batch_size=100, max_delay_s=0.3)  # type: ignore[arg-type]
+    await writer.start()
+    for seq in range(10):
+        writer.put(ack("s", seq))
+        await asyncio.sleep(0.001)  # the writer is woken by none of them
+    await asyncio.sleep(0.5)
+    assert store.batches == [[("s", seq) for seq in range(10)]]
+    await writer.close()
+
+
+async def test_a_batch_that_fills_is_stored_without_waiting_for_the_delay():
+    store = BatchLog()
+    writer = EventWriter(store, batch_size=5, max_delay_s=30.0)  # type: ignore[arg-type]
+    await writer.start()
+    for seq in range(7):
+        writer.put(ack("s", seq))
+        await asyncio.sleep(0.001)
+    for _ in range(100):
+        if store.batches:
+            break
+        await asyncio.sleep(0.01)
+    assert store.batches == [[("s", seq) for seq in range(5)]]
+    await asyncio.wait_for(writer.flush(), 1.0)  # a flush ends the batch being gathered
+    assert store.batches[1:] == [[("s", 5), ("s", 6)]]
+    await writer.close()
+
+
+async def test_trickled_events_of_many_sessions_are_all_stored_in_order(tmp_path):
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store.create_run("run", "synthetic", {})
+        store.add_sessions("run", [(f"s{k}", ["r"]) for k in range(3)])
+        writer = EventWriter(store, batch_size=16, max_delay_s=0.02)
+        await writer.start()
+        for seq in range(60):
+            for k in range(3):
+                writer.put(ack(f"s{k}", seq))
+            if seq % 7 == 0:
+                await asyncio.sleep(0.005)
+        writer.put_session_status("run", "s0", "finished")
+        await writer.close()
+        for k in range(3):
+            assert [e.seq for e in store.iter_events("run", f"s{k}")] == list(range(60))
+        assert store.sessions("run")[0].status == "finished"
+
+
+# ------------------------------------------------------------------ sessions per endpoint
+
+
+def test_an_endpoint_takes_more_than_1024_sessions():
+    assert EndpointConfig(url="ws://127.0.0.1:1/ws", concurrency=2000).concurrency == 2000
+    assert AdapterRegistration(name="m", url="ws://127.0.0.1:1/ws", concurrency=5000)
+    assert raise_open_file_limit() > 0
+
+
+def test_slots_fit_what_the_process_holds():
+    assert slots_per_endpoint([3, 5], 100) == [3, 5]
+    assert slots_per_endpoint([3000, 1000], 2000) == [1500, 500]
+    assert slots_per_endpoint([1, 4000], 100) == [1, 99]
+
+
+class HoldingRunner:
+    """Holds every session it is given until `together` are held at once (or none is
+    left to come), then ends them all as finished."""
+
+    def __init__(self, together: int) -> None:
+        self.together = together
+        self.held = 0
+        self.peak = 0
+        self.all_held = asyncio.Event()
+
+    async def run_claimed(
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+    ) -> SessionOutcome:
+        self.held += 1
+        self.peak = max(self.peak, self.held)
+        if self.held >= self.together:
+            self.all_held.set()
+        await asyncio.wait_for(self.all_held.wait(), 60)
+        self.held -= 1
+        writer.put_session_status(session.run_id, session.session_id, "finished")
+        return SessionOutcome(session.session_id, "finished")
+
+
+def worker_run(tmp_path: Path, sessions: int, concurrency: int, capacity: int | None):
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    store.create_run("run", "synthetic", {})
+    store.add_sessions("run", [(f"s{k:05d}", ["r"]) for k in range(sessions)])
+    runner = HoldingRunner(min(sessions, concurrency, capacity or sessions))
+
+    async def runner_for(_run_id: str) -> HoldingRunner:
+        return runner
+
+    endpoint = EndpointConfig(url="ws://127.0.0.1:1/ws", concurrency=concurrency)
+    worker = Worker(store, [endpoint], runner_for, poll_s=0.01, capacity=capacity)
+    return store, runner, worker
+
+
+async def test_one_endpoint_serves_1100_sessions_at_once(tmp_path):
+    store, runner, worker = worker_run(tmp_path, 1100, 1100, None)
+    with store:
+        summary = await worker.run("run")
+        assert (summary.finished, runner.peak) == (1100, 1100)
+        assert {s.status for s in store.sessions("run")} == {"finished"}
+
+
+async def test_a_worker_runs_no_more_sessions_at_once_than_it_can_hold(tmp_path):
+    store, runner, worker = worker_run(tmp_path, 30, 50, 10)
+    with store:
+        summary = await worker.run("run")
+        assert (summary.finished, runner.peak) == (30, 10)
+
+
+class SlowStore(Store):
+    """Appends take longer than a lease: ended sessions wait in the writer's queue."""
+
+    def append_events(self, events, owner=None):
+        threading.Event().wait(1.2)
+        return super().append_events(events, owner)
+
+
+class OnceRunner:
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    async def run_claimed(
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+    ) -> SessionOutcome:
+        self.runs.append(session.session_id)
+        payload = example(EventKind.FRAME_ACK)
+        writer.put(
+            Event(session.run_id, session.session_id, 0, EventKind.FRAME_ACK, 0, 0.0, payload)
+        )
+        writer.put_session_status(session.run_id, session.session_id, "finished")
+        return SessionOutcome(session.session_id, "finished")
+
+
+async def test_a_session_keeps_its_lease_until_its_end_is_stored(tmp_path):
+    with SlowStore(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store.create_run("run", "synthetic", {})
+        store.add_sessions("run", [("s0", ["r"]), ("s1", ["r"])])
+        runner = OnceRunner()
+
+        async def runner_for(_run_id: str) -> OnceRunner:
+            return runner
+
+        # A third slot looks for work (an expired lease) while the two ended sessions wait
+        # for the slow store, longer than a lease.
+        endpoint = EndpointConfig(url="ws://127.0.0.1:1/ws", concurrency=3)
+        worker = Worker(store, [endpoint], runner_for, lease_s=0.6, poll_s=0.05)
+        summary = await worker.run("run")
+        assert sorted(runner.runs) == ["s0", "s1"]  # none run twice
+        assert (summary.finished, summary.lost) == (2, 0)
+        assert {s.status for s in store.sessions("run")} == {"finished"}
