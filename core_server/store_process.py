@@ -71,8 +71,8 @@ class StoreProcess:
     def append_events(self, events: Sequence[Event], owner: str | None = None) -> set[str]:
         return self._call(("append", [_row(event) for event in events], owner))
 
-    def set_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> None:
-        self._call(("status", run_id, session_id, status, options))
+    def set_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> bool:
+        return self._call(("status", run_id, session_id, status, options))
 
     def close(self) -> None:
         """Let the child store what it was sent, then end."""

@@ -8,6 +8,7 @@ a real SQLite store and a runner that holds every session it is given until all 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from streameval.core.api import AdapterRegistration
 from streameval.core.capacity import raise_open_file_limit, slots_per_endpoint
+from streameval.core.collector import fewer_pauses
 from streameval.core.config import EndpointConfig
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.frame_messages import FrameMessages
@@ -26,8 +28,9 @@ from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
 from streameval.core.session import SessionOutcome
-from streameval.core.store.store import SessionInfo, Store
+from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost
 from streameval.core.store.writer import EventWriter
+from streameval.core.store_process import StoreProcess, child_url
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
 from streameval.core.worker import Worker
@@ -423,3 +426,143 @@ async def test_a_session_keeps_its_lease_until_its_end_is_stored(tmp_path):
         assert sorted(runner.runs) == ["s0", "s1"]  # none run twice
         assert (summary.finished, summary.lost) == (2, 0)
         assert {s.status for s in store.sessions("run")} == {"finished"}
+
+
+# ------------------------------------------------------------------ the store process
+
+
+def store_with_sessions(path: Path, sessions: int = 2) -> Store:
+    store = Store(f"sqlite:///{path}")
+    store.create_run("run", "synthetic", {})
+    store.add_sessions("run", [(f"s{k}", ["r"]) for k in range(sessions)])
+    return store
+
+
+def test_the_store_process_stores_in_order_and_answers_once_committed(tmp_path):
+    with store_with_sessions(tmp_path / "store.db") as store:
+        url = child_url(store)
+        assert url is not None
+        child = StoreProcess(url)
+        try:
+            assert url not in " ".join(child._child.args)  # never on the command line
+            child.append_events([ack("s0", seq) for seq in range(3)])
+            assert [e.seq for e in store.iter_events("run", "s0")] == [0, 1, 2]
+            assert child.set_session_status("run", "s0", "finished", endpoint="ws://a") is True
+            s0 = store.sessions("run")[0]
+            assert (s0.status, s0.endpoint) == ("finished", "ws://a")
+            stored = next(store.iter_events("run", "s0"))
+            assert stored == ack("s0", 0)  # the payload came through its JSON unchanged
+            with pytest.raises(StoreError, match="UNIQUE|duplicate|unique") as duplicate:
+                child.append_events([ack("s0", 2)])
+            assert not isinstance(duplicate.value, StoreLost)
+        finally:
+            child.close()
+        assert child._child.returncode == 0
+
+
+def test_the_store_process_reports_a_deleted_store_as_lost(tmp_path):
+    path = tmp_path / "store.db"
+    with store_with_sessions(path) as store:
+        child = StoreProcess(child_url(store) or "")
+        try:
+            child.append_events([ack("s0", 0)])
+            for leftover in tmp_path.glob("store.db*"):
+                leftover.unlink()
+            with pytest.raises(StoreLost, match="was deleted while open"):
+                child.append_events([ack("s0", 1)])
+        finally:
+            child.close()
+
+
+def test_a_store_process_that_ended_fails_the_call(tmp_path):
+    with store_with_sessions(tmp_path / "store.db") as store:
+        child = StoreProcess(child_url(store) or "")
+        child._child.kill()
+        child._child.wait()
+        with pytest.raises(StoreError, match="the store writer process ended"):
+            child.append_events([ack("s0", 0)])
+        child.close()
+
+
+def test_an_in_memory_store_keeps_its_writes_in_process():
+    with Store("sqlite://") as store:
+        assert child_url(store) is None
+
+
+async def test_a_large_worker_stores_through_its_own_process(tmp_path, monkeypatch):
+    started: list[str] = []
+    original = StoreProcess.__init__
+
+    def spy(self: StoreProcess, url: str) -> None:
+        started.append(url)
+        original(self, url)
+
+    monkeypatch.setattr(StoreProcess, "__init__", spy)
+    store, runner, worker = worker_run(tmp_path, 80, 80, None)
+    with store:
+        summary = await worker.run("run")
+        assert summary.finished == 80
+        assert {s.status for s in store.sessions("run")} == {"finished"}
+    assert len(started) == 1
+    (tmp_path / "small").mkdir()
+    small, _, few = worker_run(tmp_path / "small", 3, 3, None)
+    with small:
+        await few.run("run")
+    assert len(started) == 1  # a few sessions at once store from the worker's own thread
+
+
+# ------------------------------------------------------------------ ending many sessions
+
+
+async def test_slots_that_end_after_the_queue_ran_dry_do_not_ask_the_store_again(tmp_path):
+    store, _, worker = worker_run(tmp_path, 20, 20, None)
+    calls = {"claim": 0, "outstanding": 0}
+    dry = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    class OneEndsFirst:
+        """s0 ends at once; the others once its slot found the queue empty."""
+
+        async def run_claimed(self, session, endpoint, writer):
+            if session.session_id != "s00000":
+                await dry.wait()
+                await asyncio.sleep(0.05)
+            writer.put_session_status(session.run_id, session.session_id, "finished")
+            return SessionOutcome(session.session_id, "finished")
+
+    async def runner_for(_run_id: str) -> OneEndsFirst:
+        return OneEndsFirst()
+
+    worker.runner_for = runner_for
+    for name in calls:
+        method = getattr(worker.queue, name)
+
+        def counted(*args, _method=method, _name=name):
+            calls[_name] += 1
+            found = _method(*args)
+            if _name == "outstanding":
+                loop.call_soon_threadsafe(dry.set)
+            return found
+
+        setattr(worker.queue, name, counted)
+    with store:
+        summary = await worker.run("run")
+    assert summary.finished == 20
+    # 20 claims that took a session, one that found none; the other 19 slots stop at once.
+    assert calls == {"claim": 21, "outstanding": 1}
+
+
+# ------------------------------------------------------------------ collector pauses
+
+
+def test_full_collections_are_rarer_while_workers_run_and_restored_after():
+    before = gc.get_threshold()
+    with fewer_pauses():
+        young, middle, old = gc.get_threshold()
+        assert (young, middle) == before[:2] and old == before[2] * 100
+        assert gc.get_freeze_count() > 0
+        with fewer_pauses():  # a second worker in the process
+            pass
+        assert gc.get_threshold()[2] == before[2] * 100  # still running: kept
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
