@@ -19,12 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
 from streameval.core.benchmark.records import ProactiveRecord
 from streameval.core.config import ProtocolProfile
-from streameval.core.connection import closed_failure, closed_reason, connect_adapter
+from streameval.core.connection import (
+    AdapterConnection,
+    Arrival,
+    closed_failure,
+    closed_reason,
+    connect_adapter,
+)
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.pacing import VideoClock, pacing_for
 from streameval.core.plan import SessionPlan
@@ -117,7 +122,7 @@ class SessionDriver:
         self.protocol = ProtocolState(response_limits)
         self.waits = Waits(response_timeout_s)
         self.clock = VideoClock(conditions.speed)
-        self.ws: ClientConnection | None = None
+        self.ws: AdapterConnection | None = None
 
     @property
     def hello(self) -> dict[str, Any] | None:
@@ -143,30 +148,32 @@ class SessionDriver:
         self.ws = ws = await connect_adapter(
             self.endpoint_url, self.connect_timeout_s, self.ready_timeout_s
         )
-        receiver = _Receiver(ws, self.recorder, self.protocol, self.waits, self.clock)
-        hello = await self._handshake(ws, receiver)
-        stream = SessionStream(ws, self.plan, self.recorder, self.protocol, self.waits, self.clock)
-        pacing = pacing_for(
-            self.conditions.pacing,
-            speed=self.conditions.speed,
-            initiation=hello.conditions.initiation,
-            clock=self.clock,
+        receiver = _Receiver(
+            ws, self.plan.session_id, self.recorder, self.protocol, self.waits, self.clock
         )
-        receiving = asyncio.create_task(receiver.run(self.plan.session_id))
         try:
+            hello = await self._handshake(ws, receiver)
+            stream = SessionStream(
+                ws, self.plan, self.recorder, self.protocol, self.waits, self.clock
+            )
+            pacing = pacing_for(
+                self.conditions.pacing,
+                speed=self.conditions.speed,
+                initiation=hello.conditions.initiation,
+                clock=self.clock,
+            )
+            receiver.start()
             await pacing.play(self.plan.timeline.items, stream)
             await self._close(ws)
         finally:
-            receiving.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await receiving
+            await receiver.stop()
         self.waits.check()
 
-    async def _handshake(self, ws: ClientConnection, receiver: _Receiver) -> Hello:
+    async def _handshake(self, ws: AdapterConnection, receiver: _Receiver) -> Hello:
         """Read the hello (the state machine refuses anything else), check the declared
         conditions against the profile, send session_start."""
         try:
-            raw = await asyncio.wait_for(ws.recv(), self.connect_timeout_s)
+            raw, arrived = await asyncio.wait_for(receiver.hello, self.connect_timeout_s)
         except TimeoutError:
             stage = FailureStage.HANDSHAKE
             raise SessionFailure(
@@ -175,9 +182,8 @@ class SessionDriver:
         except ConnectionClosed as exc:
             stage = FailureStage.HANDSHAKE
             raise SessionFailure(stage, closed_reason(exc), FailureCause.INFRASTRUCTURE) from None
-        arrived = time.monotonic_ns()
         try:
-            receiver.accept(parse_adapter_message(raw), arrived)
+            receiver.accept(parse(raw), arrived)
         except ProtocolViolation as violation:
             await receiver.violate(violation)
         hello = self.protocol.hello
@@ -205,7 +211,7 @@ class SessionDriver:
         )
         return hello
 
-    async def _close(self, ws: ClientConnection) -> None:
+    async def _close(self, ws: AdapterConnection) -> None:
         """session_end, then a short grace for session_closed: an adapter that does not
         answer it still finishes (its answers are all recorded), one that fails does not."""
         self.protocol.end()
@@ -241,51 +247,100 @@ class SessionDriver:
 
 class _Receiver:
     """The receive side: every adapter message, timestamped on arrival, through the state
-    machine; what it says is recorded, resolves the send side's wait, or fails the session."""
+    machine; what it says is recorded, resolves the send side's wait, or fails the session.
+
+    It runs inside the connection's `data_received` (AdapterConnection), one call per
+    message. The first message is handed to the handshake (`hello`); the ones after it wait
+    until `start()`, once session_start is sent, as they would in the socket's queue."""
 
     def __init__(
         self,
-        ws: ClientConnection,
+        ws: AdapterConnection,
+        session_id: str,
         recorder: Recorder,
         protocol: ProtocolState,
         waits: Waits,
         clock: VideoClock,
     ) -> None:
         self.ws = ws
+        self.session_id = session_id
         self.recorder = recorder
         self.protocol = protocol
         self.waits = waits
         self.clock = clock
+        self.hello: asyncio.Future[tuple[Arrival, int]] = asyncio.get_running_loop().create_future()
+        self._held: list[tuple[Arrival | ConnectionClosed, int]] | None = []
+        self._stopped = False
+        self._reporting: asyncio.Task[SessionFailure] | None = None
+        ws.deliver_to(self._arrived, self._closed)
 
-    async def run(self, session_id: str) -> None:
+    def start(self) -> None:
+        """Handle what arrived since the hello, then every message as it arrives."""
+        held, self._held = self._held or [], None
+        for item, arrived in held:
+            if isinstance(item, ConnectionClosed):
+                self._ended(item)
+            elif not self._stopped:
+                self._handle(item, arrived)
+
+    async def stop(self) -> None:
+        """Ignore whatever still arrives; let a violation's report reach the adapter."""
+        self._stopped = True
+        if self._reporting is not None:
+            with contextlib.suppress(Exception):
+                await self._reporting
+
+    def _arrived(self, raw: Arrival, arrived: int) -> None:
+        if not self.hello.done():
+            self.hello.set_result((raw, arrived))
+        elif self._held is not None:
+            self._held.append((raw, arrived))
+        elif not self._stopped:
+            self._handle(raw, arrived)
+
+    def _closed(self, exc: ConnectionClosed) -> None:
+        if not self.hello.done():
+            self.hello.set_exception(exc)
+        elif self._held is not None:
+            self._held.append((exc, 0))
+        else:
+            self._ended(exc)
+
+    def _handle(self, raw: Arrival, arrived: int) -> None:
         try:
-            async for raw in self.ws:
-                arrived = time.monotonic_ns()
-                self.accept(parse_adapter_message(raw), arrived)
+            self.accept(parse(raw), arrived)
         except SessionFailure as failure:
-            self.waits.fail(failure)
+            self._stop_with(failure)
         except ProtocolViolation as violation:
-            await self.report(violation)
-        except ConnectionClosed as exc:
-            if not self.protocol.ending:
-                self.waits.fail(closed_failure(exc))
+            self._stopped = True
+            self._reporting = asyncio.ensure_future(self.report(violation))
         except StoreError as exc:
             # The store failed: the worker stops the run (one line, not one traceback per
             # session); this session just stops waiting.
             stage = FailureStage.STREAMING
-            self.waits.fail(SessionFailure(stage, str(exc), FailureCause.INFRASTRUCTURE))
+            self._stop_with(SessionFailure(stage, str(exc), FailureCause.INFRASTRUCTURE))
         except Exception as exc:  # a bug here must fail the session, never hang it
-            log.exception("session %s: error handling an adapter message", session_id)
+            log.exception("session %s: error handling an adapter message", self.session_id)
             stage = FailureStage.STREAMING
-            self.waits.fail(
-                SessionFailure(stage, f"core error: {exc!r}", FailureCause.INFRASTRUCTURE)
-            )
-        else:
-            if not self.protocol.ending:
+            reason = f"core error: {exc!r}"
+            self._stop_with(SessionFailure(stage, reason, FailureCause.INFRASTRUCTURE))
+
+    def _stop_with(self, failure: SessionFailure) -> None:
+        self._stopped = True
+        self.waits.fail(failure)
+
+    def _ended(self, exc: ConnectionClosed) -> None:
+        """The connection is gone: a failure unless the session was ending; the end of an
+        ending session answers the wait for session_closed."""
+        if not self.protocol.ending:
+            if isinstance(exc, ConnectionClosedOK):
                 reason = "adapter closed the connection"
-                self.waits.fail(
-                    SessionFailure(FailureStage.STREAMING, reason, FailureCause.INFRASTRUCTURE)
+                failure = SessionFailure(
+                    FailureStage.STREAMING, reason, FailureCause.INFRASTRUCTURE
                 )
+            else:
+                failure = closed_failure(exc)
+            self.waits.fail(failure)
         if self.protocol.ending and self.waits.failure is None:
             self.waits.resolve(Resolution(Awaited.CLOSED))
 
@@ -317,3 +372,11 @@ class _Receiver:
             await self.ws.send(error.model_dump_json())
             await self.ws.close(1002, violation.code)
         return failure
+
+
+def parse(raw: Arrival) -> AdapterMessage:
+    """An adapter message, or the ProtocolViolation that it is not one."""
+    if isinstance(raw, UnicodeDecodeError):
+        reason = f"text message is not UTF-8: {raw.reason} at position {raw.start}"
+        raise ProtocolViolation("malformed", reason)
+    return parse_adapter_message(raw)

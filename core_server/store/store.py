@@ -58,7 +58,7 @@ from sqlalchemy.pool import NullPool, StaticPool
 
 from streameval.core.errors import CoreError
 from streameval.core.store import models
-from streameval.events import Event, PayloadError, read_payload
+from streameval.events import Event, EventPayload, PayloadError, read_payload
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 DEFAULT_DB_NAME = "streameval.db"
@@ -367,16 +367,22 @@ def _adapter_endpoint(row: Row[Any]) -> AdapterEndpoint:
     return AdapterEndpoint(**row._asdict())
 
 
-def _event_row(event_: Event) -> dict[str, Any]:
-    return {
-        "run_id": event_.run_id,
-        "session_id": event_.session_id,
-        "seq": event_.seq,
-        "kind": str(event_.kind),
-        "runtime_ns": event_.runtime_ns,
-        "video_t": event_.video_t,
-        "payload": event_.payload.model_dump(mode="json"),
-    }
+def _payload_json(payload: EventPayload) -> str:
+    """A payload's JSON text, serialised by its model in one call (no dict in between)."""
+    return payload.__pydantic_serializer__.to_json(payload).decode()
+
+
+def _event_values(ev: Event) -> tuple[str, str, int, str, int, float | None, str]:
+    """An events row in the column order of `_EVENT_COLUMNS`."""
+    return (
+        ev.run_id,
+        ev.session_id,
+        ev.seq,
+        ev.kind.value,
+        ev.runtime_ns,
+        ev.video_t,
+        _payload_json(ev.payload),
+    )
 
 
 def _stored_event(row: Row[Any]) -> Event:
@@ -392,9 +398,13 @@ def _stored_event(row: Row[Any]) -> Event:
     )
 
 
-_COPY_EVENTS = (
-    "COPY events (run_id, session_id, seq, kind, runtime_ns, video_t, payload) FROM STDIN"
-)
+# Well under SQLite's smallest limit on a statement's parameters (999 before 3.32).
+_SQLITE_MAX_PARAMETERS = 900
+_EVENT_COLUMNS = "run_id, session_id, seq, kind, runtime_ns, video_t, payload"
+_COPY_EVENTS = f"COPY events ({_EVENT_COLUMNS}) FROM STDIN"
+_EVENT_WIDTH = 7  # columns of an events row
+_EVENT_ROW = "(" + ", ".join("?" * _EVENT_WIDTH) + ")"
+_ROWS_PER_INSERT = _SQLITE_MAX_PARAMETERS // _EVENT_WIDTH
 
 
 def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
@@ -403,17 +413,30 @@ def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
     cursor = conn.connection.driver_connection.cursor()
     with cursor.copy(_COPY_EVENTS) as copy:
         for ev in events:
-            copy.write_row(
-                (
-                    ev.run_id,
-                    ev.session_id,
-                    ev.seq,
-                    str(ev.kind),
-                    ev.runtime_ns,
-                    ev.video_t,
-                    _json_dumps(ev.payload.model_dump(mode="json")),
-                )
-            )
+            copy.write_row(_event_values(ev))
+
+
+def _insert_events(conn: Connection, events: Sequence[Event]) -> None:
+    """SQLite: multi-row INSERTs of plain tuples on the driver's cursor, in the transaction.
+
+    The driver lets go of the interpreter lock around every statement it steps; one
+    statement per row (executemany) handed the lock back and forth with the sessions'
+    event loop a thousand times a batch, which cost the loop five times the insert itself.
+    SQLAlchemy's per-row parameter handling cost more than the insert too."""
+    rows = [value for ev in events for value in _event_values(ev)]
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        for start in range(0, len(events), _ROWS_PER_INSERT):
+            count = min(_ROWS_PER_INSERT, len(events) - start)
+            values = rows[start * _EVENT_WIDTH : (start + count) * _EVENT_WIDTH]
+            cursor.execute(_insert_rows(count), values)
+    finally:
+        cursor.close()
+
+
+@functools.cache
+def _insert_rows(count: int) -> str:
+    return f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES " + ", ".join([_EVENT_ROW] * count)
 
 
 def reset_values() -> dict[str, Any]:
@@ -449,13 +472,36 @@ def _sessions_not_held(conn: Connection, events: Sequence[Event], owner: str) ->
     held: set[tuple[str, str]] = set()
     for run_id in {run for run, _ in wanted}:
         ids = [session for run, session in wanted if run == run_id]
+        if conn.dialect.name == "sqlite":
+            held.update((run_id, session) for session in _held_sqlite(conn, run_id, ids, owner))
+            continue
         query = select(table.c.session_id).where(
             table.c.run_id == run_id, table.c.session_id.in_(ids), table.c.lease_owner == owner
         )
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update(read=True)
-        held.update((run_id, row.session_id) for row in conn.execute(query))
+        held.update(
+            (run_id, row.session_id) for row in conn.execute(query.with_for_update(read=True))
+        )
     return {session for run, session in wanted - held}
+
+
+def _held_sqlite(conn: Connection, run_id: str, ids: list[str], owner: str) -> list[str]:
+    """The driver's query for the sessions of `ids` that `owner` holds: built by SQLAlchemy
+    for every batch, the same query cost as much as storing the batch."""
+    held: list[str] = []
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        for start in range(0, len(ids), _SQLITE_MAX_PARAMETERS):
+            chunk = ids[start : start + _SQLITE_MAX_PARAMETERS]
+            marks = ", ".join("?" * len(chunk))
+            cursor.execute(
+                "SELECT session_id FROM sessions WHERE run_id = ? AND lease_owner = ? "
+                f"AND session_id IN ({marks})",
+                (run_id, owner, *chunk),
+            )
+            held.extend(session for (session,) in cursor.fetchall())
+    finally:
+        cursor.close()
+    return held
 
 
 def _stored_keys(conn: Connection, events: Sequence[Event]) -> set[tuple[str, str, int]]:
@@ -837,7 +883,7 @@ class Store:
             if conn.dialect.name == "postgresql":
                 _copy_events(conn, events)
             else:
-                conn.execute(insert(models.events), [_event_row(ev) for ev in events])
+                _insert_events(conn, events)
         return lost
 
     def iter_events(
