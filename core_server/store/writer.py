@@ -21,6 +21,7 @@ and `wait_failed()` returns it, so a runner can stop the run at once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,11 +86,13 @@ class EventWriter:
         self._fence: dict[str, Any] = {} if owner is None else {"owner": owner}
         self._batch_size = batch_size
         self._max_delay_s = max_delay_s
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
-        # Set when what the gathering batch waits for is queued: enough events, or an item
-        # that ends the batch.
+        # A plain deque, not an asyncio.Queue: every event passes through it (two per frame
+        # sent) and the queue's own bookkeeping cost more than the rest of `put`.
+        self._queue: collections.deque[_Item] = collections.deque()
+        # Set when what the writer waits for is queued: anything while it is idle, enough
+        # events or an item that ends the batch while it gathers one.
         self._more = asyncio.Event()
-        self._wanted = batch_size
+        self._wanted = 1
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._error: StoreError | None = None
@@ -142,7 +145,7 @@ class EventWriter:
         if not self._closed:
             await self.start()  # events put before start() must not be lost
             self._closed = True
-            self._queue.put_nowait(_Stop())
+            self._queue.append(_Stop())
             self._more.set()
             await self._wait_for(self._task)
         self._raise_if_failed()
@@ -150,8 +153,9 @@ class EventWriter:
     def _enqueue(self, item: _Item) -> None:
         if self._closed:
             raise StoreError("the event writer is closed; nothing more can be stored")
-        self._queue.put_nowait(item)
-        if not isinstance(item, Event) or self._queue.qsize() >= self._wanted:
+        queue = self._queue
+        queue.append(item)
+        if len(queue) >= self._wanted or not isinstance(item, Event):
             self._more.set()
 
     def _require_running(self) -> None:
@@ -175,8 +179,8 @@ class EventWriter:
 
     def _count_queued(self) -> None:
         """Count what is still queued as not stored (the writer task is gone)."""
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
+        while self._queue:
+            item = self._queue.popleft()
             if isinstance(item, Event):
                 self._unwritten_events += 1
             elif isinstance(item, _StatusChange):
@@ -197,7 +201,7 @@ class EventWriter:
     async def _run(self) -> None:
         pending: _Item | None = None
         while True:
-            item = pending if pending is not None else await self._queue.get()
+            item = pending if pending is not None else await self._next()
             pending = None
             if isinstance(item, _Stop):
                 return
@@ -218,6 +222,14 @@ class EventWriter:
                 )
                 await self._call_store(0, 1, change)
 
+    async def _next(self) -> _Item:
+        """The first queued item, once there is one."""
+        while not self._queue:
+            self._wanted = 1
+            self._more.clear()
+            await self._more.wait()
+        return self._queue.popleft()
+
     async def _collect(self, first: Event) -> tuple[list[Event], _Item | None]:
         """Consecutive events after `first`; a non-event item ends the batch and is returned."""
         loop = asyncio.get_running_loop()
@@ -225,8 +237,8 @@ class EventWriter:
         batch = [first]
         while len(batch) < self._batch_size:
             try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
+                item = self._queue.popleft()
+            except IndexError:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
