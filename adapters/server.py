@@ -166,7 +166,8 @@ class _Connection:
             data=payload,
         )
         await self.adapter.on_frame(session, frame)
-        await self.send(json.dumps({"type": "frame_ack", "index": header.index}))
+        # Formatted, not serialised: an ack per frame, and the index is a validated int.
+        await self.send(f'{{"type":"frame_ack","index":{header.index}}}')
 
 
 def not_ready_message(adapter: Adapter, readiness: Readiness) -> str:

@@ -38,7 +38,7 @@ from streameval.core.benchmark.records import Benchmark, QARecord  # noqa: E402
 from streameval.core.frame_messages import build_message  # noqa: E402
 from streameval.core.frames import FrameCache, ImageRules  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
-from streameval.events import EventKind  # noqa: E402
+from streameval.events import Event, EventKind  # noqa: E402
 from streameval.protocol import MAX_MESSAGE_BYTES, FrameAck  # noqa: E402
 
 OUT = REPO / "bench" / "out"
@@ -204,9 +204,12 @@ def core_throughput(benchmark: Path, warm: bool) -> dict:
     }
 
 
-def raw_throughput(video: Path) -> dict:
+def raw_throughput(video: Path, record: bool = False) -> dict:
     """The same exchange over a plain `websockets` server and client, each its own process:
-    the same messages (header and JPEG of each frame), each waiting for a small text ack."""
+    the same messages (header and JPEG of each frame), each waiting for a small text ack.
+    With `record`, the client also makes the Core's two events per frame (`frame_sent`,
+    `frame_ack`, payloads validated) and stores them in a SQLite store, 500 at a time on its
+    loop: what recording alone costs, with none of the Core's session logic."""
     helper = [sys.executable, str(Path(__file__).resolve())]
     server = subprocess.Popen([*helper, "_raw-server"], stdout=subprocess.PIPE, text=True)
     try:
@@ -214,7 +217,10 @@ def raw_throughput(video: Path) -> dict:
         port = server.stdout.readline().strip()
         started = time.perf_counter()
         client = subprocess.run(
-            [*helper, "_raw-client", port, str(video)], capture_output=True, text=True, check=True
+            [*helper, "_raw-client", port, str(video), *(["record"] if record else [])],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         elapsed = time.perf_counter() - started
     finally:
@@ -239,7 +245,26 @@ async def _raw_server() -> None:
         await asyncio.Future()
 
 
-async def _raw_client(port: int, video: Path) -> None:
+class _Recording:
+    """The raw client's events, stored 500 at a time (raw_throughput's `record`)."""
+
+    def __init__(self, sessions: int) -> None:
+        self.store = Store(fresh_store("throughput-raw"))
+        self.store.create_run("raw", "throughput", {})
+        self.store.add_sessions("raw", [(f"s{k}", [f"s{k}"]) for k in range(sessions)])
+        self.pending: list[Event] = []
+
+    def record(self, session: str, seq: int, kind: EventKind, **payload: object) -> None:
+        self.pending.append(Event("raw", session, seq, kind, time.monotonic_ns(), None, payload))
+        if len(self.pending) >= 500:
+            self.flush()
+
+    def flush(self) -> None:
+        self.store.append_events(self.pending)
+        self.pending = []
+
+
+async def _raw_client(port: int, video: Path, record: bool) -> None:
     from websockets.asyncio.client import connect
 
     frames = FrameCache(OUT / "cache" / "frames").get(video, ImageRules(fps=1.0))
@@ -248,15 +273,29 @@ async def _raw_client(port: int, video: Path) -> None:
     assert len(FrameAck(index=0).model_dump_json()) == len('{"type":"frame_ack","index":0}')
     room = asyncio.Semaphore(THROUGHPUT_IN_FLIGHT)
     stamps: list[int] = []
+    events = _Recording(THROUGHPUT_SESSIONS) if record else None
 
-    async def session() -> None:
+    async def session(name: str) -> None:
         async with room, connect(f"ws://127.0.0.1:{port}/", **WS_OPTIONS) as ws:
-            for message in messages:
+            for ref, message in zip(refs, messages, strict=True):
                 await ws.send(message)
                 stamps.append(time.monotonic_ns())
-                await ws.recv()
+                if events is not None:
+                    sent = {"frame_id": ref.frame_id, "t": ref.t, "scheduled_ns": None}
+                    sent |= {"lag_ns": None, "width": ref.width, "height": ref.height}
+                    seq = 2 * ref.index
+                    events.record(
+                        name, seq, EventKind.FRAME_SENT, index=ref.index, bytes=len(message), **sent
+                    )
+                ack = await ws.recv()
+                if events is not None:
+                    events.record(
+                        name, seq + 1, EventKind.FRAME_ACK, index=json.loads(ack)["index"]
+                    )
 
-    await asyncio.gather(*(session() for _ in range(THROUGHPUT_SESSIONS)))
+    await asyncio.gather(*(session(f"s{k}") for k in range(THROUGHPUT_SESSIONS)))
+    if events is not None:
+        events.flush()
     used = resource.getrusage(resource.RUSAGE_SELF)
     result = {
         "frames": len(stamps),
@@ -273,14 +312,21 @@ def bench_throughput(repeat: int = 3) -> str:
     name = "throughput"
     benchmark = qa_benchmark(video, [599.0] * THROUGHPUT_SESSIONS, name)
     load_before = load_average()
-    raw_runs, core_runs = [], []
+    raw_runs, recorded_runs, core_runs = [], [], []
     for attempt in range(repeat):
         core_runs.append(core_throughput(benchmark, warm=attempt == 0))
         raw_runs.append(raw_throughput(video))
+        recorded_runs.append(raw_throughput(video, record=True))
     load_after = load_average()
-    raw = max(raw_runs, key=lambda r: r["frames"] / r["streaming_s"])
-    core = max(core_runs, key=lambda r: r["frames"] / r["streaming_s"])
-    ratio = (core["frames"] / core["streaming_s"]) / (raw["frames"] / raw["streaming_s"])
+
+    def best(runs: list[dict]) -> dict:
+        return max(runs, key=lambda r: r["frames"] / r["streaming_s"])
+
+    def rate(r: dict) -> float:
+        return r["frames"] / r["streaming_s"]
+
+    raw, recorded, core = best(raw_runs), best(recorded_runs), best(core_runs)
+    ratio = rate(core) / rate(raw)
 
     def rates(runs: list[dict]) -> str:
         return ", ".join(f"{r['frames'] / r['streaming_s']:,.0f}" for r in runs)
@@ -302,15 +348,20 @@ def bench_throughput(repeat: int = 3) -> str:
         f"(header and JPEG of each frame) over the same number of connections, each message "
         f"waiting for a small text ack. 'Whole process' is the Core (or raw client) process "
         f"from start to exit (imports, checks, store commits included); 'streaming' is first "
-        f"to last frame sent. CPU: of the Core process, or of the raw client.\n\n"
+        f"to last frame sent. CPU: of the Core process, or of the raw client. 'Raw pair + "
+        f"events' is the raw pair whose client also makes the Core's two events per frame "
+        f"(`frame_sent`, `frame_ack`, payloads validated) and stores them in SQLite, 500 at a "
+        f"time on its loop: what recording costs without any of the Core's session logic.\n\n"
         f"| | frames | events stored | KiB/message | whole process (s) | frames/s | "
         f"streaming (s) | frames/s | CPU (s) |\n|---|---|---|---|---|---|---|---|---|\n"
         + row("raw pair", raw, "-")
+        + row("raw pair + events", recorded, str(2 * recorded["frames"]))
         + row("Core", core, str(core["events"]))
         + f"\nCore streaming rate / raw pair's: **{ratio:.2f}x** (target: at least 0.6x): "
         f"{verdict}. Best of {repeat} alternating runs each; all runs (streaming frames/s): "
-        f"raw pair {rates(raw_runs)}; Core {rates(core_runs)}. 1/5/15-minute load average: "
-        f"{load_before} before, {load_after} after.\n"
+        f"raw pair {rates(raw_runs)}; raw pair + events {rates(recorded_runs)}; Core "
+        f"{rates(core_runs)}. Raw pair + events / raw pair: {rate(recorded) / rate(raw):.2f}x. "
+        f"1/5/15-minute load average: {load_before} before, {load_after} after.\n"
     )
 
 
@@ -431,7 +482,9 @@ TITLES = {
 # The raw `websockets` pair of the throughput bench, each run as its own process.
 HELPERS = {
     "_raw-server": lambda: asyncio.run(_raw_server()),
-    "_raw-client": lambda: asyncio.run(_raw_client(int(sys.argv[2]), Path(sys.argv[3]))),
+    "_raw-client": lambda: asyncio.run(
+        _raw_client(int(sys.argv[2]), Path(sys.argv[3]), "record" in sys.argv[4:])
+    ),
 }
 
 

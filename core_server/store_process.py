@@ -27,13 +27,11 @@ import threading
 from collections.abc import Sequence
 from typing import IO, Any
 
-from streameval.core.store.store import Store, StoreError, StoreLost
-from streameval.events import Event, read_payload
+from streameval.core.store.store import Store, StoreError, StoreLost, event_row
+from streameval.events import Event
 
 # How long `close` waits for the child to store what it was sent and end.
 CLOSE_TIMEOUT_S = 60.0
-
-_Row = tuple[str, str, int, str, int, float | None, str]
 
 
 def child_url(store: Store) -> str | None:
@@ -42,18 +40,6 @@ def child_url(store: Store) -> str | None:
     if url.drivername.startswith("sqlite") and url.database in (None, "", ":memory:"):
         return None
     return url.render_as_string(hide_password=False)
-
-
-def _row(event: Event) -> _Row:
-    return (
-        event.run_id,
-        event.session_id,
-        event.seq,
-        event.kind.value,
-        event.runtime_ns,
-        event.video_t,
-        event.payload.model_dump_json(),
-    )
 
 
 class StoreProcess:
@@ -69,7 +55,7 @@ class StoreProcess:
         self._send(url)
 
     def append_events(self, events: Sequence[Event], owner: str | None = None) -> set[str]:
-        return self._call(("append", [_row(event) for event in events], owner))
+        return self._call(("append", [event_row(event) for event in events], owner))
 
     def set_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> bool:
         return self._call(("status", run_id, session_id, status, options))
@@ -105,17 +91,10 @@ class StoreProcess:
         raise StoreLost(message) if lost else StoreError(message, transient=transient)
 
 
-def _events(rows: list[_Row]) -> list[Event]:
-    return [
-        Event(run_id, session_id, seq, kind, runtime_ns, video_t, read_payload(kind, payload))
-        for run_id, session_id, seq, kind, runtime_ns, video_t, payload in rows
-    ]
-
-
 def _answer(store: Store, request: tuple[Any, ...]) -> tuple[Any, ...]:
     try:
         if request[0] == "append":
-            return ("ok", store.append_events(_events(request[1]), owner=request[2]))
+            return ("ok", store.append_rows(request[1], owner=request[2]))
         _, run_id, session_id, status, options = request
         return ("ok", store.set_session_status(run_id, session_id, status, **options))
     except StoreError as exc:

@@ -7,7 +7,6 @@ the encoded image bytes. Both sides import this module; nothing here does I/O.
 
 from __future__ import annotations
 
-import json
 import struct
 from typing import Annotated, Literal
 
@@ -302,8 +301,8 @@ def decode_frame(message: bytes) -> tuple[FrameHeader, bytes]:
     (size,) = _HEADER_LEN.unpack_from(message)
     end = _HEADER_LEN.size + size
     try:
-        header = FrameHeader.model_validate(json.loads(message[_HEADER_LEN.size : end]))
-    except (ValueError, ValidationError) as exc:
+        header = FrameHeader.model_validate_json(message[_HEADER_LEN.size : end])
+    except ValidationError as exc:
         raise ProtocolViolation("malformed", f"frame header: {exc}") from None
     payload = message[end:]
     if len(payload) != header.nbytes:

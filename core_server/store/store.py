@@ -372,8 +372,13 @@ def _payload_json(payload: EventPayload) -> str:
     return payload.__pydantic_serializer__.to_json(payload).decode()
 
 
-def _event_values(ev: Event) -> tuple[str, str, int, str, int, float | None, str]:
-    """An events row in the column order of `_EVENT_COLUMNS`."""
+# An events row in the column order of `_EVENT_COLUMNS`: run_id, session_id, seq, kind,
+# runtime_ns, video_t and the payload's JSON text.
+EventRow = tuple[str, str, int, str, int, float | None, str]
+
+
+def event_row(ev: Event) -> EventRow:
+    """The row that stores an event."""
     return (
         ev.run_id,
         ev.session_id,
@@ -407,29 +412,27 @@ _EVENT_ROW = "(" + ", ".join("?" * _EVENT_WIDTH) + ")"
 _ROWS_PER_INSERT = _SQLITE_MAX_PARAMETERS // _EVENT_WIDTH
 
 
-def _copy_events(conn: Connection, events: Sequence[Event]) -> None:
+def _copy_events(conn: Connection, rows: Sequence[EventRow]) -> None:
     """PostgreSQL bulk load: COPY takes one round trip per batch where executemany takes
     many; measured under a busy event loop it stores batches 3-5x faster."""
     cursor = conn.connection.driver_connection.cursor()
     with cursor.copy(_COPY_EVENTS) as copy:
-        for ev in events:
-            copy.write_row(_event_values(ev))
+        for row in rows:
+            copy.write_row(row)
 
 
-def _insert_events(conn: Connection, events: Sequence[Event]) -> None:
+def _insert_events(conn: Connection, rows: Sequence[EventRow]) -> None:
     """SQLite: multi-row INSERTs of plain tuples on the driver's cursor, in the transaction.
 
     The driver lets go of the interpreter lock around every statement it steps; one
     statement per row (executemany) handed the lock back and forth with the sessions'
     event loop a thousand times a batch, which cost the loop five times the insert itself.
     SQLAlchemy's per-row parameter handling cost more than the insert too."""
-    rows = [value for ev in events for value in _event_values(ev)]
     cursor = conn.connection.driver_connection.cursor()
     try:
-        for start in range(0, len(events), _ROWS_PER_INSERT):
-            count = min(_ROWS_PER_INSERT, len(events) - start)
-            values = rows[start * _EVENT_WIDTH : (start + count) * _EVENT_WIDTH]
-            cursor.execute(_insert_rows(count), values)
+        for start in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[start : start + _ROWS_PER_INSERT]
+            cursor.execute(_insert_rows(len(chunk)), [value for row in chunk for value in row])
     finally:
         cursor.close()
 
@@ -464,11 +467,11 @@ def delete_session_events(conn: Connection, run_id: str, session_id: str) -> Non
     conn.execute(delete(events).where(events.c.run_id == run_id, events.c.session_id == session_id))
 
 
-def _sessions_not_held(conn: Connection, events: Sequence[Event], owner: str) -> set[str]:
+def _sessions_not_held(conn: Connection, rows: Sequence[EventRow], owner: str) -> set[str]:
     """The batch's sessions whose lease `owner` does not hold. On PostgreSQL the held rows
     stay share-locked until the batch commits, so no claim can reset them in between."""
     table = models.sessions
-    wanted = {(event.run_id, event.session_id) for event in events}
+    wanted = {(row[0], row[1]) for row in rows}
     held: set[tuple[str, str]] = set()
     for run_id in {run for run, _ in wanted}:
         ids = [session for run, session in wanted if run == run_id]
@@ -504,12 +507,12 @@ def _held_sqlite(conn: Connection, run_id: str, ids: list[str], owner: str) -> l
     return held
 
 
-def _stored_keys(conn: Connection, events: Sequence[Event]) -> set[tuple[str, str, int]]:
-    """Which of these events' (run, session, seq) keys are already stored."""
+def _stored_keys(conn: Connection, rows: Sequence[EventRow]) -> set[tuple[str, str, int]]:
+    """Which of these rows' (run, session, seq) keys are already stored."""
     table = models.events
     spans: dict[tuple[str, str], list[int]] = {}
-    for ev in events:
-        spans.setdefault((ev.run_id, ev.session_id), []).append(ev.seq)
+    for run_id, session_id, seq, *_ in rows:
+        spans.setdefault((run_id, session_id), []).append(seq)
     stored: set[tuple[str, str, int]] = set()
     for (run_id, session_id), seqs in spans.items():
         query = select(table.c.seq).where(
@@ -848,42 +851,47 @@ class Store:
         is stored exactly once. With `owner`, events of sessions whose lease that worker no
         longer holds are dropped (their session was given to another attempt); returns those
         sessions."""
-        if not events:
+        return self.append_rows([event_row(event) for event in events], owner)
+
+    def append_rows(self, rows: Sequence[EventRow], owner: str | None = None) -> set[str]:
+        """`append_events` for events already turned into rows (`event_row`), such as those
+        the Core's store process receives: they were validated as events where made."""
+        if not rows:
             return set()
         uncertain = False
 
         def attempt() -> set[str]:
             nonlocal uncertain
             try:
-                return self._append_events(events, owner, skip_stored=uncertain)
+                return self._append_rows(rows, owner, skip_stored=uncertain)
             except StoreError as exc:
                 uncertain = uncertain or exc.transient
                 raise
 
         return self.retrying(attempt)
 
-    def _append_events(
-        self, events: Sequence[Event], owner: str | None, skip_stored: bool
+    def _append_rows(
+        self, rows: Sequence[EventRow], owner: str | None, skip_stored: bool
     ) -> set[str]:
-        first, last = events[0], events[-1]
+        (run_id, first, first_seq, *_), (_, last, last_seq, *_) = rows[0], rows[-1]
         what = (
-            f"cannot append {len(events)} events of run {first.run_id!r} (session "
-            f"{first.session_id!r} seq {first.seq} to session {last.session_id!r} seq {last.seq})"
+            f"cannot append {len(rows)} events of run {run_id!r} (session {first!r} seq "
+            f"{first_seq} to session {last!r} seq {last_seq})"
         )
         lost: set[str] = set()
         with self.transaction(what) as conn:
             if owner is not None:
-                lost = _sessions_not_held(conn, events, owner)
-                events = [event for event in events if event.session_id not in lost]
+                lost = _sessions_not_held(conn, rows, owner)
+                rows = [row for row in rows if row[1] not in lost]
             if skip_stored:
-                stored = _stored_keys(conn, events)
-                events = [ev for ev in events if (ev.run_id, ev.session_id, ev.seq) not in stored]
-            if not events:
+                stored = _stored_keys(conn, rows)
+                rows = [row for row in rows if row[:3] not in stored]
+            if not rows:
                 return lost
             if conn.dialect.name == "postgresql":
-                _copy_events(conn, events)
+                _copy_events(conn, rows)
             else:
-                _insert_events(conn, events)
+                _insert_events(conn, rows)
         return lost
 
     def iter_events(
