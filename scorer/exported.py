@@ -39,6 +39,8 @@ from streameval.core.store.export import (
     RUN_FIELDS,
     SCHEMA,
     SESSION_FIELDS,
+    STRICT_JSON,
+    line_problem,
 )
 from streameval.events import PAYLOAD_MODELS, EventPayload, PayloadError, read_payload
 from streameval.scorer.errors import ScoreError
@@ -69,15 +71,6 @@ _PAYLOADS: Mapping[str, Callable[[Any], EventPayload]] = {
     kind.value: model.__pydantic_validator__.validate_python
     for kind, model in PAYLOAD_MODELS.items()
 }
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-# Only for a line msgspec refused: the standard library's messages say what is wrong in the
-# terms `read_jsonl` reports (NaN and Infinity, which Python's json accepts, are refused).
-_EXPLAINER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 class _LineError(Exception):
@@ -257,7 +250,9 @@ def _json_problem(line: bytes, exc: msgspec.DecodeError) -> str:
     """Why a line is not JSON, as the standard library's parser puts it (msgspec counts
     bytes, and calls NaN just an invalid character)."""
     try:  # without its newline, or an unfinished line's error is at "column 1" of the next
-        _EXPLAINER.decode(line.rstrip(b"\r\n").decode("utf-8"))
+        # The standard library's messages say what is wrong in the terms `read_jsonl`
+        # reports (NaN and Infinity, which Python's json accepts, are refused).
+        STRICT_JSON.decode(line.rstrip(b"\r\n").decode("utf-8"))
     except UnicodeDecodeError as error:
         return f"not valid UTF-8 (byte {error.start + 1})"
     except json.JSONDecodeError as error:
@@ -281,19 +276,9 @@ def _line_type(obj: dict[str, Any], after_run: bool, last_type: str) -> str:
 
 
 def _check(obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool) -> None:
-    """The line has the fields, of the JSON types, that its type's table lists."""
-    missing = [name for name in fields if name not in obj]
-    if missing:
-        raise _LineError(f"{obj['type']} line lacks field(s) {', '.join(missing)}")
-    extra = [name for name in obj if name not in fields]
-    if exact and extra:
-        raise _LineError(f"{obj['type']} line has unknown field(s) {', '.join(extra)}")
-    for name, types in fields.items():
-        value = obj[name]
-        # JSON true/false parse as bool, which Python also counts as int.
-        if isinstance(value, bool) or not isinstance(value, types):
-            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise _LineError(f"field {name!r} must be {wanted}, got {value!r}")
+    problem = line_problem(obj, fields, exact)
+    if problem is not None:
+        raise _LineError(problem)
 
 
 def _error(path: Path, number: int, problem: str) -> ScoreError:

@@ -27,7 +27,7 @@ from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, score_exported, score_run, scores_of
 from streameval.scorer.source import RUN_FIELDS, EventRow, RunSource
 from tests.golden_runs import export_text
-from tests.test_export import RUN, filled_store
+from tests.test_export import RUN, corrupt, filled_store
 from tests.test_scorer_report import mixed_run
 
 runner = CliRunner()
@@ -241,14 +241,7 @@ def test_a_malformed_line_mid_file_is_named_with_its_number(
 ) -> None:
     path, lines = mixed_export(store, tmp_path)
     assert json.loads(lines[MIDDLE - 1])["kind"] == "frame_sent"
-    out = lines[:]
-    if isinstance(change, str):
-        out[MIDDLE - 1] = change
-    else:
-        obj = json.loads(out[MIDDLE - 1])
-        change(obj)
-        out[MIDDLE - 1] = json.dumps(obj)
-    bad = write(tmp_path / "bad.jsonl", out)
+    bad = write(tmp_path / "bad.jsonl", corrupt(lines, MIDDLE, change))
     with pytest.raises(ScoreError) as info:
         score_exported(bad)
     assert str(info.value) == f"{bad}: line {MIDDLE}: {problem}"

@@ -173,7 +173,28 @@ def _reject_constant(name: str) -> None:
 
 
 # One decoder for the whole file: json.loads with an option builds a new one per line.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def line_problem(
+    obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
+) -> str | None:
+    """What is wrong with a line against its type's table of fields and JSON types, or
+    None. `exact`: fields the table does not list are refused too."""
+    if obj.keys() != fields.keys():
+        missing = [name for name in fields if name not in obj]
+        if missing:
+            return f"{obj['type']} line lacks field(s) {', '.join(missing)}"
+        extra = [name for name in obj if name not in fields]
+        if exact and extra:
+            return f"{obj['type']} line has unknown field(s) {', '.join(extra)}"
+    for name, types in fields.items():
+        value = obj[name]
+        # JSON true/false parse as bool, which Python also counts as int.
+        if isinstance(value, bool) or not isinstance(value, types):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"field {name!r} must be {wanted}, got {value!r}"
+    return None
 
 
 def export_jsonl(store: Store, run_id: str, out: TextIO) -> int:
@@ -255,7 +276,7 @@ class _Reader:
 
     def _parse(self, number: int, text: str) -> dict[str, Any]:
         try:
-            obj = _DECODER.decode(text)
+            obj = STRICT_JSON.decode(text)
         except json.JSONDecodeError as exc:
             raise self._error(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
         except ValueError as exc:
@@ -302,24 +323,9 @@ class _Reader:
     def _check(
         self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
     ) -> None:
-        if obj.keys() != fields.keys():
-            self._field_names_error(number, obj, fields, exact)
-        for name, types in fields.items():
-            value = obj[name]
-            # JSON true/false parse as bool, which Python also counts as int.
-            if isinstance(value, bool) or not isinstance(value, types):
-                wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-                raise self._error(number, f"field {name!r} must be {wanted}, got {value!r}")
-
-    def _field_names_error(
-        self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
-    ) -> None:
-        missing = [name for name in fields if name not in obj]
-        if missing:
-            raise self._error(number, f"{obj['type']} line lacks field(s) {', '.join(missing)}")
-        extra = [name for name in obj if name not in fields]
-        if exact and extra:
-            raise self._error(number, f"{obj['type']} line has unknown field(s) {', '.join(extra)}")
+        problem = line_problem(obj, fields, exact)
+        if problem is not None:
+            raise self._error(number, problem)
 
     def _error(self, number: int, message: str) -> ExportFormatError:
         return ExportFormatError(f"{self._path}: line {number}: {message}")
