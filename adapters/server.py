@@ -24,6 +24,7 @@ from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
+from streameval.open_files import raise_open_file_limit
 from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
@@ -235,6 +236,7 @@ async def serve(
     """Serve `adapter` until cancelled. `ready(port)` is called once it listens (the model
     may still be loading: see the module's readiness rules). Raises `AdapterStartFailed`
     `failed_linger_s` after the adapter's `start` failed."""
+    raise_open_file_limit()  # a session is an open socket: a thousand would hit the soft limit
     loads = _overrides_start(adapter)
     if loads:
         adapter.readiness = LOADING

@@ -11,7 +11,8 @@ cache, logs and HTTP probes, spreading the slots over the endpoints in proportio
 from __future__ import annotations
 
 import logging
-import resource
+
+from streameval.open_files import raise_open_file_limit
 
 # One local port per connection to an endpoint's host:port: a Core cannot hold more.
 MAX_ENDPOINT_CONCURRENCY = 65_535
@@ -19,20 +20,6 @@ MAX_ENDPOINT_CONCURRENCY = 65_535
 RESERVED_FILES = 256
 
 log = logging.getLogger(__name__)
-
-
-def raise_open_file_limit() -> int:
-    """Raise the soft open-file limit to the hard one; return the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_ENDPOINT_CONCURRENCY + RESERVED_FILES
-    if hard == resource.RLIM_INFINITY or soft >= hard:
-        return soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError):  # a container may refuse it: keep what there is
-        return soft
-    return hard
 
 
 def session_capacity() -> int:

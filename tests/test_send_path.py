@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import resource
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from streameval.core.api import AdapterRegistration
-from streameval.core.capacity import raise_open_file_limit, slots_per_endpoint
+from streameval.core.capacity import slots_per_endpoint
 from streameval.core.collector import fewer_pauses
 from streameval.core.config import EndpointConfig
 from streameval.core.failures import FailureStage, SessionFailure
@@ -35,6 +38,7 @@ from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
 from streameval.core.worker import Worker
 from streameval.events import Event, EventKind
+from streameval.open_files import raise_open_file_limit
 from streameval.protocol import decode_frame
 from tests.event_examples import example
 from tests.test_pacing import QA, FakeClock, FakeSocket, FakeStream, frame, step
@@ -325,6 +329,35 @@ def test_an_endpoint_takes_more_than_1024_sessions():
     assert EndpointConfig(url="ws://127.0.0.1:1/ws", concurrency=2000).concurrency == 2000
     assert AdapterRegistration(name="m", url="ws://127.0.0.1:1/ws", concurrency=5000)
     assert raise_open_file_limit() > 0
+
+
+def soft_open_file_limit(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit in /proc")
+
+
+def test_an_adapter_server_raises_its_own_open_file_limit():
+    """Each session is a socket in the adapter too: started with a soft limit of 256 (the
+    hard one higher), the adapter serves with the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard open-file limit is {hard}: nothing to raise")
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    command = [sys.executable, "-m", "streameval.adapters", "silent", "--port", "0"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, preexec_fn=low_soft_limit)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("streameval-adapter listening on")
+        expected = hard if hard != resource.RLIM_INFINITY else 256
+        assert soft_open_file_limit(child.pid) == expected
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_slots_fit_what_the_process_holds():
