@@ -1,10 +1,11 @@
 """Drive one session against one adapter endpoint and record everything that happens.
 
 The driver is I/O glue. It connects (connection.py), reads the hello, then plays the
-timeline under a pacing (pacing.py) through the send path (sender.py) while a receive loop
-timestamps every adapter message on arrival with the Core's monotonic clock and feeds it to
-the protocol state machine (protocol_state.py), which says what to record, what it resolves
-and whether it broke the protocol. Any failure, from a refused connection to a malformed
+timeline under a pacing (pacing.py) through the send path (sender.py), while the receive
+side, called by the connection for each adapter message as it is parsed, timestamps it on
+arrival with the Core's monotonic clock and feeds it to the protocol state machine
+(protocol_state.py), which says what to record, what it resolves and whether it broke the
+protocol. Any failure, from a refused connection to a malformed
 message, ends the session as `failed` with a stage, a reason and a cause (failures.py); it
 never propagates out of `run()`.
 """
