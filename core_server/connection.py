@@ -42,6 +42,7 @@ class AdapterConnection(ClientConnection):
     _on_closed: Callable[[ConnectionClosed], None] | None = None
     _held: list[tuple[Arrival, int]] | None = None
     _fragments: list[Frame] | None = None
+    _refused = False  # a message was refused and the connection is closing
 
     def deliver_to(
         self,
@@ -61,13 +62,14 @@ class AdapterConnection(ClientConnection):
             return
         if event.opcode is Opcode.PONG:
             self.acknowledge_pings(bytes(event.data))
-        if event.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+        if event.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT) or self._refused:
             return
         arrived = time.monotonic_ns()
         if not event.fin or self._fragments is not None:
             self._fragments = [*(self._fragments or ()), event]
             if len(self._fragments) > MAX_FRAGMENTS:
-                self._fragments = None
+                # The frames parsed with this one still come here: none is a message.
+                self._fragments, self._refused = None, True
                 self.protocol.fail(CloseCode.MESSAGE_TOO_BIG, "too many fragments")
                 self.send_data()
                 return

@@ -379,6 +379,21 @@ def test_events_come_back_in_session_seq_order(store: Store) -> None:
     assert store.count_events(RUN) == 80
 
 
+def test_a_large_batch_is_fenced_by_lease_and_stored_whole(store: Store) -> None:
+    """1,000 sessions in one batch (more than one lease query's parameters) and 1,900 rows
+    (many INSERTs): the events of the 50 sessions another worker holds are dropped, every
+    other one is stored in order."""
+    sessions = {f"s{k:04d}": ["qa-1"] for k in range(1000)}
+    new_run(store, sessions)
+    held = sorted(sessions)[:950]
+    table = models.sessions
+    with store.engine.begin() as conn:
+        conn.execute(table.update().where(table.c.session_id.in_(held)).values(lease_owner="w1"))
+    events = [make_event(session, seq) for session in sorted(sessions) for seq in range(2)]
+    assert store.append_events(events, owner="w1") == set(sorted(sessions)[950:])
+    assert list(store.iter_events(RUN)) == events[: 2 * 950]
+
+
 def test_duplicate_event_key_rejects_the_whole_batch(store: Store) -> None:
     new_run(store)
     store.append_events([make_event("s1", 0), make_event("s1", 1)])
