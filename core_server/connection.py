@@ -66,7 +66,9 @@ class AdapterConnection(ClientConnection):
             return
         arrived = time.monotonic_ns()
         if not event.fin or self._fragments is not None:
-            self._fragments = [*(self._fragments or ()), event]
+            if self._fragments is None:
+                self._fragments = []
+            self._fragments.append(event)
             if len(self._fragments) > MAX_FRAGMENTS:
                 # The frames parsed with this one still come here: none is a message.
                 self._fragments, self._refused = None, True
@@ -85,7 +87,9 @@ class AdapterConnection(ClientConnection):
         if self._on_message is not None:
             self._on_message(raw, arrived)
         else:
-            self._held = [*(self._held or ()), (raw, arrived)]
+            if self._held is None:
+                self._held = []
+            self._held.append((raw, arrived))
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
