@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import httpx
@@ -36,7 +37,8 @@ class AdapterConnection(ClientConnection):
     task waking up, no queue and no future per message (with `recv()` those were a third of
     the Core's cost per frame). Text arrives as `str`, binary as `bytes`; a text message
     that is not UTF-8 arrives as the UnicodeDecodeError. What arrives before `deliver_to`
-    (the hello may come with the handshake's response) is held and handed over then."""
+    (the hello may come with the handshake's response) is held and handed over then.
+    `recv()` is not used on it: it would wait for messages that never reach its queue."""
 
     _on_message: Callable[[Arrival, int], None] | None = None
     _on_closed: Callable[[ConnectionClosed], None] | None = None
@@ -55,6 +57,9 @@ class AdapterConnection(ClientConnection):
             on_message(raw, arrived)
         if self.protocol.state is CLOSED:
             on_closed(self.protocol.close_exc)
+
+    async def recv(self, *_args: object, **_kwargs: object) -> NoReturn:
+        raise TypeError("an AdapterConnection hands each message to deliver_to's callback")
 
     def process_event(self, event: Event) -> None:
         if self.response is None or not isinstance(event, Frame):

@@ -386,7 +386,14 @@ def test_a_slow_start_keeps_serving_and_no_session_is_lost(stand_in, tiny_model,
             )
             # ...and, given time, waited for until it is ready.
             ws = await connect_adapter(served.url, 5, ready_timeout_s=120)
-            hello = json.loads(await ws.recv())
+            first: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def arrived(raw: object, _arrived_ns: int) -> None:
+                if not first.done():
+                    first.set_result(str(raw))
+
+            ws.deliver_to(arrived, lambda _closed: None)
+            hello = json.loads(await asyncio.wait_for(first, 10))
             await ws.close()
             return hello, time.monotonic()
 
