@@ -506,19 +506,10 @@ class Event:
 
     def __post_init__(self) -> None:
         kind = _KINDS.get(self.kind)
-        payload = self.payload
         # Readers pass the payload they validated (read_payload): only its type is checked.
-        if kind is None or type(payload) is not _MODEL_OF[kind]:
-            if kind is not None and type(payload) is dict:
-                # The Core's own events, a dict each: the validator's one call (this runs
-                # twice per frame sent).
-                try:
-                    self.payload = _VALIDATORS[kind].validate_python(payload)
-                except ValidationError as exc:
-                    raise _payload_error(kind, exc) from None
-            else:
-                kind = event_kind(self.kind)
-                self.payload = validate_payload(kind, payload)
+        if kind is None or type(self.payload) is not _MODEL_OF[kind]:
+            kind = event_kind(self.kind)
+            self.payload = validate_payload(kind, self.payload)
         self.kind = kind
 
 
