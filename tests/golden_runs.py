@@ -1,19 +1,22 @@
 """Recorded runs and their scores, frozen so that a refactoring of the Core or the scorer can
 show it changes no number (tests/test_golden_scores.py).
 
-Two runs, made once with the code of the commit that wrote them:
+Three runs, made once with the code of the commit that wrote them:
 - `demo`: the `streameval demo` run (synthetic benchmark, reference adapter), exported whole.
+- `trace_fixture`: the TRACE release written for these tests (tests/fixtures/trace_release)
+  run with `ScriptedAdapter`, exported whole (its records are ours to keep).
 - `trace_sample`: the TRACE release sample (../shared/data) run with `ScriptedAdapter`. The
   sample's annotations must not be copied into the project, so only its events are kept,
   with the question and instruction texts blanked (the scorer reads neither), and the
   adapter says no annotated sentence (REC counts, golden option texts and fixed phrases
-  only). Its record lines are rebuilt from ../shared/data when the scores are checked.
+  only). Its record lines are rebuilt from ../shared/data when the scores are checked, and
+  its check is skipped where that folder is absent.
 
-`python -m tests.golden_runs` records both runs again and rewrites the golden scores: do it
-only when a change of the scores is intended, and say why in the commit. With
-`--scores-only` the frozen runs are kept and only their scores are rewritten: for a change
-of what the scorer reports (a new metric) that must not touch the recorded events, which
-then keep checking that events of older Cores still read.
+`python -m tests.golden_runs [NAME ...]` records the named runs (default: all) again and
+rewrites their golden scores: do it only when a change of the scores is intended, and say
+why in the commit. With `--scores-only` the frozen runs are kept and only their scores are
+rewritten: for a change of what the scorer reports (a new metric) that must not touch the
+recorded events, which then keep checking that events of older Cores still read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,8 @@ from streameval.scorer.report import score_exported
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trace_release"
-RUNS = ("demo", "trace_sample")
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "trace_release"
+RUNS = ("demo", "trace_fixture", "trace_sample")
 _BLANKED = {"question_sent": ("text", "options"), "instruction_sent": ("text",)}
 
 
@@ -83,7 +89,7 @@ def scores(name: str, profile: str, directory: Path) -> dict[str, Any]:
     quote its annotations)."""
     path = directory / f"{name}.jsonl"
     path.write_text(export_text(name), encoding="utf-8")
-    return score_exported(path, profile).to_json(include_records=name == "demo")
+    return score_exported(path, profile).to_json(include_records=name != "trace_sample")
 
 
 def golden_scores(name: str) -> dict[str, Any]:
@@ -109,7 +115,7 @@ def _record_demo(store_url: str, directory: Path) -> str:
         return _export(store, execute(config, store).run_id, keep_records=True)
 
 
-def _record_trace_sample(store_url: str, directory: Path) -> str:
+def _record_trace(release: Path, keep_records: bool, store_url: str, directory: Path) -> str:
     from streameval.core.adapter_process import AdapterProcess
     from streameval.core.config import EndpointConfig, RunConfig
     from streameval.core.store.store import Store
@@ -118,7 +124,7 @@ def _record_trace_sample(store_url: str, directory: Path) -> str:
     path = directory / "trace"
     path.mkdir()
     for part in ("qa.jsonl", "proactive.jsonl"):
-        (path / part).write_text((SAMPLE / part).read_text())
+        (path / part).write_text((release / part).read_text())
     benchmark = load_benchmark(str(path), directory / "cache")
     stand_in_videos(benchmark, path)
     script = directory / "script.json"
@@ -133,7 +139,7 @@ def _record_trace_sample(store_url: str, directory: Path) -> str:
             endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
             cache_dir=str(directory / "cache"),
         )
-        return _export(store, execute(config, store).run_id, keep_records=False)
+        return _export(store, execute(config, store).run_id, keep_records=keep_records)
 
 
 def _export(store, run_id: str, keep_records: bool) -> str:
@@ -153,12 +159,19 @@ def _export(store, run_id: str, keep_records: bool) -> str:
     return "\n".join(kept) + "\n"
 
 
-def record() -> None:
+RECORDERS: dict[str, Callable[[str, Path], str]] = {
+    "demo": _record_demo,
+    "trace_fixture": partial(_record_trace, FIXTURE, True),
+    "trace_sample": partial(_record_trace, SAMPLE, False),
+}
+
+
+def record(names: list[str]) -> None:
     with tempfile.TemporaryDirectory() as temporary:
         directory = Path(temporary)
         os.environ["STREAMEVAL_CACHE_DIR"] = str(directory / "streameval-cache")
-        recorders = {"demo": _record_demo, "trace_sample": _record_trace_sample}
-        for name, recorder in recorders.items():
+        for name in names:
+            recorder = RECORDERS[name]
             (directory / name).mkdir()
             text = recorder(f"sqlite:///{directory / name}.db", directory / name)
             with gzip.open(GOLDEN / f"{name}.jsonl.gz", "wt", encoding="utf-8") as handle:
@@ -168,9 +181,9 @@ def record() -> None:
                 json.dump(frozen, handle, sort_keys=True)
 
 
-def rescore() -> None:
+def rescore(names: list[str]) -> None:
     with tempfile.TemporaryDirectory() as temporary:
-        for name in RUNS:
+        for name in names:
             frozen = {
                 profile: scores(name, profile, Path(temporary)) for profile in SCORING_PROFILES
             }
@@ -180,4 +193,9 @@ def rescore() -> None:
 
 if __name__ == "__main__":
     GOLDEN.mkdir(exist_ok=True)
-    rescore() if "--scores-only" in sys.argv[1:] else record()
+    arguments = sys.argv[1:]
+    names = [name for name in arguments if name != "--scores-only"] or list(RUNS)
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown:
+        sys.exit(f"error: no golden run named {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    rescore(names) if "--scores-only" in arguments else record(names)

@@ -29,7 +29,7 @@ from streameval.core.runner import RunExecutor, RunSummary
 from streameval.core.store.store import Store
 from streameval.scorer.report import score_run
 from tests.test_import_streamingbench import entries
-from tests.test_import_trace import raw_lines, sample
+from tests.test_import_trace import FIXTURES, raw_lines
 
 runner = CliRunner()
 
@@ -76,52 +76,49 @@ def stats(path: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def test_stats_of_the_trace_sample() -> None:
-    release = sample("trace_release")
+def test_stats_of_the_trace_fixture() -> None:
+    release = FIXTURES / "trace_release"
     qa = raw_lines(release / "qa.jsonl")
     proactive = raw_lines(release / "proactive.jsonl")
     got = stats(release)
-    assert got["records"] == len(qa) + len(proactive) == 39
-    assert got["questions"] == 39  # TRACE counts each QA question and each instruction
-    assert got["windows"] == sum(len(r["windows"]) for r in proactive) == 118
+    assert got["records"] == len(qa) + len(proactive) == 30
+    assert got["questions"] == 30  # TRACE counts each QA question and each instruction
+    assert got["windows"] == sum(len(r["windows"]) for r in proactive) == 60
     assert got["by_task_type"]["stream bench proactive"] == 3
     assert got["windows_by_task_type"] == {
-        "CRR": 5,
-        "REC": 33,
-        "SSR": 16,
-        "stream bench proactive": 64,
+        "CRR": 3,
+        "REC": 15,  # 7 + 5 + 3
+        "SSR": 10,  # 3 + 4 + 3
+        "stream bench proactive": 32,  # 1 + 1 + 30
     }
-    assert got["durations"]["question_time_s"] == {"min": 14.0, "mean": 175.81, "max": 431.0}
+    # The 18 question times add up to 791 s.
+    assert got["durations"]["question_time_s"] == {"min": 14.0, "mean": 43.944, "max": 92.0}
     assert got["format"] == "trace"
     tiny = invoke("stats", release, "--subset", "tiny", "--json")
-    assert json.loads(tiny.stdout)["records"] == 18
+    assert json.loads(tiny.stdout)["records"] == 11
 
 
-def test_stats_of_the_ovo_sample_count_probes_as_questions() -> None:
-    path = sample("ovo_bench", "ovo_bench_sample.json")
+def test_stats_of_the_ovo_fixture_count_probes_as_questions() -> None:
+    path = FIXTURES / "ovo_bench" / "ovo_bench_new.json"
     raw = json.loads(path.read_text())
     probes = sum(len(e.get("test_info", ())) for e in raw)
     got = stats(path)
-    assert got["records"] == len(raw) == 36
-    assert got["by_task_type"] == {e["task"]: 3 for e in raw}
-    assert got["probes"] == probes == 93
-    assert got["questions"] == 27 + 9 + 93
-    # REC: one window per rise of the count (6 + 4 + 1); SSR: one per step; CRR: one each.
-    assert got["windows_by_task_type"] == {"CRR": 3, "REC": 11, "SSR": 11}
-    assert got["windows"] == 25
+    assert got["records"] == len(raw) == 25
+    assert got["by_task_type"] == {**{e["task"]: 2 for e in raw}, "REC": 3}
+    # CRR 5 + 5; REC 9 + 7 + 3; SSR 13 + 18 (3 for a first step, 5 for each later one)
+    assert got["probes"] == probes == 60
+    assert got["questions"] == 18 + 7 + 60
+    # REC: one window per rise of the count (3 + 4 + 1); SSR: one per step; CRR: one each.
+    assert got["windows_by_task_type"] == {"CRR": 2, "REC": 8, "SSR": 7}
+    assert got["windows"] == 17
 
 
 @pytest.mark.parametrize(
-    ("name", "records", "windows"),
-    [
-        ("questions_real_sample.json", 6, 0),
-        ("questions_omni_sample.json", 6, 0),
-        ("questions_sqa_sample.json", 15, 0),
-        ("questions_proactive_sample.json", 6, 6),
-    ],
+    ("part", "records", "windows"),
+    [("real", 4, 0), ("omni", 4, 0), ("sqa", 8, 0), ("proactive", 4, 4)],
 )
-def test_stats_of_the_streamingbench_samples(name: str, records: int, windows: int) -> None:
-    path = sample("streamingbench", name)
+def test_stats_of_the_streamingbench_fixtures(part: str, records: int, windows: int) -> None:
+    path = FIXTURES / "streamingbench" / f"questions_{part}.json"
     questions = sum(len(e["questions"]) for e in entries(path))
     got = stats(path)
     assert (got["records"], got["questions"], got["windows"]) == (questions, questions, windows)
@@ -129,11 +126,11 @@ def test_stats_of_the_streamingbench_samples(name: str, records: int, windows: i
 
 
 def test_stats_text() -> None:
-    done = invoke("stats", sample("ovo_bench", "ovo_bench_sample.json"))
+    done = invoke("stats", FIXTURES / "ovo_bench" / "ovo_bench_new.json")
     assert done.exit_code == 0
     lines = done.stdout.splitlines()
-    assert lines[1] == "questions 129 (27 QA, 9 instructions, 93 probes); windows 25"
-    assert "  REC                                            3       11" in lines
+    assert lines[1] == "questions 85 (18 QA, 7 instructions, 60 probes); windows 17"
+    assert f"  {'REC':<40} {3:>7}  {8:>7}" in lines
 
 
 # ----------------------------------------------------------------------------- validate
@@ -143,57 +140,58 @@ def test_stats_text() -> None:
     "parts",
     [
         ("trace_release",),
-        ("ovo_bench", "ovo_bench_sample.json"),
-        ("streamingbench", "questions_sqa_sample.json"),
+        ("trace_release", "with_manifest"),
+        ("ovo_bench", "ovo_bench_new.json"),
+        ("streamingbench", "questions_sqa.json"),
     ],
 )
-def test_the_samples_validate_clean(parts: tuple[str, ...]) -> None:
-    path = sample(*parts)
+def test_the_fixtures_validate_clean(parts: tuple[str, ...]) -> None:
+    path = FIXTURES.joinpath(*parts)
     done = invoke("validate", path)
     assert done.exit_code == 0, done.output
     assert done.stdout.splitlines()[-1].startswith(f"{path}: no problems in ")
 
 
 def test_videos_exactly_as_long_as_the_annotations_pass(tmp_path: Path) -> None:
-    path = sample("streamingbench", "questions_proactive_sample.json")
+    path = FIXTURES / "streamingbench" / "questions_proactive.json"
     stand_in_videos(load_benchmark(str(path), tmp_path), tmp_path, margin_s=0)
-    # The latest annotated time of sample_5_proactive.mp4 is its ground truth, 00:00:17.
-    assert video_duration_s(tmp_path / "videos" / "sample_5_proactive.mp4") == 17.0
+    # The latest annotated time of sample_933_proactive.mp4 is its ground truth, 00:00:17.
+    assert video_duration_s(tmp_path / "videos" / "sample_933_proactive.mp4") == 17.0
     done = invoke("validate", path, "--video-root", tmp_path, "--json")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
-    assert (report["ok"], report["records"], report["videos_checked"]) == (True, 6, 5)
+    assert (report["ok"], report["records"], report["videos_checked"]) == (True, 4, 3)
 
 
 @pytest.fixture
 def defective_release(tmp_path: Path) -> tuple[Path, Path, int]:
-    """Six short records of the TRACE sample with one injected defect each, plus a
+    """Six short records of the TRACE fixture with one injected defect each, plus a
     truncated seventh line; returns (release, video root, truncation column)."""
-    source = sample("trace_release")
+    source = FIXTURES / "trace_release"
     qa = {r["record_id"]: r for r in raw_lines(source / "qa.jsonl")}
     proactive = {r["record_id"]: r for r in raw_lines(source / "proactive.jsonl")}
     videos = tmp_path / "videos-root"
 
-    unknown_letter = {**qa["streambench_qa:16"], "answer": "E"}
+    unknown_letter = {**qa["streambench_qa:901"], "answer": "E"}
     write_video(videos / unknown_letter["video_path"], 15)
-    too_long = qa["streambench_qa:417"]  # asked at 19 s, its video lasts 10 s
+    too_long = qa["streambench_qa:905"]  # asked at 19 s, its video lasts 10 s
     write_video(videos / too_long["video_path"], 10)
-    missing = qa["streambench_qa:396"]  # no video written
-    broken = qa["streambench_qa:455"]
+    missing = qa["streambench_qa:909"]  # no video written
+    broken = qa["streambench_qa:910"]
     (videos / broken["video_path"]).write_bytes(b"\x00" * 2048)
 
-    swapped = json.loads(json.dumps(proactive["ovo_bench_proactive:1571"]))
+    swapped = json.loads(json.dumps(proactive["ovo_bench_proactive:1921"]))
     for items in (swapped["windows"], swapped["metadata"]["trigger_annotations"]):
         items[0], items[1] = items[1], items[0]
     write_video(videos / swapped["video_path"], 25)
-    reversed_ = json.loads(json.dumps(proactive["ovo_bench_proactive:1575"]))
+    reversed_ = json.loads(json.dumps(proactive["ovo_bench_proactive:1922"]))
     reversed_["windows"][2]["end_s"] = 9.0
     reversed_["metadata"]["trigger_annotations"][2]["response_window_end_s"] = 9.0
-    write_video(videos / reversed_["video_path"], 25)
+    write_video(videos / reversed_["video_path"], 50)
 
     release = tmp_path / "release"
     release.mkdir()
-    whole = json.dumps(qa["streambench_qa:16"])
+    whole = json.dumps(qa["streambench_qa:901"])
     truncated = whole[: whole.index("What unusual") + 4]  # cut inside the question
     qa_lines = [json.dumps(r) for r in (unknown_letter, too_long, missing, broken)]
     (release / "qa.jsonl").write_text("\n".join([*qa_lines, truncated]) + "\n")
@@ -215,14 +213,14 @@ def test_validate_reports_each_injected_defect_on_its_line(defective_release) ->
     assert sorted(problems) == sorted(
         [
             f"qa.jsonl:5: not valid JSON at column {column}: unterminated string starting",
-            "streambench_qa:16: unknown answer letter 'E' (options A-D)",
-            "ovo_bench_proactive:1571: window 2 starts at 0.1s, before window 1 at 1.6s "
+            "streambench_qa:901: unknown answer letter 'E' (options A-D)",
+            "ovo_bench_proactive:1921: window 2 starts at 0.2s, before window 1 at 1.7s "
             "(windows out of order)",
-            "ovo_bench_proactive:1575: window 3 [9.85s, 9s) is empty or reversed",
-            "videos/sample_138_real.mp4: missing video: "
-            f"{videos}/videos/sample_138_real.mp4 does not exist (needed by 1 record)",
-            "videos/sample_376_real.mp4: undecodable video: "
-            f"{videos}/videos/sample_376_real.mp4: Invalid data found when processing input "
+            "ovo_bench_proactive:1922: window 3 [27.5s, 9s) is empty or reversed",
+            "videos/sample_909_real.mp4: missing video: "
+            f"{videos}/videos/sample_909_real.mp4 does not exist (needed by 1 record)",
+            "videos/sample_910_real.mp4: undecodable video: "
+            f"{videos}/videos/sample_910_real.mp4: Invalid data found when processing input "
             "(needed by 1 record)",
         ]
     )
@@ -230,16 +228,15 @@ def test_validate_reports_each_injected_defect_on_its_line(defective_release) ->
     assert "no manifest.json" in done.stderr
     # Past the video's end is a warning: the file is usable, a run fails that record only.
     assert (
-        "warning: streambench_qa:417: question at 19s is past the end of its video "
-        "(10.00s, videos/sample_467_real.mp4); a run fails this record"
+        "warning: streambench_qa:905: question at 19s is past the end of its video "
+        "(10.00s, videos/sample_905_real.mp4); a run fails this record"
     ) in done.stderr.splitlines()
 
     as_json = json.loads(invoke("validate", release, "--video-root", videos, "--json").stdout)
     assert as_json["ok"] is False and len(as_json["problems"]) == 6
-    assert [w.split(":", 2)[1] for w in as_json["warnings"]] == ["417"]
-    assert {"where": "streambench_qa:16", "message": "unknown answer letter 'E' (options A-D)"} in (
-        as_json["problems"]
-    )
+    assert [w.split(":", 2)[1] for w in as_json["warnings"]] == ["905"]
+    unknown = {"where": "streambench_qa:901", "message": "unknown answer letter 'E' (options A-D)"}
+    assert unknown in as_json["problems"]
 
 
 def test_without_a_video_root_only_the_records_are_checked(defective_release) -> None:
@@ -300,15 +297,15 @@ def execute(config: RunConfig, store: Store) -> RunSummary:
 @pytest.mark.parametrize(
     ("parts", "source", "windows"),
     [
-        (("trace_release",), "trace", 118),
-        (("ovo_bench", "ovo_bench_sample.json"), "ovo_bench", 25),
-        (("streamingbench", "questions_proactive_sample.json"), "streamingbench", 6),
+        (("trace_release",), "trace", 60),
+        (("ovo_bench", "ovo_bench_new.json"), "ovo_bench", 17),
+        (("streamingbench", "questions_proactive.json"), "streamingbench", 4),
     ],
 )
 def test_imported_records_run_end_to_end_and_are_scored(parts, source, windows, tmp_path):
-    """Every record of a sample runs through the Core against the `always` baseline adapter
+    """Every record of a fixture runs through the Core against the `always` baseline adapter
     on stand-in videos, and the run is scored."""
-    original = sample(*parts)
+    original = FIXTURES.joinpath(*parts)
     # The copy sits in its video root (the default one), so that the run names only a path.
     root = tmp_path / "data"
     if original.is_dir():

@@ -1,5 +1,6 @@
-"""OVO-Bench import: the real sample (3 records of each of the 12 task types of
-ovo_bench_new.json) in ../shared/data, and entries written here."""
+"""OVO-Bench import: the file written for these tests in the format of ovo_bench_new.json
+(tests/fixtures/ovo_bench: two entries of each of the 12 task types, three of REC), and
+entries written here."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import pytest
 from streameval.core.benchmark.importing import BenchmarkError, Problem
 from streameval.core.benchmark.loader import import_path, load_benchmark
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from tests.test_import_trace import sample
+from tests.test_import_trace import FIXTURES
 
 TASKS = ("EPM", "ASI", "HLD", "OCR", "ACR", "ATR", "STU", "FPD", "OJR", "REC", "SSR", "CRR")
+OVO_FILE = FIXTURES / "ovo_bench" / "ovo_bench_new.json"
 
 
 @pytest.fixture
 def ovo_file() -> Path:
-    return sample("ovo_bench", "ovo_bench_sample.json")
+    return OVO_FILE
 
 
 def by_id(path: Path) -> dict:
@@ -31,13 +33,13 @@ def test_all_twelve_task_types_load_with_their_ids(ovo_file: Path) -> None:
     imported = import_path(ovo_file)
     assert (imported.format, imported.problems) == ("ovo_bench", [])
     records = imported.benchmark.records
-    assert len(records) == len(raw) == 36
+    assert len(records) == len(raw) == 25
     assert Counter(r.task_type for r in records) == Counter(e["task"] for e in raw)
-    assert Counter(r.task_type for r in records) == dict.fromkeys(TASKS, 3)
+    assert Counter(r.task_type for r in records) == {**dict.fromkeys(TASKS, 2), "REC": 3}
     assert [r.source_id for r in records] == [str(e["id"]) for e in raw]
     assert [r.record_id for r in records] == [f"ovo_bench:{e['id']}" for e in raw]
     forward = [r for r in records if isinstance(r, ProactiveRecord)]
-    assert len(forward) == sum(e["task"] in ("REC", "SSR", "CRR") for e in raw) == 9
+    assert len(forward) == sum(e["task"] in ("REC", "SSR", "CRR") for e in raw) == 7
     assert {r.task_type for r in forward} == {"REC", "SSR", "CRR"}
     assert imported.benchmark.video_root == str(ovo_file.parent)
 
@@ -56,10 +58,11 @@ def test_questions_get_labels_and_the_gold_letter(ovo_file: Path) -> None:
         assert record.answer == letters[entry["gt"]]
         assert record.question_time_s == record.evidence_anchor_s == entry["realtime"]
         assert record.metadata["answer_text"] == entry["answer"]
-    hld = records["438"]
-    assert hld.options[1] == "B. Unable to answer" and hld.answer == "B"
-    assert hld.metadata["category"] == "backward"
-    assert records["1117"].question_time_s == 0.03  # FPD asked at the first frame
+    hld = records["2162"]
+    assert hld.options == ("A. It is clearly on.", "B. Unable to answer", "C. It is clearly off.")
+    assert hld.answer == "B" and hld.metadata["category"] == "backward"
+    assert records["2151"].question_time_s == 0.03  # FPD asked at the first frame
+    assert records["2182"].answer == "B" and records["2182"].question_time_s == 128.3
 
 
 def test_rec_triggers_are_the_probes_where_the_count_grows(ovo_file: Path) -> None:
@@ -75,50 +78,56 @@ def test_rec_triggers_are_the_probes_where_the_count_grows(ovo_file: Path) -> No
         assert len(record.triggers) == rises
         assert record.metadata["probes"] == entry["test_info"]
         assert record.metadata["activity"] == entry["activity"]
-    rec = records["1565"]
+    rec = records["2192"]
     assert rec.instruction_time_s == 0.0
     assert [(t.point_s, t.answer) for t in rec.triggers] == [
-        (13.0, "1"),
-        (14.0, "2"),
-        (15.0, "3"),
-        (17.0, "4"),
+        (11.0, "1"),
+        (12.0, "2"),
+        (14.0, "3"),
+        (16.0, "4"),
     ]
     assert [(t.evidence_start_s, t.evidence_end_s) for t in rec.triggers] == [
-        (11, 13),
-        (13, 14),
-        (14, 15),
-        (15, 17),
+        (9, 11),
+        (11, 12),
+        (12, 14),
+        (14, 16),
     ]
     assert {t.trigger_type for t in rec.triggers} == {"event_completion"}
+    # Probes where the count stays are no trigger.
+    assert [(t.point_s, t.answer) for t in records["2191"].triggers] == [
+        (26.0, "1"),
+        (47.0, "2"),
+        (77.0, "3"),
+    ]
     # A count already reached at the first probe is one trigger at that probe.
-    assert [(t.point_s, t.answer) for t in records["1631"].triggers] == [(4.0, "1")]
+    assert [(t.point_s, t.answer) for t in records["2193"].triggers] == [(3.0, "1")]
 
 
 def test_ssr_steps_are_state_intervals_and_crr_a_clue_point(ovo_file: Path) -> None:
     records = by_id(ovo_file)
-    ssr = records["1553"]
+    ssr = records["2202"]
     assert [(t.interval_start_s, t.interval_end_s, t.answer) for t in ssr.triggers] == [
-        (98, 118, "melt the wax with water"),
-        (119, 132, "put the candle wick into a vessel"),
-        (133, 175, "pour the wax into the vessel"),
-        (176, 185, "wait for the candle until concretion"),
+        (3, 15, "fold the sheet in half"),
+        (20, 33, "fold the corners down"),
+        (38, 50, "turn up the edges"),
+        (55, 64, "open the boat"),
     ]
     assert all(t.is_state for t in ssr.triggers)
-    assert '"make candle"' in ssr.instruction
-    assert len(ssr.metadata["probes"]) == 18
+    assert '"make paper boat"' in ssr.instruction
+    assert len(ssr.metadata["probes"]) == 18  # 3 for the first step, 5 for each later one
 
-    crr = records["1471"]
+    crr = records["2131"]
     assert crr.instruction == (
-        "The man is writing on a piece of paper, what does he do with the paper?"
+        "The woman opens the parcel at the table, what does she find inside?"
     )
-    assert crr.instruction_time_s == 361
+    assert crr.instruction_time_s == 30
     (clue,) = crr.triggers
     assert (clue.trigger_type, clue.point_s, clue.answer) == (
         "clue_sufficient",
-        367,
-        "He gives it to the lady.",
+        36,
+        "A pair of red gloves.",
     )
-    assert crr.metadata["clue_time"] == 367 and len(crr.metadata["probes"]) == 5
+    assert crr.metadata["clue_time"] == 36 and len(crr.metadata["probes"]) == 5
 
 
 def test_load_benchmark_detects_ovo_bench(ovo_file: Path, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""StreamingBench import: the real samples of its four question files in ../shared/data,
-and files written here."""
+"""StreamingBench import: its four question files as written for these tests
+(tests/fixtures/streamingbench, in the format of StreamingBench's questions_*.json), and
+files written here."""
 
 from __future__ import annotations
 
@@ -13,15 +14,15 @@ from streameval.core.benchmark.importing import BenchmarkError, EntryError
 from streameval.core.benchmark.loader import import_path, load_benchmark
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.benchmark.streamingbench import seconds
-from tests.test_import_trace import sample
+from tests.test_import_trace import FIXTURES
 
-# part -> (sample file, questions in the sample)
-SAMPLES = {
-    "real": ("questions_real_sample.json", 6),
-    "omni": ("questions_omni_sample.json", 6),
-    "sqa": ("questions_sqa_sample.json", 15),
-    "proactive": ("questions_proactive_sample.json", 6),
-}
+FOLDER = FIXTURES / "streamingbench"
+# part -> questions in its fixture file
+QUESTIONS = {"real": 4, "omni": 4, "sqa": 8, "proactive": 4}
+
+
+def question_file(part: str) -> Path:
+    return FOLDER / f"questions_{part}.json"
 
 
 def entries(path: Path) -> list[dict]:
@@ -30,15 +31,14 @@ def entries(path: Path) -> list[dict]:
     return [e for group in data for e in group] if isinstance(data[0], list) else data
 
 
-@pytest.mark.parametrize("part", SAMPLES)
+@pytest.mark.parametrize("part", QUESTIONS)
 def test_each_file_loads_one_record_per_question(part: str) -> None:
-    name, expected = SAMPLES[part]
-    path = sample("streamingbench", name)
+    path = question_file(part)
     questions = [q for entry in entries(path) for q in entry["questions"]]
     imported = import_path(path)
-    assert (imported.format, imported.problems) == ("streamingbench", [])
+    assert (imported.format, imported.problems, imported.notes) == ("streamingbench", [], [])
     records = imported.benchmark.records
-    assert len(records) == len(questions) == expected
+    assert len(records) == len(questions) == QUESTIONS[part]
     assert Counter(r.task_type for r in records) == Counter(q["task_type"] for q in questions)
     assert {r.metadata["part"] for r in records} == {part}
     assert len({r.record_id for r in records}) == len(records)
@@ -48,35 +48,35 @@ def test_each_file_loads_one_record_per_question(part: str) -> None:
 
 
 def test_qa_mapping() -> None:
-    path = sample("streamingbench", "questions_real_sample.json")
-    first = import_path(path).benchmark.records[0]
+    first = import_path(question_file("real")).benchmark.records[0]
     assert (first.source_id, first.record_id) == ("real/0/0", "streamingbench:real/0/0")
-    assert first.video_path == "videos/sample_106_real.mp4"
-    assert (first.question_time_s, first.evidence_anchor_s) == (419.0, 419.0)  # 00:06:59
+    assert first.video_path == "videos/sample_901_real.mp4"
+    assert (first.question_time_s, first.evidence_anchor_s) == (312.0, 312.0)  # 00:05:12
     assert first.answer == "C"
-    assert first.options[2] == "C. RTX 4070 Ti SUPER."
-    assert first.metadata["time"] == "[0:06:40 - 0:07:00]"
+    assert first.options[2] == "C. 2.80."
+    assert first.metadata["time"] == "[0:05:00 - 0:05:20]"
     assert first.metadata["required_ability"] == "working memory"
     assert "captions" not in first.metadata
+    source = import_path(question_file("omni")).benchmark.records[2]
+    assert source.question_time_s == 45.0  # "0:00:45", a one-digit hour
 
 
 def test_sqa_positions_follow_the_list_of_lists() -> None:
-    path = sample("streamingbench", "questions_sqa_sample.json")
-    records = {r.source_id: r for r in import_path(path).benchmark.records}
+    records = {r.source_id: r for r in import_path(question_file("sqa")).benchmark.records}
     third = records["sqa/1/2/0"]  # second video, third question
-    assert third.video_path == "videos/sample_29_sqa.mp4"
-    assert third.question_time_s == 208.0  # 00:03:28
-    assert third.question.startswith("How much game score does the person referred to")
+    assert third.video_path == "videos/sample_922_sqa.mp4"
+    assert third.question_time_s == 185.0  # 00:03:05
+    assert third.question.startswith("How many pieces has the player referred to in the first")
     assert third.metadata["position"] == [1, 2, 0]
     assert sorted({r.video_path for r in records.values()}) == [
-        "videos/sample_29_sqa.mp4",
-        "videos/sample_34_sqa.mp4",
-        "videos/sample_48_sqa.mp4",
+        "videos/sample_921_sqa.mp4",
+        "videos/sample_922_sqa.mp4",
+        "videos/sample_923_sqa.mp4",
     ]
 
 
 def test_proactive_ground_truth_is_a_point_trigger() -> None:
-    path = sample("streamingbench", "questions_proactive_sample.json")
+    path = question_file("proactive")
     records = import_path(path).benchmark.records
     for record, entry in zip(records, entries(path), strict=True):
         (question,) = entry["questions"]
@@ -86,10 +86,10 @@ def test_proactive_ground_truth_is_a_point_trigger() -> None:
         assert trigger.point_s == seconds(question["ground_truth_time_stamp"])
         assert record.instruction_time_s == seconds(question["time_stamp"])
     first = records[0]
-    assert (first.instruction_time_s, first.triggers[0].point_s) == (454.0, 460.0)
+    assert (first.instruction_time_s, first.triggers[0].point_s) == (252.0, 260.0)
     assert first.triggers[0].trigger_type == "event_onset"
-    assert first.triggers[0].answer == "+3"
-    assert first.metadata["ground_truth_time_stamp"] == "00:07:40"
+    assert first.triggers[0].answer == "1-0"
+    assert first.metadata["ground_truth_time_stamp"] == "00:04:20"
 
 
 def test_times_are_base_60_digits_from_the_right_as_streamingbench_reads_them() -> None:

@@ -1,7 +1,9 @@
-"""TRACE release import: the real sample in ../shared/data, and small releases written here.
+"""TRACE release import: the release written for these tests (tests/fixtures/trace_release),
+the real sample where ../shared/data is present, and small releases written here.
 
-The sample (README in ../shared/data) is 21 of the 833 QA records and 18 of the 415
-proactive records of release v1.1.0, without the release's manifest.
+The fixture follows the format of TRACE release v1.1.0 with made-up records: 18 QA and 12
+proactive records (60 windows, one record with 30), the tiny id lists and no manifest; its
+`with_manifest/` folder is a 3-record release whose manifest.json lists checksums and counts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from streameval.core.benchmark.loader import import_path, load_benchmark
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord
 from streameval.core.benchmark.trace_release import import_release
 
+FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = Path(__file__).parents[2] / "shared" / "data"
 
 
@@ -38,13 +41,13 @@ def raw_lines(path: Path) -> list[dict]:
 
 @pytest.fixture
 def release() -> Path:
-    return sample("trace_release")
+    return FIXTURES / "trace_release"
 
 
-# ----------------------------------------------------------------------------- the sample
+# ----------------------------------------------------------------------------- the fixture
 
 
-def test_full_sample_loads_every_record_with_its_source_identity(release: Path) -> None:
+def test_full_release_loads_every_record_with_its_source_identity(release: Path) -> None:
     qa_raw = raw_lines(release / "qa.jsonl")
     proactive_raw = raw_lines(release / "proactive.jsonl")
     imported = import_release(release)
@@ -52,24 +55,24 @@ def test_full_sample_loads_every_record_with_its_source_identity(release: Path) 
     records = imported.benchmark.records
     qa = [r for r in records if isinstance(r, QARecord)]
     proactive = [r for r in records if isinstance(r, ProactiveRecord)]
-    assert (len(qa), len(proactive)) == (len(qa_raw), len(proactive_raw)) == (21, 18)
+    assert (len(qa), len(proactive)) == (len(qa_raw), len(proactive_raw)) == (18, 12)
     assert [r.record_id for r in qa] == [raw["record_id"] for raw in qa_raw]
     assert [r.source_id for r in proactive] == [raw["source_id"] for raw in proactive_raw]
     assert {r.source_benchmark for r in records} == {"trace"}
     windows = sum(len(raw["windows"]) for raw in proactive_raw)
-    assert sum(len(r.triggers) for r in proactive) == windows == 118
+    assert sum(len(r.triggers) for r in proactive) == windows == 60
     by_type = Counter(r.task_type for r in records)
     assert by_type == Counter(raw["task_type"] for raw in qa_raw + proactive_raw)
     assert by_type == {
-        "Anomaly Context Understanding": 10,
+        "Anomaly Context Understanding": 7,
         "Clips Summarize": 3,
         "ASI": 2,
         "Causal Reasoning": 2,
         "EPM": 2,
         "HLD": 2,
-        "CRR": 5,
-        "SSR": 5,
-        "REC": 5,
+        "CRR": 3,
+        "SSR": 3,
+        "REC": 3,
         "stream bench proactive": 3,
     }
     assert imported.benchmark.name == "trace"
@@ -77,7 +80,7 @@ def test_full_sample_loads_every_record_with_its_source_identity(release: Path) 
 
 
 def test_every_trigger_is_its_annotation(release: Path) -> None:
-    """Field by field, for all 118 windows of the sample."""
+    """Field by field, for all 60 windows of the fixture."""
     by_id = {r.record_id: r for r in import_release(release).benchmark.records}
     for raw in raw_lines(release / "proactive.jsonl"):
         record = by_id[raw["record_id"]]
@@ -98,37 +101,51 @@ def test_every_trigger_is_its_annotation(release: Path) -> None:
 def test_record_mappings(release: Path) -> None:
     by_id = {r.record_id: r for r in import_release(release).benchmark.records}
 
-    qa = by_id["streambench_qa:183"]
+    qa = by_id["streambench_qa:903"]
     assert isinstance(qa, QARecord)
-    assert (qa.question_time_s, qa.evidence_anchor_s, qa.answer) == (109.0, 108.0, "C")
-    assert qa.video_path == "videos/sample_33_Anomaly_Context_Understanding.mp4"
+    assert (qa.question_time_s, qa.evidence_anchor_s, qa.answer) == (31.0, 30.0, "C")
+    assert qa.video_path == "videos/sample_903_Anomaly_Context_Understanding.mp4"
     assert qa.evidence_spans == (
-        EvidenceSpan(start_s=104.76, end_s=108.52, description=qa.evidence_spans[0].description),
+        EvidenceSpan(start_s=27.12, end_s=30.48, description="自行车前轮脱落，滚到车前面"),
     )
     assert qa.metadata["memory_length"] == 1.0
-    assert qa.metadata["source_question_id"] == "183"
+    assert qa.metadata["source_question_id"] == "903"
+    assert len(by_id["streambench_qa:904"].options) == 6
 
-    crr = by_id["ovo_bench_proactive:1469"]
+    crr = by_id["ovo_bench_proactive:1901"]
     assert isinstance(crr, ProactiveRecord)
-    assert crr.instruction_time_s == 310.0 and crr.metadata["deadline_s"] == 347.0
+    assert crr.instruction_time_s == 30.0 and crr.metadata["deadline_s"] == 67.0
     (clue,) = crr.triggers
-    assert (clue.trigger_type, clue.point_s, clue.window_end_s) == ("clue_sufficient", 317, 322)
-    assert (clue.evidence_start_s, clue.evidence_end_s) == (317.0, 320.0)
-    assert clue.answer == "She walks past him." and len(clue.accepted_facts) == 1
+    assert (clue.trigger_type, clue.point_s, clue.window_end_s) == ("clue_sufficient", 38, 43)
+    assert (clue.evidence_start_s, clue.evidence_end_s) == (38.0, 41.0)
+    assert clue.answer == "He hides it in a book." and len(clue.accepted_facts) == 1
+    # An inferred annotation carries no evidence and no accepted facts.
+    (inferred,) = by_id["ovo_bench_proactive:1903"].triggers
+    assert (inferred.evidence_start_s, inferred.accepted_facts) == (None, ())
 
-    ssr = by_id["ovo_bench_proactive:1530"]
+    ssr = by_id["ovo_bench_proactive:1912"]
     assert [(t.interval_start_s, t.interval_end_s) for t in ssr.triggers] == [
-        (45.0, 53.0),
-        (69.0, 83.0),
-        (86.0, 90.0),
+        (2.0, 9.0),
+        (10.0, 21.0),
+        (22.0, 35.0),
+        (36.0, 41.0),
     ]
     assert all(t.is_state and t.point_s is None for t in ssr.triggers)
 
-    rec = by_id["ovo_bench_proactive:1571"]
+    rec = by_id["ovo_bench_proactive:1921"]
     assert [t.answer for t in rec.triggers] == ["1", "2", "3", "4", "5", "6", "7"]
     # The release clipped this window to the last readable frame; the clipped end is kept.
-    assert rec.triggers[-1].window_end_s == 24.519
-    assert rec.metadata["media_boundary_adjustments"][0]["source_value_s"] == 26.55
+    assert rec.triggers[-1].window_end_s == 22.614
+    assert rec.metadata["media_boundary_adjustments"][0]["source_value_s"] == 24.8
+
+    many = by_id["streambench_proactive:960"]
+    assert len(many.triggers) == 30
+    # A window ends 5 s after its onset, or at the next onset when that comes sooner.
+    assert [(t.point_s, t.window_end_s) for t in many.triggers[:3]] == [
+        (12.0, 16.2),
+        (16.2, 21.2),
+        (22.7, 25.8),
+    ]
 
 
 def test_tiny_subset_is_the_listed_ids(release: Path) -> None:
@@ -138,7 +155,7 @@ def test_tiny_subset_is_the_listed_ids(release: Path) -> None:
     assert imported.problems == []
     records = imported.benchmark.records
     assert sorted(r.record_id for r in records) == sorted(qa_ids + proactive_ids)
-    assert (len(qa_ids), len(proactive_ids)) == (9, 9)
+    assert (len(qa_ids), len(proactive_ids)) == (6, 5)
     assert imported.benchmark.name == "trace-tiny"
 
 
@@ -155,7 +172,7 @@ def test_standard_subset_is_all_qa_and_the_listed_proactive(release: Path, tmp_p
     cohort = [raw["record_id"] for raw in raw_lines(release / "proactive.jsonl")][:4]
     (copy / "standard_proactive_ids.json").write_text(json.dumps(cohort))
     records = import_release(copy, subset="standard").benchmark.records
-    assert sum(isinstance(r, QARecord) for r in records) == 21
+    assert sum(isinstance(r, QARecord) for r in records) == 18
     assert [r.record_id for r in records if isinstance(r, ProactiveRecord)] == cohort
 
 
@@ -164,7 +181,7 @@ def test_load_benchmark_reads_a_release_and_warns_once_without_manifest(
 ) -> None:
     with caplog.at_level(logging.WARNING):
         benchmark = load_benchmark(str(release), tmp_path, subset="tiny")
-    assert len(benchmark.records) == 18
+    assert len(benchmark.records) == 11
     assert [r.getMessage() for r in caplog.records] == [
         f"{release}: no manifest.json, so file checksums are not verified"
     ]
@@ -174,6 +191,46 @@ def test_load_benchmark_reads_a_release_and_warns_once_without_manifest(
     )
     with pytest.raises(BenchmarkError, match="unknown TRACE subset 'small'"):
         load_benchmark(str(release), tmp_path, subset="small")
+
+
+def test_a_release_with_a_manifest_is_verified_and_versioned_by_it(
+    release: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    checked = release / "with_manifest"
+    with caplog.at_level(logging.WARNING):
+        benchmark = load_benchmark(str(checked), tmp_path)
+    # Checksums verified, so no "not verified" warning; only the absent sidecar is named.
+    absent = f"manifest.json lists changes.jsonl, which is not in {checked}"
+    assert [r.getMessage() for r in caplog.records] == [absent]
+    assert (benchmark.name, benchmark.version) == ("trace", "fixture-v0.1.0")
+    assert [r.record_id for r in benchmark.records] == [
+        "streambench_qa:905",
+        "streambench_qa:906",
+        "ovo_bench_proactive:1923",
+    ]
+    imported = import_path(checked)
+    assert (imported.problems, imported.notes) == ([], [absent])
+
+
+def test_the_real_samples_import_without_problems() -> None:
+    """An extra check where ../shared/data is present: the public files' own records (counts
+    from its README) import with no problem."""
+    release = sample("trace_release")
+    imported = import_release(release)
+    records = imported.benchmark.records
+    assert imported.problems == []
+    assert sum(isinstance(r, QARecord) for r in records) == 21
+    assert sum(len(r.triggers) for r in records if isinstance(r, ProactiveRecord)) == 118
+    files = {
+        ("ovo_bench", "ovo_bench_sample.json"): 36,
+        ("streamingbench", "questions_real_sample.json"): 6,
+        ("streamingbench", "questions_omni_sample.json"): 6,
+        ("streamingbench", "questions_sqa_sample.json"): 15,
+        ("streamingbench", "questions_proactive_sample.json"): 6,
+    }
+    for parts, count in files.items():
+        imported = import_path(sample(*parts))
+        assert (imported.problems, len(imported.benchmark.records)) == ([], count), parts
 
 
 # ----------------------------------------------------------------------------- written here

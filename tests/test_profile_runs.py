@@ -1,8 +1,8 @@
-"""End to end: every protocol profile run on each importer's real sample and scored with the
+"""End to end: every protocol profile run on each importer's records and scored with the
 scoring profile that reproduces it, against the three baseline adapters.
 
-For each sample in ../shared/data (skipped where absent) a handful of short records is cut
-from the source file (the importer reads the slice like the full file), tiny stand-in
+For each importer's fixture (tests/fixtures) a handful of short records is cut from the
+source file (the importer reads the slice like the full file), tiny stand-in
 videos are generated at the durations the records need, and the Core runs them under
 `trace`, `realstream`, `ovo-offline` and `streamingbench-polling`. Every run must complete,
 record its protocol, and score exactly what the baselines' behaviour implies: `silent`
@@ -38,7 +38,7 @@ from streameval.protocol import Question, Step
 from streameval.scorer.profiles import scoring_profile_for
 from streameval.scorer.report import RunScores, score_run
 from tests.test_data_cli import execute, write_video
-from tests.test_import_trace import sample
+from tests.test_import_trace import FIXTURES
 
 PROTOCOLS = ("trace", "realstream", "ovo-offline", "streamingbench-polling")
 BASELINES: dict[str, type[Adapter]] = {
@@ -81,7 +81,7 @@ class Sample:
     keep: frozenset  # record ids, OVO-Bench ids or StreamingBench entry positions
 
 
-# Short records (the longest needs 56 s of video), covering QA with right and wrong
+# Short records (the longest needs 55 s of video), covering QA with right and wrong
 # first options and each source's proactive kind.
 SAMPLES = {
     "trace": Sample(
@@ -89,29 +89,29 @@ SAMPLES = {
         _trace_slice,
         frozenset(
             {
-                "streambench_qa:16",  # 14 s, A
-                "streambench_qa:417",  # 19 s, A
-                "streambench_qa:55",  # 55 s, C
-                "ovo_bench_qa:606",  # ASI, 25 s, A
-                "ovo_bench_proactive:1571",  # REC, five windows up to 24.5 s
+                "streambench_qa:901",  # 14 s, A
+                "streambench_qa:905",  # 19 s, A
+                "streambench_qa:906",  # 55 s, C
+                "ovo_bench_qa:916",  # ASI, 25 s, A
+                "ovo_bench_proactive:1921",  # REC, seven windows up to 22.6 s
             }
         ),
     ),
     "ovo_bench": Sample(
-        ("ovo_bench", "ovo_bench_sample.json"),
+        ("ovo_bench", "ovo_bench_new.json"),
         _ovo_slice,
-        # FPD at 0.03 s (A); HLD 8 s (B); ASI 21 s (D) and 45 s (A); REC probes to 16/33 s
-        frozenset({1117, 438, 620, 495, 1631, 1565}),
+        # FPD at 0.03 s (A); HLD 8 s (B); ASI 21 s (D) and 45 s (A); REC probes to 31/15 s
+        frozenset({2151, 2162, 2112, 2111, 2192, 2193}),
     ),
     "streamingbench-real": Sample(
-        ("streamingbench", "questions_real_sample.json"),
+        ("streamingbench", "questions_real.json"),
         _streamingbench_slice,
-        frozenset({2, 3, 4}),  # 19 s (A), 10 s (B), 3 s (A)
+        frozenset({1, 2, 3}),  # 19 s (A), 10 s (B), 3 s (A)
     ),
     "streamingbench-proactive": Sample(
-        ("streamingbench", "questions_proactive_sample.json"),
+        ("streamingbench", "questions_proactive.json"),
         _streamingbench_slice,
-        frozenset({4}),  # instruction at 11 s, "White Hit" at 17 s
+        frozenset({3}),  # instruction at 11 s, "White Hit" at 17 s
     ),
 }
 
@@ -141,7 +141,7 @@ class Workspace:
     def prepare(self, name: str) -> Prepared:
         if name not in self.prepared:
             spec = SAMPLES[name]
-            path = spec.cut(sample(*spec.parts), set(spec.keep), self.root / name)
+            path = spec.cut(FIXTURES.joinpath(*spec.parts), set(spec.keep), self.root / name)
             benchmark = load_benchmark(str(path), self.root / "cache")
             needed: dict[str, float] = defaultdict(float)
             for record in benchmark.records:

@@ -1,11 +1,11 @@
-"""`trace-paper-v1` agrees with TRACE's public scoring rules on a fresh run of the TRACE sample.
+"""`trace-paper-v1` agrees with TRACE's public scoring rules on a fresh run of TRACE records.
 
-How this is checked. The TRACE release sample (../shared/data; skipped where absent) is run end
-to end through the Core, on stand-in videos, against `ScriptedAdapter` (tests/wire_adapters.py),
+How this is checked. The TRACE release fixture (tests/fixtures/trace_release) is run end to
+end through the Core, on stand-in videos, against `ScriptedAdapter` (tests/wire_adapters.py),
 whose every answer is a text whose TRACE reading is known:
 - QA: the golden answer texts of tests/test_scorer_parsing.py, whose labels under TRACE's
   paper parser were observed from TRACE's own scorer; three rounds give every record another
-  text, so all 50 golden texts are answered; a few questions are declined.
+  text, so all 50 golden texts are answered; past them, every third question is declined.
 - Proactive: per window, in turn, the trigger's answer in other case and spacing (or after a
   think block), an accepted fact (TRACE ignores them), "Silent." and "<silent>" (answers to
   TRACE), "wait" (its only silence token), two answers in one window, an early answer, and
@@ -14,6 +14,7 @@ The exported event log is then scored twice: by the scorer under `trace-paper-v1
 `trace_oracle` below, a second implementation written straight from TRACE's rules (the
 issue's list), sharing no code with scorer/. Every QA and proactive metric (value,
 population, observed count) must agree, and the run must have exercised every rule.
+Where ../shared/data is present, the real TRACE sample is run the same way as an extra check.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,11 +36,11 @@ from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.scorer.report import RunScores, score_exported
 from tests.test_data_cli import execute, stand_in_videos
-from tests.test_import_trace import sample
+from tests.test_import_trace import FIXTURES, sample
 from tests.test_scorer_parsing import GOLDEN
 
 TOLERANCE_S = 5.0
-ROUNDS = 3  # QA answer rounds: 3 x 21 records cover the 50 golden texts
+ROUNDS = 3  # QA answer rounds: 3 x 18 fixture records cover the 50 golden texts
 
 
 # ----------------------------------------------------------------------------- the script
@@ -80,10 +81,12 @@ def proactive_steps(record: ProactiveRecord, offset: int) -> list[tuple[float, s
 
 
 def script(records: list[Record], round_: int) -> dict:
+    """QA records come first, so a round's QA positions follow the previous round's."""
+    questions = sum(isinstance(record, QARecord) for record in records)
     entries = {}
     for position, record in enumerate(records):
         if isinstance(record, QARecord):
-            entries[record.record_id] = {"answer": qa_text(record, position + 21 * round_)}
+            entries[record.record_id] = {"answer": qa_text(record, position + questions * round_)}
         else:
             entries[record.record_id] = {"steps": proactive_steps(record, position)}
     return entries
@@ -272,18 +275,19 @@ class Round:
     sessions: dict[str, Session]
 
 
-@pytest.fixture(scope="module")
-def rounds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Round]]:
-    root = tmp_path_factory.mktemp("trace-fidelity")
+def run_rounds(release: Path, root: Path) -> list[Round]:
+    """The release's records run ROUNDS times (proactive in the first round only), each
+    export scored by the scorer and by the oracle."""
     path = root / "trace"
     path.mkdir()
     for name in ("qa.jsonl", "proactive.jsonl"):
-        (path / name).write_text((sample("trace_release") / name).read_text())
+        (path / name).write_text((release / name).read_text())
     benchmark = load_benchmark(str(path), root / "cache")
     stand_in_videos(benchmark, path)
     records = list(benchmark.records)
     qa = [r for r in records if isinstance(r, QARecord)]
     proactive = [r for r in records if isinstance(r, ProactiveRecord)]
+    assert ROUNDS * len(qa) > len(GOLDEN)  # every golden text is answered
     done = []
     with Store(f"sqlite:///{root / 'store.db'}") as store, pytest.MonkeyPatch.context() as env:
         for round_ in range(ROUNDS):
@@ -312,10 +316,15 @@ def rounds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Round]]:
                 oracle["proactive"] = proactive_metrics(tally, len(proactive))
             scores = score_exported(exported, "trace-paper-v1")
             done.append(Round(scores, oracle, labels, sessions))
-    yield done
+    return done
 
 
-def test_every_qa_and_proactive_metric_agrees_with_traces_rules(rounds: list[Round]) -> None:
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory: pytest.TempPathFactory) -> list[Round]:
+    return run_rounds(FIXTURES / "trace_release", tmp_path_factory.mktemp("trace-fidelity"))
+
+
+def assert_agreement(rounds: list[Round]) -> None:
     for number, round_ in enumerate(rounds):
         parsed = {r.record_id: r.qa["parsed"] for r in round_.scores.records if r.qa}
         assert parsed == round_.labels, number
@@ -326,6 +335,15 @@ def test_every_qa_and_proactive_metric_agrees_with_traces_rules(rounds: list[Rou
                 metric = scored[name]
                 got = (metric.value, metric.population, metric.observed)
                 assert got == (pytest.approx(value), population, observed), (number, name)
+
+
+def test_every_qa_and_proactive_metric_agrees_with_traces_rules(rounds: list[Round]) -> None:
+    assert_agreement(rounds)
+
+
+def test_the_real_sample_agrees_with_traces_rules_too(tmp_path: Path) -> None:
+    """An extra check where ../shared/data is present: the public sample's own records."""
+    assert_agreement(run_rounds(sample("trace_release"), tmp_path))
 
 
 def test_the_run_exercised_every_rule(rounds: list[Round]) -> None:
