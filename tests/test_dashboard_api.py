@@ -16,6 +16,7 @@ from streameval.core.frames import FrameCache, ImageRules
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app
+from streameval.scorer.service.dashboard import STATIC_DIR
 from streameval.scorer.service.dashboard.progress import RateMeter
 from tests.test_scorer_report import mixed_run
 from tests.timeline_fixtures import PROACTIVE, QA, VIDEO_SECONDS
@@ -45,6 +46,15 @@ def test_the_dashboard_is_served_with_every_asset(client: TestClient) -> None:
     assert "style.css" in assets and "js/main.js" in assets and len(assets) == 12
     for asset in assets:
         assert client.get(f"/ui/{asset}").status_code == 200, asset
+
+
+def test_favicon_is_the_dashboards_svg_icon(client: TestClient) -> None:
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content == (STATIC_DIR / "favicon.svg").read_bytes()
+    assert icon.content.startswith(b'<svg xmlns="http://www.w3.org/2000/svg"')
+    assert '<link rel="icon" href="favicon.svg"' in client.get("/ui/").text
 
 
 def test_progress_counts_sessions_and_measures_events_per_second(

@@ -5,9 +5,8 @@ served by `streameval adapter serve`, and a wall-clock run still in progress for
 view. Numbers on the pages are checked against `streameval demo --json` and the API;
 screenshots land in tests/artifacts/.
 
-Needs `apt-get install -y chromium` and `pip install playwright` (no browser download:
-Playwright drives the system chromium; STREAMEVAL_CHROMIUM names another binary); without
-them these tests skip and say so, or fail where STREAMEVAL_REQUIRE_BROWSER is set (CI).
+Needs chromium and Playwright (tests/browser.py); without them these tests skip and say so,
+or fail where STREAMEVAL_REQUIRE_BROWSER is set (CI).
 """
 
 from __future__ import annotations
@@ -30,37 +29,13 @@ import pytest
 
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
+from tests.browser import chromium, require_browser
 
-CHROMIUM = Path(os.environ.get("STREAMEVAL_CHROMIUM", "/usr/bin/chromium"))
-
-
-def _unavailable(reason: str) -> None:
-    # CI sets STREAMEVAL_REQUIRE_BROWSER: there a missing browser is an error, not a skip.
-    if os.environ.get("STREAMEVAL_REQUIRE_BROWSER"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
-
-
-if not CHROMIUM.is_file():
-    _unavailable(f"no chromium at {CHROMIUM}: install it with `apt-get install -y chromium`")
-try:
-    from playwright import sync_api
-except ImportError:
-    _unavailable("playwright is not installed: `pip install playwright` (no browser download)")
-
+require_browser()
 # The module's runs (about 30 s on 2 cores) are set up inside the first test's time.
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "tests" / "artifacts"
-BROWSER_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 PROFILE = "trace-paper-v1"
 
 
@@ -183,10 +158,8 @@ def api(server: str) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
@@ -517,6 +490,7 @@ def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
     from typer.testing import CliRunner
 
     from streameval.scorer.service.cli import report
+    from streameval.scorer.service.dashboard.help import metric_help
 
     app = typer.Typer()
     app.command()(report)
@@ -534,10 +508,21 @@ def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
         route.abort()
 
     page.route(re.compile(r"^https?://"), refuse)
+    console_errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and console_errors.append(m.text))
     page.goto(out.as_uri())
     wait_ready(page)
     metrics = runs.demo["metrics"]["overall"]
     overall = {(r[0], r[1]): r for r in table_cells(page, f"metrics-{runs.demo_id}-{PROFILE}")}
+    # The glossary travels with the report: metric names keep their hover text offline.
+    (qa_accuracy,) = [e for e in metric_help() if (e.family, e.name) == ("qa", "accuracy")]
+    title = page.eval_on_selector_all(
+        f'[data-table="metrics-{runs.demo_id}-{PROFILE}"] tbody tr',
+        """rows => rows
+            .find(r => r.cells[0].innerText === 'qa' && r.cells[1].innerText === 'accuracy')
+            .querySelector('.metric-name').title""",
+    )
+    assert title == help_text(qa_accuracy.model_dump())
     assert overall["qa", "accuracy"][2] == shown(metrics["qa"]["accuracy"]["value"])
     assert overall["proactive", "median_response_delay_runtime_s"][3] == shown_ci(
         metrics["proactive"]["median_response_delay_runtime_s"]["ci95"]
@@ -548,6 +533,198 @@ def test_static_report_opens_without_a_server(browser, runs, tmp_path) -> None:
     assert page.locator("svg.timeline image.frame-thumb").count() >= 5
     name, data = downloaded(page, '[data-table^="responses-"] [data-export=csv]')
     assert data.decode().startswith("response_id,onset_t,onset_s,final_s,generation_s,text")
-    assert reached == []
+    assert reached == [] and console_errors == []
     screenshot(page, "static-report-record.png", full_page=True)
     context.close()
+
+
+# ------------------------------------------------------------ the first hour (issue 15)
+
+
+def boxes(page, selector: str) -> list[dict[str, float]]:
+    return page.eval_on_selector_all(
+        selector,
+        """els => els.map(e => {
+            const r = e.getBoundingClientRect();
+            return {x: r.x, y: r.y, width: r.width, height: r.height};
+        })""",
+    )
+
+
+def intersect(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def help_text(entry: dict) -> str:
+    """The hover text the dashboard builds from a `GET /metrics/help` entry."""
+    return (
+        f"{entry['name']}: {entry['meaning']}\n"
+        f"unit: {entry['unit'] or 'none'} · scale: {entry['scale']}"
+    )
+
+
+def test_runs_page_fits_1400_px_without_horizontal_scrolling(page, server, runs) -> None:
+    open_page(page, server, "#/")
+    assert len(table_cells(page, "runs")) == 3
+    widths = page.evaluate(
+        """() => {
+            const wrap = document.querySelector('[data-table="runs"] .table-wrap');
+            const root = document.documentElement;
+            return {
+                page: [root.scrollWidth, root.clientWidth],
+                table: [wrap.scrollWidth, wrap.clientWidth],
+            };
+        }"""
+    )
+    assert widths["page"][0] <= widths["page"][1], widths
+    assert widths["table"][0] <= widths["table"][1], widths
+
+
+def test_the_profile_is_in_the_url_and_a_pasted_url_shows_the_same_view(
+    page, browser, server, runs, api
+) -> None:
+    open_page(page, server, f"#/runs/{runs.demo_id}")
+    # The router writes the profile shown into the address, the default one included.
+    assert page.url == f"{server}/ui/#/runs/{runs.demo_id}?profile={PROFILE}"
+    page.select_option("#profile", "readiness")
+    wait_ready(page)
+    url = f"{server}/ui/#/runs/{runs.demo_id}?profile=readiness"
+    assert page.url == url
+    chosen = table_cells(page, f"metrics-{runs.demo_id}-readiness")
+    readiness = api.get(f"/runs/{runs.demo_id}/metrics", params={"profile": "readiness"}).json()
+    acc_e = readiness["overall"]["readiness"]["acc_e"]["value"]
+    assert ["readiness", "acc_e", shown(acc_e)] in [row[:3] for row in chosen]
+
+    # Pasted into a browser that never chose a profile: the same profile and numbers.
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pasted = context.new_page()
+        pasted.goto(url)
+        wait_ready(pasted)
+        assert pasted.input_value("#profile") == "readiness"
+        heading = pasted.locator("h2", has_text="Metrics ·").inner_text()
+        assert heading.startswith("Metrics · readiness v")
+        assert table_cells(pasted, f"metrics-{runs.demo_id}-readiness") == chosen
+        # A link inside the page leads on under the same profile.
+        pasted.click(".crumbs a >> nth=0")
+        wait_ready(pasted)
+        assert pasted.url == f"{server}/ui/#/?profile=readiness"
+        assert "metrics under readiness" in pasted.inner_text('[data-table="runs"] .title')
+    finally:
+        context.close()
+
+
+def test_quality_chart_labels_never_overlap(page, server, runs, api) -> None:
+    open_page(page, server, "#/")
+    chart = '[data-chart="runs-quality-vs-workload"]'
+    # The points the chart should draw: a quality metric and a workload, per run.
+    expected = []
+    for run in api.get("/runs").json()["items"]:
+        overall = api.get(f"/runs/{run['run_id']}/metrics").json()["overall"]
+        if overall.get("workload", {}).get("submitted_images", {}).get("value") is None:
+            continue
+        for family, metric in [("qa", "accuracy"), ("proactive", "in_window_accuracy")]:
+            if overall.get(family, {}).get(metric, {}).get("value") is not None:
+                expected.append(run["run_id"])
+    # The reference run's QA and proactive accuracies are both 1: two points in one spot,
+    # whose labels would smear into one another.
+    assert expected == [runs.demo_id, runs.demo_id]
+    points = page.eval_on_selector_all(
+        f"{chart} .point",
+        "ps => ps.map(p => [p.dataset.label, p.querySelector('title').textContent])",
+    )
+    assert sorted(label for label, _ in points) == sorted(expected)
+    assert all(title.startswith(f"{label} · ") for label, title in points)  # hover labels
+    labels = boxes(page, f"{chart} text.point-label")
+    texts = page.eval_on_selector_all(
+        f"{chart} text.point-label", "ts => ts.map(t => t.textContent)"
+    )
+    assert texts == [runs.demo_id]
+    unlabelled = page.get_attribute(f"{chart} [data-unlabelled]", "data-unlabelled")
+    assert len(labels) + int(unlabelled) == len(points)
+    markers = boxes(page, f"{chart} .point")
+    for i, label in enumerate(labels):
+        assert not any(intersect(label, other) for other in labels[i + 1 :]), labels
+        assert not any(intersect(label, marker) for marker in markers), (label, markers)
+
+
+def test_favicon_is_served_and_the_pages_request_nothing_missing(page, server, runs, api) -> None:
+    icon = api.get("/favicon.ico")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg ")
+    failed: list[str] = []
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.on("console", lambda m: m.type == "error" and failed.append(m.text))
+    open_page(page, server, "#/")
+    linked = page.eval_on_selector('link[rel="icon"]', "link => link.href")
+    assert linked == f"{server}/ui/favicon.svg"
+    assert api.get("/ui/favicon.svg").content == icon.content
+    open_page(page, server, f"#/runs/{runs.demo_id}")
+    open_page(page, server, f"#/runs/{runs.demo_id}/records/{rid('synthetic:qa:004')}")
+    page.wait_for_load_state("networkidle")
+    assert failed == []
+
+
+def test_metric_names_carry_their_meaning_from_the_api(page, server, runs, api) -> None:
+    entries = api.get("/metrics/help").json()
+    glossary = {(e["family"], e["name"]): help_text(e) for e in entries}
+    open_page(page, server, f"#/runs/{runs.demo_id}?profile=readiness")
+    table = f'[data-table="metrics-{runs.demo_id}-readiness"]'
+    hover = page.eval_on_selector_all(
+        f"{table} tbody tr",
+        "rows => rows.map(r => [r.cells[0].innerText, r.cells[1].innerText,"
+        " r.cells[1].querySelector('[title]').title])",
+    )
+    metrics = api.get(f"/runs/{runs.demo_id}/metrics", params={"profile": "readiness"}).json()
+    assert [row[:2] for row in hover] == [
+        [family, name] for family, values in metrics["overall"].items() for name in values
+    ]
+    for family, name, title in hover:
+        assert title == glossary[family, name]
+    # One name, two meanings: each row has its own family's.
+    titles = {(family, name): title for family, name, title in hover}
+    assert titles["qa", "accuracy"] != titles["readiness", "accuracy"]
+    for key, column in [("ci95", "95% CI"), ("coverage", "coverage")]:
+        assert (
+            page.get_attribute(f'{table} th[data-key="{key}"]', "title") == glossary[None, column]
+        )
+    by_type = f'[data-table="by-task-type-proactive-{runs.demo_id}"]'
+    assert (
+        page.get_attribute(f'{by_type} th[data-key="miss_rate"]', "title")
+        == glossary["proactive", "miss_rate"]
+    )
+
+    # The run list's metric columns and the chart axes across runs.
+    open_page(page, server, "#/")
+    header = page.get_attribute('[data-table="runs"] th[data-key="qa_accuracy"]', "title")
+    assert header == glossary["qa", "accuracy"]
+    chart = '[data-chart="runs-quality-vs-workload"] svg'
+    axes = page.eval_on_selector_all(
+        f"{chart} text.axis-label, {chart} text.legend",
+        "ts => ts.map(t => [t.firstChild.textContent, t.querySelector('title').textContent])",
+    )
+    assert axes[0] == ["submitted images per record", glossary["workload", "submitted_images"]]
+    assert axes[2:] == [
+        ["QA accuracy", glossary["qa", "accuracy"]],
+        ["proactive in-window accuracy", glossary["proactive", "in_window_accuracy"]],
+    ]
+    assert axes[1][1] == "\n\n".join(help for _, help in axes[2:])
+    title = page.get_attribute('[data-chart="runs-false_alarm_rate"] .title', "title")
+    assert title == glossary["proactive", "false_alarm_rate"]
+
+
+def test_judge_line_says_no_judge_was_called_for_exact_matching(page, server, runs, api) -> None:
+    judge = api.get(f"/runs/{runs.demo_id}/metrics").json()["judge"]
+    assert (judge["kind"], judge["calls"]) == ("exact", 0) and judge["unique"] > 0
+    open_page(page, server, f"#/runs/{runs.demo_id}")
+    assert page.inner_text('[data-metric="judge"]').split("\n") == [
+        "judge",
+        "none (exact match)",
+        f"no judge calls · {judge['unique']} answers compared",
+    ]

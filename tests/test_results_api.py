@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from streameval.core.store.store import Store
+from streameval.scorer.metrics.explain import explain
 from streameval.scorer.service.api import create_app
 from tests.test_scorer_report import mixed_run
 
@@ -101,6 +103,24 @@ def test_compare_and_profiles(client: TestClient) -> None:
     assert profiles[0]["constants"]["tolerance_s"] == 5.0
 
 
+def test_metric_help_explains_every_metric_a_profile_reports(client: TestClient) -> None:
+    entries = client.get("/metrics/help").json()
+    by_name = {(e["family"], e["name"]): e for e in entries}
+    assert len(by_name) == len(entries)  # a name once per family
+    for profile in ("trace-paper-v1", "realstream", "readiness"):
+        overall = client.get("/runs/run-a/metrics", params={"profile": profile}).json()["overall"]
+        for family, metrics in overall.items():
+            for name in metrics:
+                help = explain(f"{family}.{name}")
+                assert help is not None, (family, name)
+                assert by_name[family, name] == {"family": family, **asdict(help)}
+    # One name, a meaning per family.
+    assert by_name["qa", "accuracy"]["meaning"] != by_name["readiness", "accuracy"]["meaning"]
+    # The columns beside every value, without a family.
+    assert {name for family, name in by_name if family is None} == {"95% CI", "coverage"}
+    assert by_name[None, "coverage"]["scale"] == "observed/population"
+
+
 def test_openapi_documents_every_endpoint(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert set(paths) >= {
@@ -112,5 +132,8 @@ def test_openapi_documents_every_endpoint(client: TestClient) -> None:
         "/runs/{run_id}/records/{record_id}/timeline",
         "/compare",
         "/profiles",
+        "/metrics/help",
     }
     assert all(set(methods) == {"get"} for methods in paths.values())
+    glossary = paths["/metrics/help"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert glossary["schema"]["items"]["$ref"] == "#/components/schemas/MetricHelpEntry"

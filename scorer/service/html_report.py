@@ -25,6 +25,7 @@ from streameval.scorer.report import cached_in, profile_report, score_run
 from streameval.scorer.service.api import RunDetail, run_detail
 from streameval.scorer.service.dashboard import STATIC_DIR
 from streameval.scorer.service.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
+from streameval.scorer.service.dashboard.help import metric_help
 from streameval.scorer.service.timeline import record_timeline
 from streameval.scorer.source import store_source
 
@@ -32,6 +33,7 @@ SCHEMA = "streameval-report/1"
 DEFAULT_MAX_TIMELINES = 1000
 THUMBNAIL_WIDTH = 96  # pixels; drawn 64 wide on the timeline
 _STYLESHEET = '<link rel="stylesheet" href="style.css">'
+_ICON = '<link rel="icon" href="favicon.svg" type="image/svg+xml">\n'
 _SCRIPT = re.compile(r'<script src="(js/[\w.-]+\.js)"></script>')
 
 
@@ -76,6 +78,7 @@ def report_data(
         "annotations": annotations,
         "timelines": timelines,
         "videos": _thumbnails(store, run_id, timelines, annotations) if thumbnails else {},
+        "metric_help": [entry.model_dump(mode="json") for entry in metric_help()],
     }
 
 
@@ -130,6 +133,7 @@ def render_html(data: dict[str, Any]) -> str:
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     css = (STATIC_DIR / "style.css").read_text(encoding="utf-8")
     page = page.replace(_STYLESHEET, _inline("style", css))
+    page = page.replace(_ICON, "")  # a report has no favicon.svg beside it to load
     page = page.replace(
         "<title>streameval dashboard</title>",
         f"<title>streameval report · run {data['run']['run_id']}</title>",

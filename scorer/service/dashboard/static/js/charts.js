@@ -26,18 +26,63 @@ function linear(domain, range) {
   return (v) => r0 + ((v - d0) / (d1 - d0 || 1)) * (r1 - r0);
 }
 
-/** A titled chart with SVG/PNG downloads. */
-function chartBlock(name, title, element) {
+/** A titled chart with SVG/PNG downloads; `help` is the title's hover text. */
+function chartBlock(name, title, element, help) {
   return h(
     "div",
     { class: "chart", "data-chart": name },
-    h("div", { class: "toolbar" }, h("span", { class: "title" }, title), figureButtons(element, name)),
+    h("div", { class: "toolbar" }, h("span", { class: "title", title: help || null }, title), figureButtons(element, name)),
     element,
   );
 }
 
-/** Horizontal bars, one per item ({label, value, ci}), with 95% interval whiskers. */
-function barChart(name, title, items, unit) {
+/** SVG text with hover text (a <title> child) when `help` is given. */
+function svgText(attrs, text, help) {
+  return svg("text", attrs, text, help ? svg("title", {}, help) : null);
+}
+
+const POINT_LABEL_PX = 10;
+let measuring = null;
+
+/** The width of `text` in `size` px sans-serif, as the charts draw it. */
+function textWidth(text, size) {
+  measuring ??= document.createElement("canvas").getContext("2d");
+  measuring.font = `${size}px sans-serif`;
+  return measuring.measureText(text).width;
+}
+
+function overlaps(a, b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+/**
+ * Where a point's label goes: right or left of the point, above or below, the first box
+ * inside `area` that overlaps nothing in `taken` (the box is added to it); null when every
+ * spot is taken. The box holds the text's ascent and descent, with a pixel to spare.
+ */
+function placeLabel(text, cx, cy, area, taken) {
+  const width = textWidth(text, POINT_LABEL_PX) + 2;
+  const height = POINT_LABEL_PX * 1.4;
+  const spots = [
+    [cx + 7, cy - 4 - height],
+    [cx + 7, cy + 4],
+    [cx - 7 - width, cy - 4 - height],
+    [cx - 7 - width, cy + 4],
+  ];
+  for (const [x, y] of spots) {
+    const box = { x, y, width, height };
+    const inside = x >= area.x && y >= area.y && x + width <= area.x + area.width && y + height <= area.y + area.height;
+    if (inside && !taken.some((other) => overlaps(box, other))) {
+      taken.push(box);
+      return { x: x + 1, y: y + POINT_LABEL_PX + 1 }; // where the text's baseline starts
+    }
+  }
+  return null;
+}
+
+/** Horizontal bars, one per item ({label, value, ci}), with 95% interval whiskers; `help`
+ * explains the metric (the title's hover text). */
+function barChart(name, title, items, unit, help) {
   const width = 460;
   const left = 150;
   const right = 60;
@@ -83,14 +128,15 @@ function barChart(name, title, items, unit) {
     const end = Math.max(x(item.value), item.ci ? x(item.ci[1]) : 0);
     chart.append(svg("text", { x: end + 4, y: y + 16, fill: "#222" }, fmt(item.value)));
   });
-  return chartBlock(name, title + (unit ? ` (${unit})` : ""), chart);
+  return chartBlock(name, title + (unit ? ` (${unit})` : ""), chart, help);
 }
 
 /**
- * Points of several series ({name, points: [{label, x, y, yci}]}) on shared axes; each series
- * has its own colour and marker, each point a label and a vertical interval.
+ * Points of several series ({name, help, points: [{label, x, y, yci}]}) on shared axes
+ * ({label, help}); each series has its own colour and marker, each point a vertical interval,
+ * a hover label and, where it fits without covering another label or point, a label.
  */
-function scatterChart(name, title, xLabel, yLabel, series) {
+function scatterChart(name, title, xAxis, yAxis, series) {
   const width = 600;
   const height = 320;
   const margin = { left: 56, right: 200, top: 14, bottom: 44 };
@@ -115,13 +161,18 @@ function scatterChart(name, title, xLabel, yLabel, series) {
     );
   }
   chart.append(
-    svg("text", { x: (margin.left + width - margin.right) / 2, y: height - 8, "text-anchor": "middle", fill: "#222" }, xLabel),
-    svg("text", { x: 12, y: (margin.top + height - margin.bottom) / 2, "text-anchor": "middle", fill: "#222", transform: `rotate(-90 12 ${(margin.top + height - margin.bottom) / 2})` }, yLabel),
+    svgText({ class: "axis-label", x: (margin.left + width - margin.right) / 2, y: height - 8, "text-anchor": "middle", fill: "#222" }, xAxis.label, xAxis.help),
+    svgText({ class: "axis-label", x: 12, y: (margin.top + height - margin.bottom) / 2, "text-anchor": "middle", fill: "#222", transform: `rotate(-90 12 ${(margin.top + height - margin.bottom) / 2})` }, yAxis.label, yAxis.help),
   );
+  // Labels keep clear of every point and of each other; a point left without one (runs
+  // with the same numbers would smear their labels into one) is named by its hover label.
+  const area = { x: margin.left, y: margin.top - 8, width: width - margin.right - margin.left, height: height - margin.bottom - margin.top + 8 };
+  const taken = points.map((p) => ({ x: x(p.x) - 6, y: y(p.y) - 6, width: 12, height: 12 }));
+  let unlabelled = 0;
   series.forEach((serie, s) => {
     const color = SERIES_COLORS[s % SERIES_COLORS.length];
     const legendY = margin.top + 10 + s * 16;
-    chart.append(marker(s, width - margin.right + 16, legendY, color), svg("text", { x: width - margin.right + 26, y: legendY + 4, fill: "#222" }, serie.name));
+    chart.append(marker(s, width - margin.right + 16, legendY, color), svgText({ class: "legend", x: width - margin.right + 26, y: legendY + 4, fill: "#222" }, serie.name, serie.help));
     for (const point of serie.points) {
       if (point.x === null || point.y === null) continue;
       if (point.yci) {
@@ -129,11 +180,21 @@ function scatterChart(name, title, xLabel, yLabel, series) {
       }
       const dot = marker(s, x(point.x), y(point.y), color);
       dot.setAttribute("class", "point");
-      dot.append(svg("title", {}, `${point.label}: ${fmt(point.x)}, ${fmt(point.y)} ${fmtCI(point.yci)}`));
-      chart.append(dot, svg("text", { x: x(point.x) + 7, y: y(point.y) - 6, fill: "#444", "font-size": 10 }, truncate(point.label, 18)));
+      dot.setAttribute("data-label", point.label);
+      dot.append(svg("title", {}, `${point.label} · ${serie.name}: ${fmt(point.x)}, ${fmt(point.y)} ${fmtCI(point.yci)}`));
+      chart.append(dot);
+      const text = truncate(point.label, 18);
+      const spot = placeLabel(text, x(point.x), y(point.y), area, taken);
+      if (spot) chart.append(svg("text", { class: "point-label", x: spot.x, y: spot.y, fill: "#444", "font-size": POINT_LABEL_PX }, text));
+      else unlabelled += 1;
     }
   });
-  return chartBlock(name, title, chart);
+  const block = chartBlock(name, title, chart);
+  if (unlabelled) {
+    const note = `${unlabelled} ${unlabelled === 1 ? "point" : "points"} without a label (it would cover another): hover a point for its run`;
+    block.append(h("p", { class: "cov", "data-unlabelled": unlabelled }, note));
+  }
+  return block;
 }
 
 /** Circles for the first series, squares, then diamonds, so series differ without colour. */

@@ -104,11 +104,11 @@ function differenceTable(comparison) {
     exportRows: () => rows,
     columns: [
       { key: "family", label: "family" },
-      { key: "metric", label: "metric" },
+      { key: "metric", label: "metric", render: (row) => metricName(row.family, row.metric) },
       { key: "a", label: `A ${comparison.run_a}`, num: true },
       { key: "b", label: `B ${comparison.run_b}`, num: true },
       { key: "diff", label: "B − A", num: true, title: "bold: the 95% interval excludes 0", render: (row) => h("span", { class: supported(row) ? "supported" : "" }, fmt(row.diff)) },
-      { key: "ci", label: "95% CI", num: true, value: (row) => row.ci_low, render: (row) => fmtCI(row.ci_low === null ? null : [row.ci_low, row.ci_high]) },
+      { key: "ci", label: "95% CI", num: true, title: columnHelp("95% CI"), value: (row) => row.ci_low, render: (row) => fmtCI(row.ci_low === null ? null : [row.ci_low, row.ci_high]) },
       { key: "population", label: "population", num: true, value: (row) => row.population_a, render: (row) => `${row.population_a} / ${row.population_b} ${row.unit}` },
     ],
   });
@@ -123,7 +123,7 @@ function byTaskTypeDifferences(comparison) {
     columns: [
       { key: "task_type", label: "task type" },
       { key: "family", label: "family" },
-      { key: "metric", label: "metric" },
+      { key: "metric", label: "metric", render: (row) => metricName(row.family, row.metric) },
       { key: "a", label: "A", num: true },
       { key: "b", label: "B", num: true },
       { key: "diff", label: "B − A", num: true },
@@ -232,7 +232,7 @@ async function comparePage(view, params) {
     conditionsTable(runs),
     h("h2", {}, "Metric differences (paired by record, 95% bootstrap intervals)"),
     comparisons.map((comparison) => [
-      h("p", { class: "muted" }, `${comparison.paired_records} paired records; ${comparison.only_in_a} only in ${comparison.run_a}, ${comparison.only_in_b} only in ${comparison.run_b}; judges ${comparison.judge_a} / ${comparison.judge_b}`),
+      h("p", { class: "muted" }, `${comparison.paired_records} paired records; ${comparison.only_in_a} only in ${comparison.run_a}, ${comparison.only_in_b} only in ${comparison.run_b}; judges ${judgeName(comparison.judge_a)} / ${judgeName(comparison.judge_b)}`),
       comparison.notes.map((note) => h("p", { class: "note" }, note)),
       differenceTable(comparison),
       h("details", {}, h("summary", {}, "per task type"), byTaskTypeDifferences(comparison)),

@@ -54,6 +54,10 @@ const Data = {
   async profiles() {
     return REPORT ? REPORT.profiles : getJson("/profiles");
   },
+  async metricHelp() {
+    // A report written before the glossary existed has none: its metrics go without hover text.
+    return REPORT ? REPORT.metric_help || [] : getJson("/metrics/help");
+  },
   async runsPage(offset, limit) {
     return getJson("/runs", { offset, limit });
   },

@@ -4,18 +4,40 @@
 //   #/                       runs               #/runs/ID/records/RECORD   one record
 //   #/runs/ID                one run            #/runs/ID/live             live progress
 //   #/compare?runs=A,B,...   comparison
+// Every route takes ?profile=NAME (the scoring profile); the router adds it to a URL that
+// lacks it, so the address of a view always says which numbers it shows and can be shared.
 
 const PROFILE_KEY = "streameval.profile";
 let leaving = [];
+let profileNames = [];
 
 /** Run `hook` when the page is left (stops the live view's polling). */
 function onLeave(hook) {
   leaving.push(hook);
 }
 
+/** The URL's profile, else the one last chosen in this browser, else the default. */
 function currentProfile() {
   if (Data.isReport) return Data.defaultProfile;
-  return window.localStorage.getItem(PROFILE_KEY) || Data.defaultProfile;
+  const stored = window.localStorage.getItem(PROFILE_KEY);
+  return parseHash().params.get("profile") || (profileNames.includes(stored) ? stored : Data.defaultProfile);
+}
+
+/** `hash` with its profile parameter set to `profile` (other parameters kept as written). */
+function withProfile(hash, profile) {
+  const [path, query = ""] = hash.replace(/^#/, "").split("?");
+  const kept = query.split("&").filter((pair) => pair && !pair.startsWith("profile="));
+  return `#${path || "/"}?${[...kept, `profile=${enc(profile)}`].join("&")}`;
+}
+
+/** Put the shown profile into the URL (in place: Back never leads to the URL without it),
+ * the picker and this browser's memory. */
+function syncProfile() {
+  const profile = currentProfile();
+  const hash = withProfile(window.location.hash, profile);
+  if (hash !== window.location.hash) window.history.replaceState(null, "", hash);
+  if (profileNames.includes(profile)) window.localStorage.setItem(PROFILE_KEY, profile);
+  document.getElementById("profile").value = profile;
 }
 
 function navigate(hash) {
@@ -44,6 +66,7 @@ function pageFor(parts, params) {
 async function route() {
   for (const hook of leaving) hook();
   leaving = [];
+  if (!Data.isReport) syncProfile();
   const { parts, params } = parseHash();
   // Each page renders into its own element: a slow page left behind writes nowhere visible.
   const view = h("div", { class: "page", "data-page": parts[0] === "runs" ? (parts[2] || "run") : parts[0] || "runs" });
@@ -67,23 +90,21 @@ async function route() {
 async function setUpProfiles() {
   const select = document.getElementById("profile");
   const profiles = await Data.profiles();
-  if (!profiles.some((p) => p.name === currentProfile())) window.localStorage.removeItem(PROFILE_KEY);
+  profileNames = profiles.map((p) => p.name);
   const current = currentProfile();
   select.replaceChildren(
     ...profiles.map((p) => h("option", { value: p.name, selected: p.name === current, title: p.description }, `${p.name} v${p.version}`)),
   );
   select.disabled = Data.isReport;
-  select.addEventListener("change", () => {
-    window.localStorage.setItem(PROFILE_KEY, select.value);
-    route();
-  });
+  select.addEventListener("change", () => navigate(withProfile(window.location.hash, select.value)));
 }
 
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", async () => {
   if (Data.isReport) document.body.classList.add("report");
   try {
-    await setUpProfiles();
+    const [glossary] = await Promise.all([Data.metricHelp(), setUpProfiles()]);
+    setGlossary(glossary);
   } catch (error) {
     document.getElementById("app").replaceChildren(errorBox(error));
     return;

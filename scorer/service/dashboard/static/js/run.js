@@ -72,6 +72,19 @@ function recordsTable(runId, rows, name) {
   });
 }
 
+/** What judged the answers: "exact" means no judge was called (normalised exact match). */
+function judgeName(kind) {
+  return kind === "exact" ? "none (exact match)" : "LLM";
+}
+
+/** The judge and the calls really made to it (retries included; cached verdicts are not calls). */
+function judgeCard(judge) {
+  const attrs = { "data-metric": "judge" };
+  if (judge.kind === "exact") return card("judge", judgeName(judge.kind), `no judge calls · ${judge.unique} answers compared`, attrs);
+  const calls = `${judge.calls} calls · ${judge.cache_hits} cached`;
+  return card("judge", `${judgeName(judge.kind)} ${judge.model}`, judge.incomplete ? `${calls} · ${judge.failures} failed: incomplete` : calls, attrs);
+}
+
 function recordHref(runId, recordId) {
   return `#/runs/${enc(runId)}/records/${enc(recordId)}`;
 }
@@ -141,8 +154,8 @@ async function runPage(view, runId) {
       { class: "cards" },
       card("records", String(metrics.records_scored), `${run.events} events`),
       card("sessions", `${sessions.finished} finished`, `${sessions.failed} failed · ${sessions.incomplete} incomplete · ${sessions.not_run} not run`),
-      headline.map((m) => card(m.label, fmt(m.value.value), `${fmtCI(m.value.ci95)} · n=${m.value.population} ${m.value.unit}`, { "data-metric": m.key })),
-      card("judge", metrics.judge.kind, metrics.judge.incomplete ? "incomplete" : `${metrics.judge.requests} requests`),
+      headline.map((m) => card(m.label, fmt(m.value.value), `${fmtCI(m.value.ci95)} · n=${m.value.population} ${m.value.unit}`, { "data-metric": m.key, title: metricHelp(m.family, m.metric) })),
+      judgeCard(metrics.judge),
     ),
     metrics.notes.map((note) => h("p", { class: "note" }, note)),
     h("h2", {}, "Declared conditions"),

@@ -60,6 +60,7 @@ function acrossRunCharts(runs, metricsByRun, prefix) {
   ]
     .map(([family, metric, name]) => ({
       name,
+      help: metricHelp(family, metric),
       points: scored
         .map((run) => {
           const m = headlineMetric(metricsByRun[run.run_id], family, metric);
@@ -81,7 +82,9 @@ function acrossRunCharts(runs, metricsByRun, prefix) {
     });
   const charts = [];
   if (quality.length) {
-    const chart = scatterChart(`${prefix}-quality-vs-workload`, "Quality against workload", "submitted images per record", "quality (95% CI)", quality);
+    const xAxis = { label: "submitted images per record", help: metricHelp("workload", "submitted_images") };
+    const yAxis = { label: "quality (95% CI)", help: quality.map((serie) => serie.help).filter(Boolean).join("\n\n") || null };
+    const chart = scatterChart(`${prefix}-quality-vs-workload`, "Quality against workload", xAxis, yAxis, quality);
     const unplotted = scored.filter((run) => imagesPerRecord(metricsByRun[run.run_id]) === null).map((run) => run.run_id);
     if (unplotted.length) chart.append(h("p", { class: "cov" }, `not plotted, no workload reported: ${unplotted.join(", ")}`));
     charts.push(chart);
@@ -93,7 +96,7 @@ function acrossRunCharts(runs, metricsByRun, prefix) {
     ["miss_rate", "Miss rate", ""],
   ]) {
     const items = bars("proactive", metric);
-    if (items.some((item) => item.value !== null)) charts.push(barChart(`${prefix}-${metric}`, title, items, unit));
+    if (items.some((item) => item.value !== null)) charts.push(barChart(`${prefix}-${metric}`, title, items, unit, metricHelp("proactive", metric)));
   }
   return charts.length ? h("div", { class: "charts" }, charts) : null;
 }
@@ -163,8 +166,8 @@ async function runsPage(view, params) {
         label: "protocol · pacing · fps",
         value: (row) => `${row.profile ?? "–"} · ${row.pacing === "wall_clock" ? `wall clock ×${fmt(row.speed)}` : row.pacing ?? "–"} · ${fmt(row.fps)} fps`,
       },
-      ...shown.map((m) => ({ key: m.key, label: m.label, num: true })),
-      { key: "images_per_record", label: "images / record", num: true },
+      ...shown.map((m) => ({ key: m.key, label: m.label, num: true, title: metricHelp(m.family, m.metric) })),
+      { key: "images_per_record", label: "images / record", num: true, title: metricHelp("workload", "submitted_images") },
     ],
   });
   const pager = h(

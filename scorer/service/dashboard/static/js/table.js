@@ -154,12 +154,12 @@ function metricsTable(name, title, families) {
     title,
     columns: [
       { key: "family", label: "family" },
-      { key: "metric", label: "metric" },
+      { key: "metric", label: "metric", render: (r) => metricName(r.family, r.metric) },
       { key: "value", label: "value", num: true },
-      { key: "ci95", label: "95% CI", num: true, value: (r) => r.ci_low, render: (r) => fmtCI(r.ci_low === null ? null : [r.ci_low, r.ci_high]) },
+      { key: "ci95", label: "95% CI", num: true, title: columnHelp("95% CI"), value: (r) => r.ci_low, render: (r) => fmtCI(r.ci_low === null ? null : [r.ci_low, r.ci_high]) },
       { key: "population", label: "population", num: true, render: (r) => `${r.population} ${r.unit}` },
       { key: "observed", label: "observed", num: true },
-      { key: "coverage", label: "coverage", num: true },
+      { key: "coverage", label: "coverage", num: true, title: columnHelp("coverage") },
     ],
     rows: metricLines(families),
     exportRows: () => metricLines(families),
@@ -181,6 +181,7 @@ function sliceTable(name, title, slices, family, sliceLabel) {
     ...names.map((metric) => ({
       key: metric,
       label: metric,
+      title: metricHelp(family, metric),
       num: true,
       value: (row) => row.metrics[metric]?.value ?? null,
       render: (row) => metricCell(row.metrics[metric]),
@@ -194,6 +195,11 @@ function sliceTable(name, title, slices, family, sliceLabel) {
     exportRows: () =>
       rows.flatMap((row) => metricLines({ [family]: row.metrics }, { [sliceLabel.replace(/ /g, "_")]: row.slice })),
   });
+}
+
+/** A metric's name with its meaning, unit and scale as hover text. */
+function metricName(family, metric) {
+  return h("span", { class: "metric-name", title: metricHelp(family, metric) }, metric);
 }
 
 function metricCell(m) {

@@ -114,6 +114,30 @@ function isScalar(value) {
   return value === null || typeof value !== "object";
 }
 
+// The metric glossary ({family, name, unit, scale, meaning}), loaded once at start, by
+// "family.name" (one name can mean different things in two families) or, for the columns
+// every metric table shows (95% CI, coverage), by name.
+let metricGlossary = new Map();
+
+function setGlossary(entries) {
+  metricGlossary = new Map(entries.map((e) => [e.family ? `${e.family}.${e.name}` : e.name, e]));
+}
+
+function helpText(entry) {
+  if (!entry) return null;
+  return `${entry.name}: ${entry.meaning}\nunit: ${entry.unit || "none"} · scale: ${entry.scale}`;
+}
+
+/** A metric's meaning, unit and scale as hover text; null for a metric the glossary lacks. */
+function metricHelp(family, metric) {
+  return helpText(metricGlossary.get(`${family}.${metric}`));
+}
+
+/** The hover text of a metric table's column ("95% CI", "coverage"). */
+function columnHelp(column) {
+  return helpText(metricGlossary.get(column));
+}
+
 function errorBox(error) {
   return h("p", { class: "error" }, String(error && error.message ? error.message : error));
 }
