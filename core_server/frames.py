@@ -92,6 +92,8 @@ STALE_PARTIAL_S = 600.0
 # Callers compute window bounds with their own float arithmetic; a nanosecond of slack
 # keeps a sample at exactly the bound inside.
 TIME_EPSILON_S = 1e-9
+# An entry being built reports how far it is at most this often (FrameCache.get's on_progress).
+PROGRESS_INTERVAL_S = 0.25
 # AREA averages the source pixels under each output pixel: the right filter for downscaling.
 RESIZE_INTERPOLATION = "AREA"
 # A muxer rounds every timestamp to its time base on its own, so two frames of a constant-rate
@@ -606,16 +608,44 @@ def _timing(path: Path, info: VideoInfo, stream: av.VideoStream) -> _Timing:
 # ----------------------------------------------------------------------------- encoding
 
 
+# Told (seconds of video sampled so far, the video's duration) while an entry is built.
+DecodeProgress = Callable[[float, float], None]
+
+
+class _ProgressTicker:
+    """Passes on how far sampling is, at most every PROGRESS_INTERVAL_S: a clock read per
+    sample written (next to a JPEG encode, nothing), none per frame decoded."""
+
+    def __init__(self, on_progress: DecodeProgress, duration_s: float) -> None:
+        self.on_progress = on_progress
+        self.duration_s = duration_s
+        self.next_at = time.monotonic() + PROGRESS_INTERVAL_S
+
+    def sampled(self, t: float) -> None:
+        now = time.monotonic()
+        if now >= self.next_at:
+            self.next_at = now + PROGRESS_INTERVAL_S
+            self.on_progress(min(t, self.duration_s), self.duration_s)
+
+
 class _JpegWriter:
     """Resizes, turns upright, encodes and writes one sample at a time into a folder."""
 
-    def __init__(self, folder: Path, rules: ImageRules, digest: str, rotation: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        rules: ImageRules,
+        digest: str,
+        rotation: int,
+        ticker: _ProgressTicker | None = None,
+    ) -> None:
         self.folder = folder
         self.rules = rules
         self.id_prefix = digest[:16]
         self.rotation = rotation
         # One scaler for the whole video: its context is reused instead of rebuilt per frame.
         self.scaler = VideoReformatter()
+        self.ticker = ticker
 
     def write(self, k: int, placed: _Placed) -> FrameRef:
         frame = placed.frame
@@ -643,6 +673,8 @@ class _JpegWriter:
             (self.folder / _jpeg_name(k)).write_bytes(data)
         source = placed.source_index
         t = k / self.rules.fps
+        if self.ticker is not None:
+            self.ticker.sampled(t)
         return FrameRef(k, source, t, f"{self.id_prefix}:{source}", width, height, len(data))
 
 
@@ -882,12 +914,14 @@ def _sample_video(
     *,
     decode_all: bool = False,
     stats: DecodeStats | None = None,
+    on_progress: DecodeProgress | None = None,
 ) -> tuple[VideoInfo, float, list[FrameRef]]:
     """Write every sample's JPEG into `folder`, decoding what the samples need (every frame
     with `decode_all`, which gives the same JPEGs); returns (info, duration, frames)."""
     info = probe(path)
     stats = DecodeStats() if stats is None else stats
-    writer = _JpegWriter(folder, rules, digest, info.rotation)
+    ticker = None if on_progress is None else _ProgressTicker(on_progress, info.duration_s)
+    writer = _JpegWriter(folder, rules, digest, info.rotation, ticker)
     if not decode_all:
         try:
             sampled = _sample_planned(path, info, rules, writer, stats)
@@ -1044,7 +1078,13 @@ def _remove_stale_partials(final: Path) -> None:
                 shutil.rmtree(partial, ignore_errors=True)
 
 
-def _build_entry(path: Path, digest: str, rules: ImageRules, final: Path) -> VideoFrames:
+def _build_entry(
+    path: Path,
+    digest: str,
+    rules: ImageRules,
+    final: Path,
+    on_progress: DecodeProgress | None = None,
+) -> VideoFrames:
     with _cache_io(final.parent, "create a folder"):
         final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(final)
@@ -1053,7 +1093,9 @@ def _build_entry(path: Path, digest: str, rules: ImageRules, final: Path) -> Vid
         partial.mkdir()
     try:
         started = time.perf_counter()
-        info, duration_s, refs = _sample_video(path, digest, rules, partial)
+        info, duration_s, refs = _sample_video(
+            path, digest, rules, partial, on_progress=on_progress
+        )
         built = VideoFrames(digest, duration_s, info.source_fps, rules, tuple(refs), final, info)
         _write_index(partial, built)
         _publish(partial, final, digest, rules)
@@ -1113,8 +1155,19 @@ class FrameCache:
         digest = video_digest(Path(video_path), self._reading_memo)
         return _load_entry(_entry_dir(self.root, digest, rules), digest, rules)
 
-    def get(self, video_path: Path, rules: ImageRules) -> VideoFrames:
-        """The video's samples under these rules, decoding the video if no entry exists."""
+    def has(self, video_path: Path, rules: ImageRules) -> bool:
+        """Whether the video's samples under these rules are cached (hashing the video, and
+        remembering its digest, if need be); VideoDecodeError for a video that is not there."""
+        video_path = Path(video_path)
+        digest = video_digest(video_path, self._memo)
+        return _load_entry(_entry_dir(self.root, digest, rules), digest, rules) is not None
+
+    def get(
+        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+    ) -> VideoFrames:
+        """The video's samples under these rules, decoding the video if no entry exists;
+        while it decodes, `on_progress` hears how far it is, a few times a second (in the
+        decoding thread)."""
         video_path = Path(video_path)
         digest = video_digest(video_path, self._memo)
         final = _entry_dir(self.root, digest, rules)
@@ -1125,11 +1178,13 @@ class FrameCache:
                 frames = None  # marked broken by a failed `read`: rebuild it
             frames = frames or _load_entry(final, digest, rules)
             if frames is None:
-                frames = _build_entry(video_path, digest, rules, final)
+                frames = _build_entry(video_path, digest, rules, final, on_progress)
             self._loaded[key] = frames
             return frames
 
-    async def aget(self, video_path: Path, rules: ImageRules) -> VideoFrames:
+    async def aget(
+        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+    ) -> VideoFrames:
         """`get` off the event loop; concurrent calls for one video wait for one decode."""
         # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
         # `get` turns the loop into a VideoDecodeError.
@@ -1138,7 +1193,7 @@ class FrameCache:
         self._async_locks[key] = (lock, users + 1)
         try:
             async with lock:
-                return await asyncio.to_thread(self.get, video_path, rules)
+                return await asyncio.to_thread(self.get, video_path, rules, on_progress)
         finally:
             # Drop the lock with its last user: the map stays small and no lock outlives
             # the event loop it was used on.

@@ -21,6 +21,7 @@ from streameval.core.benchmark.importing import (
 )
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
+from streameval.core.progress import NO_PROGRESS, Progress
 
 __all__ = [
     "BenchmarkError",
@@ -95,12 +96,14 @@ def load_benchmark(
     *,
     video_root: Path | str | None = None,
     subset: str | None = None,
+    progress: Progress = NO_PROGRESS,
 ) -> Benchmark:
-    """'synthetic' (generated under `cache_dir` from `seed`) or a path `import_path` reads."""
+    """'synthetic' (generated under `cache_dir` from `seed`, which `progress` hears of) or a
+    path `import_path` reads."""
     if name == "synthetic":
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
-        return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed)
+        return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed, progress=progress)
     if not Path(name).exists():
         raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")
     root = Path(video_root) if video_root is not None else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from math import ceil, floor
@@ -38,6 +38,7 @@ from streameval.core.benchmark.records import (
     Record,
     Trigger,
 )
+from streameval.core.progress import NO_PROGRESS, Phase, Progress
 
 GENERATOR_VERSION = "1"
 SOURCE = "synthetic"
@@ -662,9 +663,12 @@ def _version(seed: int) -> str:
     return f"{GENERATOR_VERSION}+seed.{seed}"
 
 
-def generate(out_dir: Path, seed: int = 0) -> Benchmark:
-    """Write `videos/*.mp4` and `benchmark.json` under `out_dir`; return the benchmark."""
+def generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> Benchmark:
+    """Write `videos/*.mp4` and `benchmark.json` under `out_dir`; return the benchmark.
+
+    `progress` hears of each video written (Phase.BENCHMARK)."""
     out_dir = Path(out_dir)
+    progress.start(Phase.BENCHMARK, len(_VIDEOS))
     (out_dir / "videos").mkdir(parents=True, exist_ok=True)
     # The index goes first and comes back last: an interrupted run never leaves an index
     # that vouches for half-rewritten videos.
@@ -673,20 +677,25 @@ def generate(out_dir: Path, seed: int = 0) -> Benchmark:
     scenes = [build(np.random.default_rng([seed, i]), records) for i, build in enumerate(_VIDEOS)]
     # Videos are independent and PyAV encodes without the GIL: one thread per core.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(lambda scene: _encode(scene, out_dir / scene.video_path), scenes))
+        writing = [pool.submit(_encode, scene, out_dir / scene.video_path) for scene in scenes]
+        for written, video in enumerate(as_completed(writing), start=1):
+            video.result()
+            progress.advance(Phase.BENCHMARK, written)
     benchmark = Benchmark(
         name=SOURCE, version=_version(seed), video_root=".", records=records.records
     )
     unfinished = out_dir / "benchmark.json.partial"
     unfinished.write_text(benchmark.model_dump_json(indent=1))
     os.replace(unfinished, out_dir / "benchmark.json")
+    progress.finish(Phase.BENCHMARK)
     return benchmark.model_copy(update={"video_root": str(out_dir)})
 
 
-def load_or_generate(out_dir: Path, seed: int = 0) -> Benchmark:
+def load_or_generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> Benchmark:
     """Reuse `out_dir` when it holds this generator version's output for `seed`, else generate.
 
     An unreadable benchmark.json is only a stale cache here, so it is regenerated.
+    `progress` hears of the videos generated, or that they were cached.
     """
     out_dir = Path(out_dir)
     path = out_dir / "benchmark.json"
@@ -694,10 +703,10 @@ def load_or_generate(out_dir: Path, seed: int = 0) -> Benchmark:
         try:
             benchmark = load_benchmark_file(path)
         except BenchmarkError:
-            return generate(out_dir, seed)
+            return generate(out_dir, seed, progress)
         root = Path(benchmark.video_root)
-        if benchmark.version == _version(seed) and all(
-            (root / record.video_path).is_file() for record in benchmark.records
-        ):
+        videos = {root / record.video_path for record in benchmark.records}
+        if benchmark.version == _version(seed) and all(video.is_file() for video in videos):
+            progress.cached(Phase.BENCHMARK, len(videos))
             return benchmark
-    return generate(out_dir, seed)
+    return generate(out_dir, seed, progress)
