@@ -9,13 +9,17 @@ that adapter is served, so listing adapters never loads a model stack.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from streameval.adapters.config import (
     AdapterConfigError,
@@ -24,7 +28,8 @@ from streameval.adapters.config import (
     validate_config,
 )
 from streameval.adapters.errors import AdapterSetupError
-from streameval.adapters.sdk import Adapter
+from streameval.adapters.sdk import Adapter, check_conditions, conditions_problem
+from streameval.protocol import AdapterConditions
 
 ENTRY_POINT_GROUP = "streameval.adapters"
 BUILT_IN = "built-in"
@@ -71,20 +76,69 @@ def available_adapters() -> dict[str, AdapterEntry]:
 
 
 def adapter_class(name: str) -> type[Adapter]:
-    """Import the class of a registered name or of a `module:Class` path."""
+    """Import the class of a registered name or of a `module:Class` path (a module in the
+    current folder included)."""
     entry = available_adapters().get(name)
     target = entry.target if entry is not None else name
     if ":" not in target:
         raise UnknownAdapter(name)
     module_name, class_name = target.split(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise AdapterLoadError(_missing_module(name, exc)) from None
+    if not module_name:
+        raise UnknownAdapter(name)
+    if entry is None:
+        _find_in_current_folder(module_name)
+    module = _import_module(name, module_name)
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Adapter)):
         raise AdapterLoadError(f"{target} is not an Adapter subclass")
     return cls
+
+
+def _find_in_current_folder(module_name: str) -> None:
+    """Make a module in the current folder importable, as `python -m` does: the `streameval`
+    script puts its own folder first on the path, not the current one. Only for a module
+    found nowhere else, so a file here never hides an installed package."""
+    top = module_name.split(".")[0]
+    here = Path.cwd()
+    in_here = (here / f"{top}.py").is_file() or (here / top).is_dir()
+    if in_here and importlib.util.find_spec(top) is None:
+        sys.path.insert(0, str(here))
+
+
+def _import_module(name: str, module_name: str) -> ModuleType:
+    """The adapter's module; one line for what the user can fix: a module that is not there
+    or needs a package that is not installed, conditions declared without a required field."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):
+            raise AdapterLoadError(_not_found(name, exc.name)) from None
+        raise AdapterLoadError(_missing_module(name, exc)) from None
+    except ValidationError as exc:  # `conditions = AdapterConditions(...)` in a class body
+        if exc.title != AdapterConditions.__name__:
+            raise
+        raise _conditions_error(name, exc) from None
+
+
+def _not_found(name: str, module_name: str) -> str:
+    top = module_name.split(".")[0]
+    return (
+        f"adapter {name!r}: no module {module_name!r} on the Python path nor in the current "
+        f"folder ({Path.cwd()}); run from the folder that holds {top}.py, or add that folder "
+        "to PYTHONPATH"
+    )
+
+
+def _conditions_error(name: str, exc: ValidationError) -> AdapterLoadError:
+    return AdapterLoadError(f"adapter {name!r}{_line_of(exc)}: {conditions_problem(exc)}")
+
+
+def _line_of(exc: BaseException) -> str:
+    """` (FILE, line N)`: where the adapter's own code raised `exc` (not pydantic's)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "pydantic" not in Path(frame.filename).parts:
+            return f" ({frame.filename}, line {frame.lineno})"
+    return ""
 
 
 def config_model(cls: type[Adapter]) -> type[BaseModel] | None:
@@ -138,11 +192,17 @@ def load_adapter(name: str, config: Mapping[str, Any] | None = None) -> Adapter:
 
 def _instantiate(name: str, cls: type[Adapter], config: BaseModel | None) -> Adapter:
     # Heavy stacks (torch, vllm) are imported in the constructor, so a missing one shows
-    # here rather than at module import.
+    # here rather than at module import; conditions built from options are validated there.
     try:
-        return cls() if config is None else cls(config)
+        adapter = cls() if config is None else cls(config)
     except ModuleNotFoundError as exc:
         raise AdapterLoadError(_missing_module(name, exc)) from None
+    except ValidationError as exc:
+        if exc.title != AdapterConditions.__name__:
+            raise
+        raise _conditions_error(name, exc) from None
+    check_conditions(adapter)
+    return adapter
 
 
 def _missing_module(name: str, exc: ModuleNotFoundError) -> str:

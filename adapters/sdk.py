@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from streameval.adapters.errors import AdapterSetupError
 from streameval.protocol import (
     AdapterConditions,
     Instruction,
@@ -270,3 +271,33 @@ class Adapter:
             "adapter_version": self.version,
             "conditions": self.conditions.model_dump(),
         }
+
+
+def check_conditions(adapter: Adapter) -> None:
+    """Refuse, in one line naming the field, an adapter whose declared conditions are missing
+    or invalid: when it is loaded, rather than in every session's hello."""
+    declared = getattr(adapter, "conditions", None)
+    name = type(adapter).__name__
+    if declared is None:
+        raise AdapterSetupError(
+            f"adapter {name} declares no conditions: set `conditions = AdapterConditions(...)`"
+        )
+    if isinstance(declared, AdapterConditions):
+        return
+    try:
+        adapter.conditions = AdapterConditions.model_validate(declared)
+    except ValidationError as exc:
+        raise AdapterSetupError(f"adapter {name}: {conditions_problem(exc)}") from None
+
+
+def conditions_problem(exc: ValidationError) -> str:
+    """What is wrong with declared conditions (AdapterConditions' validation error), in one
+    line naming the field."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "missing":
+        return f"conditions: the field {field!r} is required (AdapterConditions({field}=...))"
+    if first["type"] == "extra_forbidden":
+        known = ", ".join(AdapterConditions.model_fields)
+        return f"conditions: unknown field {field!r} (fields: {known})"
+    return f"conditions: {field}: {first['msg']} (got {first['input']!r})"

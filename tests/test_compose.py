@@ -91,7 +91,9 @@ def cli_command(words: list[str]) -> tuple[Any, tuple[str, ...], list[str]]:
     while hasattr(command, "commands") and rest and rest[0] in command.commands:
         path.append(rest.pop(0))
         command = command.commands[path[-1]]
-    assert not hasattr(command, "commands"), f"`streameval {' '.join(words)}`: no command"
+    # A group runs by itself when it has a callback for that (`runs` lists, `runs delete`).
+    runnable = not hasattr(command, "commands") or command.invoke_without_command
+    assert runnable, f"`streameval {' '.join(words)}`: no command"
     return command, tuple(path), rest
 
 

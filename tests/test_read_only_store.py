@@ -120,7 +120,8 @@ def test_a_read_only_store_is_not_created_and_refuses_writes(tmp_path: Path) -> 
     )
     assert scored.returncode == 2
     assert scored.stderr.strip().splitlines() == [
-        f"error: cannot open store {missing} read-only: the file does not exist"
+        f"error: no store at {missing} (the file does not exist; a read-only command does not "
+        "create one: check the path, or run first)"
     ]
     assert not missing.parent.exists()
 

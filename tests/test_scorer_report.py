@@ -273,7 +273,7 @@ def test_cli_compare(sqlite_store: Store, tmp_path: Path) -> None:
         (["score", "run-a", "--judge-url", "http://127.0.0.1:9/v1"], "needs a model name"),
         (["score", "run-a", "--judge-model", "m"], "--judge-model needs --judge-url"),
         (["compare", "run-a", "nope"], "unknown run id 'nope'"),
-        (["results-api", "--store", "mysql://db/x"], "only sqlite:/// and postgresql"),
+        (["results-api", "--store", "mysql://db/x"], "unknown store URL scheme 'mysql'"),
     ],
 )
 def test_cli_errors_are_one_line_and_exit_2(

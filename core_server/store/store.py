@@ -157,6 +157,20 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
+class DeletedRuns:
+    """What `Store.delete_runs` removed: the runs as they were, and the rows of each table."""
+
+    runs: list[RunInfo]
+    rows: dict[str, int]
+
+
+# Every table holding rows of runs, those that refer to others first (the order to delete).
+RUN_TABLES = tuple(
+    table for table in reversed(models.metadata.sorted_tables) if "run_id" in table.c
+)
+
+
+@dataclass(frozen=True)
 class AdapterEndpoint:
     """An adapter endpoint registered with the control API under a name runs can use."""
 
@@ -524,6 +538,37 @@ def _stored_keys(conn: Connection, rows: Sequence[EventRow]) -> set[tuple[str, s
     return stored
 
 
+def _runs_named(run_ids: Sequence[str]) -> str:
+    return ", ".join(f"run {run_id!r}" for run_id in run_ids)
+
+
+def _refuse_runs_in_progress(conn: Connection, run_ids: list[str]) -> None:
+    """StoreError naming a run whose Core or one of whose workers still holds a lease."""
+    now = _now()
+    owners = models.run_owners
+    owner = conn.execute(
+        select(owners).where(owners.c.run_id.in_(run_ids), owners.c.expires_at > now)
+    ).first()
+    if owner is not None:
+        holder = f"a Core on host {owner.host} (pid {owner.pid})"
+        raise _in_progress(owner.run_id, holder, owner.expires_at)
+    sessions = models.sessions
+    held = conn.execute(
+        select(sessions).where(sessions.c.run_id.in_(run_ids), sessions.c.lease_expires_at > now)
+    ).first()
+    if held is not None:
+        holder = f"worker {held.worker_id} on host {held.host} (session {held.session_id!r})"
+        raise _in_progress(held.run_id, holder, held.lease_expires_at)
+
+
+def _in_progress(run_id: str, holder: str, until: datetime) -> StoreError:
+    return StoreError(
+        f"run {run_id!r} is in progress: {holder} holds it until "
+        f"{until.isoformat(timespec='seconds')}; stop it first, or add --force to delete it "
+        "anyway: nothing deleted"
+    )
+
+
 def _check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
     if status not in allowed:
         raise StoreError(f"invalid {what} status {status!r}; expected one of {', '.join(allowed)}")
@@ -720,6 +765,47 @@ class Store:
                 select(table).order_by(table.c.created_at.desc(), table.c.run_id.desc())
             )
             return [_run_info(row) for row in rows]
+
+    @_retried
+    def runs_to_delete(self, run_ids: Sequence[str], *, force: bool = False) -> list[RunInfo]:
+        """The runs `delete_runs` would delete, or the StoreError it would raise (so that a
+        command can ask for confirmation first)."""
+        with self.transaction(f"cannot read {_runs_named(run_ids)}") as conn:
+            return self._deletable(conn, run_ids, force)
+
+    def delete_runs(self, run_ids: Sequence[str], *, force: bool = False) -> DeletedRuns:
+        """Delete runs with every row that belongs to them, all in one transaction.
+
+        Nothing is deleted when an id is unknown, or when a run is in progress (a Core's
+        run lease or a worker's session lease has not expired) unless `force`. What runs
+        share is left alone: registered adapter endpoints and the judge's verdict cache
+        (keyed by question and answer, not by run)."""
+        with self.transaction(f"cannot delete {_runs_named(run_ids)}") as conn:
+            infos = self._deletable(conn, run_ids, force)
+            ids = [info.run_id for info in infos]
+            rows = {
+                table.name: conn.execute(delete(table).where(table.c.run_id.in_(ids))).rowcount
+                for table in RUN_TABLES
+            }
+        return DeletedRuns(infos, rows)
+
+    def _deletable(self, conn: Connection, run_ids: Sequence[str], force: bool) -> list[RunInfo]:
+        ids = list(dict.fromkeys(run_ids))  # each once, in the order given
+        table = models.runs
+        found = {
+            row.run_id: _run_info(row)
+            for row in conn.execute(select(table).where(table.c.run_id.in_(ids)))
+        }
+        unknown = [run_id for run_id in ids if run_id not in found]
+        if unknown:
+            names = ", ".join(repr(run_id) for run_id in unknown)
+            plural = "s" if len(unknown) > 1 else ""
+            raise StoreError(
+                f"unknown run id{plural} {names} in store {self._display_url}: nothing deleted"
+            )
+        if not force:
+            _refuse_runs_in_progress(conn, ids)
+        return [found[run_id] for run_id in ids]
 
     # --- records and sessions -----------------------------------------------------------------
 
