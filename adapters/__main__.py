@@ -1,7 +1,8 @@
 """`python -m streameval.adapters NAME [--host H] [--port P] [--config FILE] [-A key=value ...]`.
 
-Serves one adapter as its own process. Prints `streameval-adapter listening on HOST:PORT`
-once it accepts connections, so a parent that asked for port 0 learns the port the OS chose.
+Serves one adapter as its own process. Prints `streameval-adapter listening on
+ws://HOST:PORT/ws` (the URL `streameval run --adapter-url` takes) once it accepts
+connections, so a parent that asked for port 0 learns the port the OS chose.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Any
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import build_adapter
 from streameval.adapters.server import serve
+from streameval.listening import listening_line
+from streameval.protocol import WS_PATH
 
-READY_PREFIX = "streameval-adapter listening on"
+SERVICE = "streameval-adapter"
+READY_PREFIX = f"{SERVICE} listening on"
 
 
 def run_adapter(
@@ -28,7 +32,7 @@ def run_adapter(
     adapter = build_adapter(name, config, options or [])
 
     def ready(bound: int) -> None:
-        print(f"{READY_PREFIX} {host}:{bound}", flush=True)
+        print(listening_line(SERVICE, "ws", host, bound, WS_PATH), flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_until_terminated(serve(adapter, host, port, ready=ready)))

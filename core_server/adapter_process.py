@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from streameval.adapters.__main__ import READY_PREFIX
 from streameval.core.errors import CoreError
+from streameval.listening import listened_url
 from streameval.protocol import WS_PATH
 
 
@@ -84,7 +86,7 @@ class AdapterProcess:
                 # Keep draining after the ready line so a chatty child never blocks on a
                 # full pipe.
                 if not ready.is_set() and line.startswith(READY_PREFIX):
-                    self.port = int(line.rsplit(":", 1)[1])
+                    self.port = urlsplit(listened_url(line)).port
                     ready.set()
             ready.set()  # the child exited: stop waiting (self.port stays None)
 

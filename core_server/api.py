@@ -14,7 +14,7 @@ adapter endpoints and read benchmark files, so it can do exactly that and no mor
 - An endpoint that cannot be used is reported with one message, and no sooner than the
   run's connect timeout, whatever the reason (refused, filtered, not ready, not an
   adapter): the API is not a port scanner.
-- The OpenAPI schema and /docs are not served unless `STREAMEVAL_API_DOCS=1`.
+- The OpenAPI schema, /docs and /redoc are not served unless `STREAMEVAL_API_DOCS=1`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
 
+from streameval.api_docs import add_offline_docs
 from streameval.core.capacity import MAX_ENDPOINT_CONCURRENCY
 from streameval.core.config import (
     EndpointConfig,
@@ -145,9 +146,11 @@ def create_app(store_url: str, token: str) -> FastAPI:
         lifespan=lifespan,
         # The schema maps the attack surface: served only when asked for.
         openapi_url="/openapi.json" if docs else None,
-        docs_url="/docs" if docs else None,
+        docs_url=None,  # FastAPI's own pages load from a CDN: add_offline_docs serves them
         redoc_url=None,
     )
+    if docs:
+        add_offline_docs(app)
     authorized = [Depends(authorize)]
 
     @app.get("/healthz", tags=["service"])

@@ -42,7 +42,10 @@ DEFAULT_ADAPTER_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 def check_endpoint_url(url: str) -> str:
     """The URL if it is a plain adapter endpoint, ws[s]://host[:port]/ws; ValueError (one
     line) otherwise. No credentials, query or fragment: an endpoint is a place, and a URL
-    that carries a password ends up in logs, the store and exports."""
+    that carries a password ends up in logs, the store and exports.
+
+    A URL with no path gets /ws: every adapter serves its sessions there, so
+    `ws://host:port` can only mean `ws://host:port/ws`."""
     if any(ch.isspace() or not ch.isprintable() for ch in url):
         # urlsplit silently drops tabs and newlines: the URL used would not be the one given.
         raise ValueError(f"adapter endpoint {url!r} contains whitespace or control characters")
@@ -57,11 +60,13 @@ def check_endpoint_url(url: str) -> str:
         raise ValueError("adapter endpoint must not carry credentials (user:password@)")
     if not parts.hostname:
         raise ValueError(f"adapter endpoint {url!r} names no host")
+    if parts.path in ("", "/"):
+        parts = parts._replace(path=WS_PATH)
     if parts.path != WS_PATH or parts.query or parts.fragment:
         raise ValueError(f"adapter endpoint path must be {WS_PATH} (nothing after it), got {url!r}")
     if port == 0:
         raise ValueError(f"adapter endpoint {url!r} has port 0")
-    return url
+    return parts.geturl()
 
 
 def adapter_host_patterns(value: str | None = None) -> tuple[str, ...]:

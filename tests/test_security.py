@@ -70,7 +70,7 @@ def register(client: TestClient, url: str, name: str = "a") -> Any:
         ("ws://token@127.0.0.1:8765/ws", "must not carry credentials (user:password@)"),
         ("http://127.0.0.1:8765/ws", "must be a ws:// or wss:// URL"),
         ("ws://127.0.0.1:8765/admin", "path must be /ws"),
-        ("ws://127.0.0.1:8765", "path must be /ws"),
+        ("ws://127.0.0.1:8765/?x=1", "path must be /ws"),
         ("ws://127.0.0.1:8765/ws?x=1", "path must be /ws"),
         ("ws://127.0.0.1:99999/ws", "is not a valid URL"),
         ("ws:///ws", "names no host"),
@@ -267,7 +267,7 @@ def test_core_api_refuses_to_start_with_the_example_token(tmp_path):
 
 
 def test_docs_and_schema_are_off_unless_asked_for(tmp_path, monkeypatch, api):
-    for path in ("/docs", "/openapi.json", "/redoc"):
+    for path in ("/docs", "/openapi.json", "/redoc", "/docs-assets/swagger-ui.css"):
         assert api.get(path).status_code == 404
         assert api.get(path, headers=AUTH).status_code == 404
     health = api.get("/healthz")

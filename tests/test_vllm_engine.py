@@ -30,10 +30,10 @@ from streameval.adapters.sdk import Frame, Responder, Session  # noqa: E402
 from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.connection import connect_adapter  # noqa: E402
-from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S  # noqa: E402
 from streameval.core.failures import SessionFailure  # noqa: E402
 from streameval.core.runner import RunError, RunExecutor, RunStopped  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
+from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import HEARTBEAT_TIMEOUT_S, Question, RunConditions  # noqa: E402
 from tests.recording import Wire  # noqa: E402
@@ -444,7 +444,7 @@ def test_a_failed_load_is_reported_then_the_adapter_exits(stand_in, tiny_model, 
     )
     try:
         line = process.stdout.readline()
-        url = f"ws://127.0.0.1:{int(line.rsplit(':', 1)[1])}/ws"
+        url = line.split()[-1]  # the listening line ends with the session URL
         reason = "the vLLM engine did not start: RuntimeError: CUDA out of memory"
         with pytest.raises(RunError) as refused:
             run_core(url, tmp_path, count=1)

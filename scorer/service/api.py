@@ -20,12 +20,13 @@ from pathlib import Path as FilePath
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import FastAPI, HTTPException, Path, Query, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from streameval.api_docs import add_offline_docs
 from streameval.core.store.store import RunInfo, Store, StoreError
 from streameval.scorer.compare import Comparison, compare_runs
 from streameval.scorer.errors import ScoreError
@@ -46,6 +47,7 @@ from streameval.scorer.service.dashboard.frames import (
     RunFrames,
     thumbnail,
 )
+from streameval.scorer.service.dashboard.help import MetricHelpEntry, metric_help
 from streameval.scorer.service.dashboard.progress import RateMeter, RunProgress, run_progress
 from streameval.scorer.service.timeline import RecordTimeline, record_timeline
 from streameval.scorer.source import store_source
@@ -224,7 +226,11 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
             "video), per-record results and timelines, and paired run comparisons. "
             "Metric definitions: docs/metrics.md."
         ),
+        # FastAPI's own pages load from a CDN: add_offline_docs serves them from the package.
+        docs_url=None,
+        redoc_url=None,
     )
+    add_offline_docs(app)
 
     @app.exception_handler(StoreError)
     async def _store_error(_: Request, exc: StoreError) -> JSONResponse:
@@ -381,6 +387,19 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     @app.get("/", include_in_schema=False)
     def home() -> RedirectResponse:
         return RedirectResponse("ui/")
+
+    @app.get("/metrics/help", response_model=list[MetricHelpEntry], tags=["metrics"])
+    def metrics_help() -> list[MetricHelpEntry]:
+        """What every metric means, in its unit and on its scale (the dashboard's hover text):
+        `{"family": "qa", "name": "accuracy", "unit": "fraction (0-1)", "scale": "0-1, higher
+        is better", "meaning": "QA records answered with the right option / QA records ..."}`.
+        """
+        return metric_help()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico whatever a page links: the dashboard's icon answers.
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
     app.state.store = store
