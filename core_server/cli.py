@@ -8,40 +8,40 @@ which runs and then scores; the Core itself never imports the scorer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from streameval.core.benchmark.data_cli import data_app
-from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
-from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S
-from streameval.core.launch_cli import launch_app
-from streameval.core.paths import resolve_store_url
-from streameval.core.runner import (
+from streameval.core.exit_codes import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
     EXIT_TERMINATED,
-    RunExecutor,
-    RunStopped,
-    RunSummary,
-    RunTakenOver,
-    adapter_identity,
-    identity_label,
-    stored_run_executor,
 )
-from streameval.core.session import SessionOutcome
-from streameval.core.store.store import Store, StoreError
-from streameval.core.worker import DEFAULT_LEASE_S, Worker, WorkerSummary, this_worker
+from streameval.core.launch_cli import launch_app
+from streameval.core.paths import default_cache_dir, resolve_store_url
+from streameval.core.terminal import Column, print_table
+from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.errors import UserError
+
+# The runtime (store, runner, video and HTTP stacks) is imported by the commands that use
+# it: `streameval --help` builds the command tree without it (streameval/cli.py).
+if TYPE_CHECKING:
+    from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.progress import Progress
+    from streameval.core.runner import RunSummary
+    from streameval.core.store.store import RunInfo, Store
+    from streameval.core.worker import WorkerSummary
 
 app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
 adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
@@ -54,7 +54,11 @@ console = Console(stderr=True, soft_wrap=True)
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", help="Store URL (sqlite:///file.db or postgresql+psycopg://...)."),
+    typer.Option(
+        "--store",
+        help="Store: a SQLite file path, sqlite:///FILE or postgresql+psycopg://USER@HOST/DB "
+        "(default: $STREAMEVAL_STORE or ~/.cache/streameval/streameval.db).",
+    ),
 ]
 
 
@@ -67,19 +71,6 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_CANNOT_START)
 
 
-def _progress_reporter(progress: Progress, task_id):
-    def report(outcome: SessionOutcome, done: int, total: int) -> None:
-        progress.update(task_id, completed=done, total=total)
-        if outcome.status == "failed":
-            progress.console.print(
-                f"[yellow]session {outcome.session_id} failed[/yellow] "
-                f"({outcome.stage}, {outcome.cause}): {outcome.reason}",
-                highlight=False,
-            )
-
-    return report
-
-
 def execute(
     config: RunConfig,
     store: Store,
@@ -90,17 +81,22 @@ def execute(
     allow_adapter_change: bool = False,
     lease_s: float = DEFAULT_LEASE_S,
     give_up_s: float = ALL_DOWN_GIVE_UP_S,
+    progress: Progress | None = None,
 ) -> RunSummary:
-    """Run (or resume) with a progress bar on stderr once the sessions start.
+    """Run (or resume), showing its phases on stderr: live bars when stderr is a terminal
+    and `show_progress`, else only failed sessions (core_server/progress_display.py).
+    `progress` replaces that display (the demo's, which goes on to show scoring).
 
     SIGTERM (`docker stop`) stops the run like Ctrl-C: the sessions in flight go back to
     the queue, the run is `interrupted` (resumable at once: its lease is released) and the
     command exits 143."""
+    from streameval.core.progress_display import progress_display
+    from streameval.core.runner import RunExecutor, RunStopped, RunTakenOver
 
     started: list[str] = []
     terminated: list[bool] = []
 
-    async def go() -> RunSummary:
+    async def go(shown: Progress) -> RunSummary:
         main = asyncio.current_task()
         assert main is not None
 
@@ -109,35 +105,21 @@ def execute(
             main.cancel()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
-        executor = RunExecutor(config, store, lease_s=lease_s, give_up_s=give_up_s)
+        executor = RunExecutor(config, store, shown, lease_s=lease_s, give_up_s=give_up_s)
         run_id = resume_id or await executor.prepare()
         started.append(run_id)
-        progress = Progress(
-            TextColumn("[bold]sessions"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=not show_progress,
+        return await executor.execute(
+            run_id, retry_failed=retry_failed, allow_adapter_change=allow_adapter_change
         )
-        task_id = progress.add_task("run", total=None)
 
-        def begin(total: int) -> None:
-            # Only once the checks passed: a refused resume prints its one error line alone.
-            progress.update(task_id, total=total)
-            progress.start()
-
-        executor.on_start = begin
-        executor.progress = _progress_reporter(progress, task_id)
-        try:
-            return await executor.execute(
-                run_id, retry_failed=retry_failed, allow_adapter_change=allow_adapter_change
-            )
-        finally:
-            progress.stop()
-
+    if progress is None:
+        display = progress_display(console, show_progress)
+    else:
+        display = contextlib.nullcontext(progress)
     try:
-        return asyncio.run(go())
+        # The display ends before any line below is printed: none is drawn over by a bar.
+        with display as shown:
+            return asyncio.run(go(shown))
     except (RunStopped, RunTakenOver) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_STOPPED) from None
@@ -176,7 +158,9 @@ def run(
     task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
     task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many records.")] = None,
-    profile: Annotated[str, typer.Option(help=f"One of {', '.join(PROTOCOL_PROFILES)}.")] = "trace",
+    profile: Annotated[
+        str, typer.Option(help="Protocol profile (list them: streameval profiles).")
+    ] = "trace",
     pacing: Annotated[str, typer.Option(help="logical or wall_clock.")] = "logical",
     speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
     fps: Annotated[float | None, typer.Option(help="Sampling rate (profile's by default).")] = None,
@@ -270,6 +254,9 @@ def run(
         raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
     if detach and resume:
         raise fail("--detach creates a new run: workers continue a stored one by itself")
+    from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.store.store import Store
+
     try:
         with Store(resolve_store_url(store, cache_dir)) as opened:
             if resume:
@@ -337,6 +324,8 @@ def run(
 
 
 def _create_detached(config: RunConfig, store: Store, as_json: bool) -> None:
+    from streameval.core.runner import RunExecutor
+
     run_id = asyncio.run(RunExecutor(config, store).prepare())
     sessions = len(store.sessions(run_id))
     if as_json:
@@ -375,9 +364,10 @@ def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
         print(json.dumps(body), flush=True)
         return
     retried = f", {summary.retried} failed ones retried" if summary.retried else ""
+    # The store URL on a line of its own: a narrow terminal wraps the counts, not the URL.
     console.print(
         f"run [bold]{summary.run_id}[/bold]: {summary.finished} finished, {summary.failed} "
-        f"failed, {summary.kept} kept from before{retried} (store {store.url})",
+        f"failed, {summary.kept} kept from before{retried}\nstore {store.url}",
         highlight=False,
     )
     if summary.status == "failed":
@@ -435,6 +425,9 @@ def worker(
     not start (store, adapter, or an adapter the run did not use); 130 interrupted (the
     sessions it held go back to the queue).
     """
+    from streameval.core.config import EndpointConfig
+    from streameval.core.store.store import Store
+
     try:
         endpoint = EndpointConfig(url=adapter_url, concurrency=concurrency)
         if lease_timeout <= 0:
@@ -480,6 +473,9 @@ def _work(
     video_root: Path | None,
     allow_adapter_change: bool,
 ) -> WorkerSummary:
+    from streameval.core.runner import RunExecutor, stored_run_executor
+    from streameval.core.worker import Worker, this_worker
+
     identity = this_worker()
     executors: dict[str, RunExecutor] = {}
 
@@ -508,8 +504,30 @@ def _work(
 # --------------------------------------------------------------------------- store views
 
 
-@app.command()
+class _RunsGroup(TyperGroup):
+    """`runs [RUN_ID]` lists, `runs delete RUN...` deletes. A first word naming a subcommand
+    is that subcommand, any other the listing's RUN_ID (plain Click would take `delete` for
+    the optional RUN_ID), and options may follow it (`runs RUN_ID --json`) as in a command."""
+
+    allow_interspersed_args = True
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            super().parse_args(ctx, [])  # the listing's own options keep their defaults
+            ctx._protected_args, ctx.args = args[:1], args[1:]
+            return ctx.args
+        return super().parse_args(ctx, args)
+
+
+runs_app = typer.Typer(
+    cls=_RunsGroup, subcommand_metavar="[COMMAND [ARGS]...]", pretty_exceptions_enable=False
+)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback(invoke_without_command=True)
 def runs(
+    ctx: typer.Context,
     run_id: Annotated[
         str | None, typer.Argument(help="List this run's sessions: who ran each, where.")
     ] = None,
@@ -518,11 +536,16 @@ def runs(
 ) -> None:
     """List stored runs, newest first, with their declared conditions (or one run's
     sessions, with the host, worker and GPU that ran each)."""
+    if ctx.invoked_subcommand is not None:  # `runs delete ...`
+        return
     if run_id is not None:
         _list_sessions(run_id, store, as_json)
         return
+    from streameval.core.runner import identity_label
+    from streameval.core.store.store import Store, StoreError
+
     try:
-        with Store(resolve_store_url(store)) as opened:
+        with Store(resolve_store_url(store, must_exist=True)) as opened:
             infos = opened.list_runs()
     except StoreError as exc:
         raise fail(str(exc)) from None
@@ -544,23 +567,28 @@ def runs(
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table()
-    # The run id and its status stay whole on a narrow terminal; other columns shrink.
-    widths = {"run": 12, "status": len("interrupted")}
-    for column in ("run", "created", "status", "benchmark", "profile", "pacing", "adapters"):
-        table.add_column(column, no_wrap=True, min_width=widths.get(column))
-    for row in rows:
-        style = STATUS_STYLES.get(row["status"], "")
-        table.add_row(
-            Text(row["run_id"]),
+    columns = [
+        Column("run", key=True),
+        Column("created", key=True),
+        Column("status", key=True),
+        Column("benchmark", key=True),
+        Column("profile", key=True),
+        Column("pacing", key=True),
+        Column("adapters"),
+    ]
+    cells = [
+        [
+            row["run_id"],
             row["created_at"],
-            Text(row["status"], style=style),
-            Text(row["benchmark"]),
-            Text(row["profile"]),
-            Text(row["pacing"]),
-            Text("\n".join(row["adapters"])),  # every adapter the run used, one a line
-        )
-    Console().print(table)
+            Text(row["status"], style=STATUS_STYLES.get(row["status"], "")),
+            row["benchmark"],
+            row["profile"],
+            row["pacing"],
+            "\n".join(row["adapters"]),  # every adapter the run used, one a line
+        ]
+        for row in rows
+    ]
+    print_table(Console(), columns, cells)
 
 
 STATUS_STYLES = {"failed": "red", "interrupted": "yellow", "finished": "green"}
@@ -568,8 +596,10 @@ SESSION_COLUMNS = ("session_id", "status", "attempt", "host", "worker_id", "gpu"
 
 
 def _list_sessions(run_id: str, store: str | None, as_json: bool) -> None:
+    from streameval.core.store.store import Store, StoreError
+
     try:
-        with Store(resolve_store_url(store)) as opened:
+        with Store(resolve_store_url(store, must_exist=True)) as opened:
             sessions = opened.sessions(run_id)
     except StoreError as exc:
         raise fail(str(exc)) from None
@@ -584,18 +614,20 @@ def _list_sessions(run_id: str, store: str | None, as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table()
-    for column in SESSION_COLUMNS:
-        table.add_column(column.removesuffix("_id"), no_wrap=column == "session_id")
+    # Every cell but the GPU's name is an identifier or one word: whole, never wrapped.
+    columns = [Column(name.removesuffix("_id"), key=name != "gpu") for name in SESSION_COLUMNS]
+    cells = []
     for row in rows:
-        cells = [Text("" if row[c] is None else str(row[c])) for c in SESSION_COLUMNS]
-        cells[1].stylize(STATUS_STYLES.get(row["status"], ""))
-        table.add_row(*cells)
-    Console().print(table)
+        line = [Text("" if row[c] is None else str(row[c])) for c in SESSION_COLUMNS]
+        line[1].stylize(STATUS_STYLES.get(row["status"], ""))
+        cells.append(line)
+    print_table(Console(), columns, cells)
 
 
 def _identities(adapters: list[dict]) -> list[dict]:
     """Each adapter identity a run used, once, with the endpoints that served it."""
+    from streameval.core.runner import adapter_identity
+
     identities: list[dict] = []
     for info in adapters:
         identity = adapter_identity(info)
@@ -609,6 +641,83 @@ def _identities(adapters: list[dict]) -> list[dict]:
     return identities
 
 
+@runs_app.command("delete")
+def runs_delete(
+    run_ids: Annotated[list[str], typer.Argument(metavar="RUN_ID", help="The runs to delete.")],
+    store: StoreOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete runs in progress too (their Core or workers hold a lease)."
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Delete runs from the store with their records, sessions and events, after asking.
+
+    The frame cache stays (shared by every run here); the command says how to clear it."""
+    from streameval.core.store.store import Store, StoreError
+
+    try:
+        with Store(resolve_store_url(store, must_exist=True)) as opened:
+            to_delete = opened.runs_to_delete(run_ids, force=force)
+            if not yes:
+                _confirm_deletion(to_delete, opened.url)
+            deleted = opened.delete_runs(run_ids, force=force)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    caches = {path: _folder_bytes(path) for path in _frame_caches(deleted.runs)}
+    ids = [info.run_id for info in deleted.runs]
+    if as_json:
+        body = {
+            "deleted": ids,
+            "store": opened.url,
+            "rows": deleted.rows,
+            "frame_caches": [{"path": str(path), "bytes": size} for path, size in caches.items()],
+        }
+        print(json.dumps(body))
+        return
+    rows = deleted.rows
+    console.print(
+        f"deleted {len(ids)} run(s) ({', '.join(ids)}) from {opened.url}: "
+        f"{rows['run_records']} records, {rows['sessions']} sessions, {rows['events']} events",
+        highlight=False,
+    )
+    for path, size in caches.items():
+        console.print(
+            f"frame cache {path} ({size / 1e6:.1f} MB) left in place: its frames are shared "
+            f"by every run on this machine; clear it with: rm -r {path}",
+            highlight=False,
+        )
+
+
+def _confirm_deletion(runs: list[RunInfo], store_url: str) -> None:
+    if not sys.stdin.isatty():
+        raise fail("nobody can confirm the deletion (stdin is not a terminal): add --yes")
+    names = ", ".join(info.run_id for info in runs)
+    if not typer.confirm(f"Delete {len(runs)} run(s) ({names}) from {store_url}?", err=True):
+        console.print("nothing deleted")
+        raise typer.Exit(1)
+
+
+def _frame_caches(runs: list[RunInfo]) -> list[Path]:
+    """The frame caches these runs filled (runner.py keeps frames in CACHE_DIR/frames)."""
+    folders = [
+        Path(info.config.get("cache_dir") or default_cache_dir()) / "frames" for info in runs
+    ]
+    return [folder for folder in dict.fromkeys(folders) if folder.is_dir()]
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # a partial entry removed meanwhile
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
 @app.command()
 def export(
     run_id: str,
@@ -618,11 +727,12 @@ def export(
 ) -> None:
     """Write a run's complete event log (schema in docs/events.md)."""
     from streameval.core.store.export import export_jsonl
+    from streameval.core.store.store import Store, StoreError
 
     if format != "jsonl":
         raise fail(f"unknown export format {format!r}; only jsonl")
     try:
-        with Store(resolve_store_url(store), read_only=True) as opened:
+        with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
             if output is None or str(output) == "-":
                 lines = export_jsonl(opened, run_id, sys.stdout)
             else:
@@ -637,21 +747,36 @@ def export(
 
 
 @app.command()
-def profiles() -> None:
+def profiles(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
     """The protocol profiles a run can follow (docs/protocol.md)."""
-    table = Table()
-    for column in ("profile", "fps", "QA history (s)", "proactive lead (s)", "pacing", "what"):
-        table.add_column(column)
-    for profile in PROTOCOL_PROFILES.values():
-        table.add_row(
+    from streameval.core.config import PROTOCOL_PROFILES
+
+    if as_json:
+        print(json.dumps([p.model_dump(mode="json") for p in PROTOCOL_PROFILES.values()]))
+        return
+    columns = [
+        Column("profile", key=True),
+        Column("fps", justify="right"),
+        Column("QA history", justify="right"),
+        Column("proactive lead", justify="right"),
+        Column("pacing"),
+        # A description squeezed narrower than this is a wall of short lines: blocks instead.
+        Column("what", min_width=40, paragraph=True),
+    ]
+    rows = [
+        [
             profile.name,
             f"{profile.fps:g}",
-            f"{profile.qa_history_s:g}" if profile.qa_history_s else "all",
-            f"{profile.proactive_lead_s:g}" if profile.proactive_lead_s else "all",
+            f"{profile.qa_history_s:g} s" if profile.qa_history_s else "all",
+            f"{profile.proactive_lead_s:g} s" if profile.proactive_lead_s else "all",
             profile.pacing or "any",
             profile.description,
-        )
-    Console(soft_wrap=True).print(table)
+        ]
+        for profile in PROTOCOL_PROFILES.values()
+    ]
+    print_table(Console(), columns, rows)
 
 
 @adapter_app.command("serve")
@@ -686,6 +811,7 @@ def adapter_list(
     presets: Annotated[
         bool, typer.Option("--presets", help="List the packaged model presets instead.")
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """The adapters this installation can serve: name, origin, module:Class (tab-separated);
     with --presets, each preset, the adapters it configures and its file."""
@@ -693,11 +819,22 @@ def adapter_list(
     from streameval.adapters.registry import available_adapters, preset_adapters
 
     if presets:
-        for preset in preset_names():
-            print(f"{preset}\t{','.join(preset_adapters(preset))}\t{PRESET_DIR / preset}.yaml")
-        return
-    for name, entry in sorted(available_adapters().items()):
-        print(f"{name}\t{entry.origin}\t{entry.target}")
+        listed = [
+            {
+                "preset": preset,
+                "adapters": preset_adapters(preset),
+                "file": f"{PRESET_DIR / preset}.yaml",
+            }
+            for preset in preset_names()
+        ]
+        lines = [f"{p['preset']}\t{','.join(p['adapters'])}\t{p['file']}" for p in listed]
+    else:
+        listed = [
+            {"name": name, "origin": entry.origin, "target": entry.target}
+            for name, entry in sorted(available_adapters().items())
+        ]
+        lines = [f"{a['name']}\t{a['origin']}\t{a['target']}" for a in listed]
+    print(json.dumps(listed) if as_json else "\n".join(lines))
 
 
 @app.command("core-api")
@@ -707,15 +844,14 @@ def core_api(
     store: StoreOption = None,
 ) -> None:
     """Serve the control API (start runs, run status, adapter registry) behind a bearer token."""
-    import uvicorn
-
     from streameval.core.api import create_app, resolve_token
+    from streameval.listening import serve_app
 
     try:
         token, generated = resolve_token()
         served = create_app(resolve_store_url(store), token)
-    except UserError as exc:  # a guessable token, a store that cannot be opened
+        if generated:
+            console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
+        serve_app(served, host, port, "control API")
+    except UserError as exc:  # a guessable token, a store that cannot be opened, a busy port
         raise fail(str(exc)) from None
-    if generated:
-        console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
-    uvicorn.run(served, host=host, port=port, log_level="warning")

@@ -22,11 +22,11 @@ import httpx
 
 from streameval.core.errors import CoreError
 from streameval.core.readiness import Notice, http_base
+from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S
 
 PROBE_FIRST_S = 0.5  # the first re-probe of an endpoint taken out of rotation
 PROBE_MAX_S = 10.0  # the backoff between re-probes stops growing here
 PROBE_TIMEOUT_S = 5.0  # one /healthz probe, all of it (connect, headers, body)
-ALL_DOWN_GIVE_UP_S = 30.0  # every endpoint out of rotation this long: the run stops
 INFRA_RETRIES = 3  # new attempts for a session whose endpoint failed before its first task
 
 

@@ -10,6 +10,10 @@ for infrastructure reasons are redone too).
 A resume refuses endpoints that serve another adapter identity than the run used, unless
 `allow_adapter_change`; every identity a run used is listed in `runs.conditions["adapters"]`.
 
+Before its sessions start, a run extracts the frames of every video they use into the frame
+cache. `progress` (core_server/progress.py) hears of each phase: the synthetic benchmark
+generated, the frames prepared, the sessions streamed.
+
 The run ends `finished`, or `failed` when every one of its sessions failed; `RunSummary.
 exit_code` is what `streameval run` exits with (0 all finished, 1 some failed, 3 all failed).
 """
@@ -22,7 +26,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,12 +36,14 @@ import httpx
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
-from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S, EndpointsGone
+from streameval.core.endpoint_health import EndpointsGone
 from streameval.core.errors import CoreError
+from streameval.core.exit_codes import EXIT_ALL_FAILED, EXIT_FINISHED, EXIT_SOME_FAILED
 from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, FramesError, ImageRules, VideoFrames
 from streameval.core.paths import default_cache_dir
 from streameval.core.plan import SessionPlan
+from streameval.core.progress import NO_PROGRESS, Phase, Progress
 from streameval.core.protocol_state import ResponseLimits
 from streameval.core.readiness import AdapterNotReady, Notice, stderr_notice, wait_until_ready
 from streameval.core.run_inputs import check_records, create_run, records_diff
@@ -60,8 +66,8 @@ from streameval.core.timeline import (
     probe_timeline,
     qa_timeline,
 )
+from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.core.worker import (
-    DEFAULT_LEASE_S,
     Worker,
     WorkerSummary,
     finish_run_if_done,
@@ -70,24 +76,16 @@ from streameval.core.worker import (
 from streameval.events import Event, EventKind, FailureCause, failure_cause
 from streameval.protocol import AdapterConditions
 
-ProgressCallback = Callable[[SessionOutcome, int, int], None]
-StartCallback = Callable[[int], None]
-
-# What `streameval run` exits with (docker/benchmark-job.sh passes them on).
-EXIT_FINISHED = 0  # every session of the run finished
-EXIT_SOME_FAILED = 1  # some sessions failed
-EXIT_CANNOT_START = 2  # the run could not start: bad options, unreachable or changed adapter
-EXIT_ALL_FAILED = 3  # every session failed: the run's status is `failed`
-EXIT_STOPPED = 4  # the run stopped part-way: every adapter endpoint gone, or the store failed
-EXIT_INTERRUPTED = 130  # Ctrl-C; the run is `interrupted` and can be resumed
-EXIT_TERMINATED = 143  # SIGTERM (`docker stop`); the run is `interrupted` and can be resumed
-
 # The adapter's /info must arrive whole within this time and be at most this long.
 INFO_TIMEOUT_S = 30.0
 INFO_MAX_BYTES = 1024 * 1024
 
 # How often a running Core checks that its SQLite store file is still the one it opened.
 STORE_CHECK_S = 1.0
+
+# Videos whose frames are extracted at once before the sessions start (each decode also
+# uses every core).
+FRAME_PREPARERS = 4
 
 
 class RunError(CoreError):
@@ -275,7 +273,7 @@ class RunExecutor:
         self,
         config: RunConfig,
         store: Store,
-        progress: ProgressCallback | None = None,
+        progress: Progress = NO_PROGRESS,
         *,
         identity: WorkerIdentity | None = None,
         lease_s: float = DEFAULT_LEASE_S,
@@ -289,8 +287,6 @@ class RunExecutor:
         self.give_up_s = give_up_s
         self._benchmark: Benchmark | None = None
         self._by_id: dict[str, QARecord | ProactiveRecord] | None = None
-        # Called with the number of sessions to run, once the checks passed and they start.
-        self.on_start: StartCallback | None = None
         # Where "waiting for adapter ..." progress lines go (None: nowhere).
         self.notice: Notice | None = stderr_notice
         # Endpoints the last check found unusable (url -> why): the run starts without them.
@@ -316,6 +312,7 @@ class RunExecutor:
         """Check the benchmark and the endpoints, then store the run and its sessions, all
         in one transaction: a run that exists has every one of its sessions."""
         benchmark = self._load_benchmark()
+        self._benchmark, self._by_id = benchmark, None  # executing it next needs no reload
         records = select_records(benchmark, self.config)
         if not records:
             raise RunError("the benchmark selection is empty: check --tasks/--task-type/--limit")
@@ -372,7 +369,7 @@ class RunExecutor:
                 f"run {run_id} has no sessions: its creation did not complete, so there is "
                 "nothing to resume; start a new run"
             )
-        benchmark = self._load_benchmark()
+        benchmark = self._benchmark or self._load_benchmark()
         by_id = {r.record_id: r for r in benchmark.records}
         self._check_inputs(run_id, benchmark)
         retry = {
@@ -439,6 +436,7 @@ class RunExecutor:
             self.config.benchmark_seed,
             video_root=self.config.video_root,
             subset=self.config.subset,
+            progress=self.progress,
         )
 
     # ------------------------------------------------------------------ internals
@@ -506,8 +504,6 @@ class RunExecutor:
     async def _execute(self, run_id: str, benchmark: Benchmark, records: list) -> RunSummary:
         summary = RunSummary(run_id=run_id, total=len(records))
         self.store.set_run_status(run_id, "running")
-        if self.on_start is not None:
-            self.on_start(len(records))
         self._benchmark, self._by_id = benchmark, None
 
         def report(outcome: SessionOutcome, _progress: WorkerSummary) -> None:
@@ -516,8 +512,11 @@ class RunExecutor:
             else:
                 summary.failed += 1
                 summary.failures.append(outcome)
-            if self.progress is not None:
-                self.progress(outcome, summary.finished + summary.failed, summary.total)
+                self.progress.warn(
+                    f"session {outcome.session_id} failed ({outcome.stage}, {outcome.cause}): "
+                    f"{outcome.reason}"
+                )
+            self.progress.advance(Phase.SESSIONS, summary.finished + summary.failed, summary.failed)
 
         worker = Worker(
             self.store,
@@ -538,7 +537,7 @@ class RunExecutor:
                 admission = functools.partial(self._admit_late, run_id, endpoint, has_proactive)
                 worker.health.mark_down(endpoint.url, self.left_out[endpoint.url], admission)
         try:
-            await self._work_watched(run_id, worker)
+            await self._work_watched(run_id, self._prepare_and_stream(run_id, worker, records))
         except EndpointsGone as exc:
             self.store.set_run_status(run_id, "interrupted")
             left = sum(s.status == "pending" for s in self.store.sessions(run_id))
@@ -573,10 +572,59 @@ class RunExecutor:
         summary.failed_total = sum(s.status == "failed" for s in self.store.sessions(run_id))
         return summary
 
-    async def _work_watched(self, run_id: str, worker: Worker) -> None:
-        """Run the worker while renewing the run's lease and checking the store file; a lost
-        lease or a vanished store stops the worker."""
-        work = asyncio.create_task(worker.run(run_id), name="streameval-run")
+    async def _prepare_and_stream(self, run_id: str, worker: Worker, records: list) -> None:
+        await self._prepare_frames(records)
+        self.progress.start(Phase.SESSIONS, len(records))
+        await worker.run(run_id)
+        self.progress.finish(Phase.SESSIONS)
+
+    async def _prepare_frames(self, records: list) -> None:
+        """Extract the frames of every video the records use into the frame cache before the
+        sessions start (Phase.FRAMES), a few videos at once; a cached video costs a lookup.
+        A video whose frames cannot be made is left to its sessions, which fail at stage
+        `frames` with its error."""
+        assert self._benchmark is not None
+        root = Path(self._benchmark.video_root)
+        names = sorted({record.video_path for record in records})
+        if not names:
+            return
+        phase = _FramesPhase(self.progress, len(names))
+        slots = asyncio.Semaphore(FRAME_PREPARERS)
+
+        async def prepare(name: str) -> None:
+            async with slots:
+                if not await self._frames_cached(root / name):
+                    phase.show()
+                    await self._extract_frames(root, name)
+            phase.one_done()
+
+        await asyncio.gather(*(prepare(name) for name in names))
+        phase.end()
+
+    async def _extract_frames(self, root: Path, name: str) -> None:
+        """Fill the frame cache for one video, telling `progress` how far a long one is."""
+        loop = asyncio.get_running_loop()
+        reported: list[float] = []
+
+        def decoded(done_s: float, total_s: float) -> None:  # in the decoding thread
+            reported.append(total_s)
+            loop.call_soon_threadsafe(self.progress.item, Phase.FRAMES, name, done_s, total_s)
+
+        with contextlib.suppress(FramesError):
+            await self.cache.aget(root / name, self.rules, decoded)
+        if reported:  # its line goes
+            self.progress.item(Phase.FRAMES, name, reported[-1], reported[-1])
+
+    async def _frames_cached(self, video: Path) -> bool:
+        try:
+            return await asyncio.to_thread(self.cache.has, video, self.rules)
+        except FramesError:
+            return False  # preparing it fails too, and its sessions say why
+
+    async def _work_watched(self, run_id: str, work_to_do: Coroutine[None, None, None]) -> None:
+        """Do the work while renewing the run's lease and checking the store file; a lost
+        lease or a vanished store stops the work."""
+        work = asyncio.create_task(work_to_do, name="streameval-run")
         watch = asyncio.create_task(self._watch(run_id), name="streameval-run-watch")
         try:
             await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -705,6 +753,35 @@ class RunExecutor:
             tolerance_s=self.config.proactive_tolerance_s,
             steps_before_instruction=self.profile.frame_level_steps,
         )
+
+
+@dataclass
+class _FramesPhase:
+    """Phase.FRAMES, shown only once a video needs extracting: when every video was cached,
+    the phase is one `cached` line instead of a bar."""
+
+    progress: Progress
+    total: int
+    done: int = 0
+    shown: bool = False
+
+    def show(self) -> None:
+        if not self.shown:
+            self.shown = True
+            self.progress.start(Phase.FRAMES, self.total)
+            if self.done:  # cached videos checked before this one
+                self.progress.advance(Phase.FRAMES, self.done)
+
+    def one_done(self) -> None:
+        self.done += 1
+        if self.shown:
+            self.progress.advance(Phase.FRAMES, self.done)
+
+    def end(self) -> None:
+        if self.shown:
+            self.progress.finish(Phase.FRAMES)
+        else:
+            self.progress.cached(Phase.FRAMES, self.total)
 
 
 async def stored_run_executor(

@@ -28,15 +28,15 @@ from typing import Protocol, TypeVar
 from streameval.core.capacity import session_capacity, slots_per_endpoint
 from streameval.core.collector import fewer_pauses
 from streameval.core.config import EndpointConfig
-from streameval.core.endpoint_health import ALL_DOWN_GIVE_UP_S, INFRA_RETRIES, EndpointPool
+from streameval.core.endpoint_health import INFRA_RETRIES, EndpointPool
 from streameval.core.readiness import Notice
 from streameval.core.session import SessionOutcome
 from streameval.core.store.queue import SessionQueue, WorkerIdentity, sessions_left
 from streameval.core.store.store import SessionInfo, Store, StoreError
 from streameval.core.store.writer import EventWriter
 from streameval.core.store_process import StoreProcess, child_url
+from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 
-DEFAULT_LEASE_S = 60.0
 # Claims and status changes take SQLite's one write lock: a second thread would only wait on
 # it. PostgreSQL claims in parallel (SKIP LOCKED), so a few threads help there.
 CLAIM_THREADS = {"sqlite": 1}

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 
 from streameval.core.store.store import Store
+from streameval.core.terminal import Column, print_table
 from streameval.scorer.judging.judges import Judge
 from streameval.scorer.metrics.aggregate import Difference, compare_tables, is_timing
 from streameval.scorer.metrics.record import fields
@@ -24,7 +24,10 @@ from streameval.scorer.report import (
     ProfileReport,
     cached_in,
     evaluate_source,
+    format_ci,
     profile_report,
+    render_explanations,
+    unit_label,
 )
 from streameval.scorer.source import RunSource, store_source
 
@@ -45,16 +48,32 @@ class Comparison(BaseModel):
     overall: Differences
     by_task_type: dict[str, Differences]
 
-    def render(self, console: Console | None = None) -> None:
+    def render(self, console: Console | None = None, explained: bool = False) -> None:
         console = console or Console()
-        table = Table(title=f"{self.run_b} - {self.run_a} · profile {self.profile.name}")
-        for column in ("family", "metric", self.run_a, self.run_b, "B - A", "95% CI"):
-            table.add_column(column, justify="left" if column in ("family", "metric") else "right")
+        columns = (
+            Column("metric", key=True),
+            Column("A", justify="right"),
+            Column("B", justify="right"),
+            Column("B - A", justify="right"),
+            Column("95% CI", justify="right"),
+            Column("unit"),
+        )
+        rows: list[list[str] | str] = []
         for family, metrics in self.overall.items():
-            for name, metric in metrics.items():
-                ci = "-" if metric.ci95 is None else f"[{metric.ci95[0]:.4g}, {metric.ci95[1]:.4g}]"
-                table.add_row(family, name, _fmt(metric.a), _fmt(metric.b), _fmt(metric.diff), ci)
-        console.print(table)
+            rows.append(family)
+            rows += [
+                [
+                    name,
+                    _fmt(metric.a),
+                    _fmt(metric.b),
+                    _fmt(metric.diff),
+                    format_ci(metric.ci95),
+                    unit_label(family, name),
+                ]
+                for name, metric in metrics.items()
+            ]
+        title = f"A = run {self.run_a}, B = run {self.run_b} · profile {self.profile.name}"
+        print_table(console, columns, rows, title=title)
         console.print(
             f"{self.paired_records} paired records; {self.only_in_a} only in {self.run_a}, "
             f"{self.only_in_b} only in {self.run_b}",
@@ -62,6 +81,8 @@ class Comparison(BaseModel):
         )
         for note in self.notes:
             console.print(f"note: {note}", highlight=False)
+        if explained:
+            render_explanations(console, {f: list(m) for f, m in self.overall.items()})
 
 
 def _fmt(value: float | None) -> str:

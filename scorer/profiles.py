@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from streameval.core.config import PROTOCOL_PROFILES
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.parsing import is_answer, normalise, normalise_extended
 
@@ -261,6 +260,9 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
 
 def is_frame_level(protocol: str | None) -> bool:
     """Whether runs of this protocol profile ask for a decision at every step."""
+    # Imported here: the command line lists the scoring profiles without the protocol models.
+    from streameval.core.config import PROTOCOL_PROFILES
+
     known = PROTOCOL_PROFILES.get(protocol or "")
     return known is not None and known.frame_level_steps
 

@@ -19,9 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
-from rich.table import Table
+from rich.padding import Padding
+from rich.text import Text
 
 from streameval.core.store.store import Store
+from streameval.core.terminal import Column, print_table
 from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
 from streameval.scorer.errors import ScoreError
@@ -35,6 +37,13 @@ from streameval.scorer.judging.judges import (
     LLMJudge,
 )
 from streameval.scorer.metrics.aggregate import Metric, summarise
+from streameval.scorer.metrics.explain import (
+    COLUMNS,
+    FRACTION,
+    MetricHelp,
+    explain,
+    family_glossary,
+)
 from streameval.scorer.metrics.family import RecordEvaluation
 from streameval.scorer.metrics.ovo import OVO
 from streameval.scorer.metrics.proactive import PROACTIVE
@@ -197,8 +206,8 @@ class RunScores(BaseModel):
         """A JSON-ready dict; per-record results only when asked for."""
         return self.model_dump(mode="json", exclude=None if include_records else {"records"})
 
-    def render(self, console: Console | None = None) -> None:
-        render_scores(self, console or Console())
+    def render(self, console: Console | None = None, explained: bool = False) -> None:
+        render_scores(self, console or Console(), explained)
 
 
 @dataclass
@@ -504,44 +513,49 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def _ci(metric: MetricValue) -> str:
-    return "-" if metric.ci95 is None else f"[{metric.ci95[0]:.4g}, {metric.ci95[1]:.4g}]"
+def format_ci(ci95: tuple[float, float] | None) -> str:
+    return "-" if ci95 is None else f"[{ci95[0]:.4g}, {ci95[1]:.4g}]"
 
 
-def render_scores(scores: RunScores, console: Console) -> None:
+def unit_label(family: str, metric: str) -> str:
+    """The short unit of the console tables: `0-1` for a fraction, else the help's unit."""
+    help = explain(f"{family}.{metric}")
+    if help is None:
+        return ""
+    return "0-1" if help.unit == FRACTION else help.unit
+
+
+SCORE_COLUMNS = (
+    Column("metric", key=True),
+    Column("value", justify="right"),
+    Column("unit"),
+    Column("95% CI", justify="right"),
+    Column("coverage", justify="right"),
+)
+
+
+def render_scores(scores: RunScores, console: Console, explained: bool = False) -> None:
+    """The overall metrics, one group per family, then the headline metric per task type;
+    with `explained`, what each metric shown means."""
+    rows: list[list[str] | str] = []
+    for family, metrics in scores.overall.items():
+        rows.append(family)
+        rows += [
+            [
+                name,
+                _fmt(metric.value),
+                unit_label(family, name),
+                format_ci(metric.ci95),
+                f"{metric.observed}/{metric.population} {metric.unit}",
+            ]
+            for name, metric in metrics.items()
+        ]
     title = (
         f"run {scores.run_id} · protocol {scores.protocol or '?'} · profile "
         f"{scores.profile.name} v{scores.profile.version} · judge {scores.judge.kind}"
     )
-    table = Table(title=title)
-    for column in ("family", "metric", "value", "95% CI", "population", "coverage"):
-        table.add_column(column, justify="left" if column in ("family", "metric") else "right")
-    for family, metrics in scores.overall.items():
-        for name, metric in metrics.items():
-            table.add_row(
-                family,
-                name,
-                _fmt(metric.value),
-                _ci(metric),
-                f"{metric.population} {metric.unit}",
-                _fmt(metric.coverage),
-            )
-    console.print(table)
-    headline = {name: family.headline for name, family in FAMILIES.items() if family.headline}
-    breakdown = Table(title="per task type")
-    breakdown.add_column("task type")
-    shown = [
-        family for family in headline if family in scores.profile.constants.get("families", [])
-    ]
-    for family in shown:
-        breakdown.add_column(f"{family} {headline[family]}", justify="right")
-    for task_type, families in scores.by_task_type.items():
-        cells = []
-        for family in shown:
-            metric = families.get(family, {}).get(headline[family])
-            cells.append("" if metric is None else f"{_fmt(metric.value)} ({metric.population})")
-        breakdown.add_row(task_type, *cells)
-    console.print(breakdown)
+    print_table(console, SCORE_COLUMNS, rows, title=title)
+    _render_task_types(scores, console)
     sessions = scores.sessions
     console.print(
         f"{scores.records_scored} records, {scores.events_scored} events; sessions: "
@@ -551,3 +565,63 @@ def render_scores(scores: RunScores, console: Console) -> None:
     )
     for note in scores.notes:
         console.print(f"note: {note}", highlight=False)
+    if explained:
+        render_explanations(console, {f: list(m) for f, m in scores.overall.items()})
+
+
+def _render_task_types(scores: RunScores, console: Console) -> None:
+    """Each family's headline metric per task type, with its population (n)."""
+    shown = [
+        (family, FAMILIES[family].headline)
+        for family in scores.profile.constants.get("families", [])
+        if FAMILIES[family].headline
+    ]
+    columns = [Column("task type", key=True)] + [
+        Column(f"{family} {headline} ({unit_label(family, headline)})", justify="right")
+        for family, headline in shown
+    ]
+    rows = []
+    for task_type, families in scores.by_task_type.items():
+        cells = [task_type]
+        for family, headline in shown:
+            metric = families.get(family, {}).get(headline)
+            cells.append("" if metric is None else f"{_fmt(metric.value)} (n={metric.population})")
+        rows.append(cells)
+    print_table(console, columns, rows, title="per task type")
+
+
+def render_explanations(console: Console, metrics: dict[str, list[str]]) -> None:
+    """Unit, scale and meaning of each named metric, by family, then of the columns."""
+    console.print("what the numbers mean (docs/metrics.md defines each in full):")
+    for family, names in metrics.items():
+        console.print(Text(family, style="bold"))
+        for name in names:
+            help = explain(f"{family}.{name}")
+            if help is not None:
+                _print_help(console, help, indent=2)
+    console.print(Text("columns", style="bold"))
+    for help in COLUMNS:
+        _print_help(console, help, indent=2)
+
+
+def glossary_metrics() -> dict[str, list[str]]:
+    """Every metric any profile reports, by family."""
+    return {family: [help.name for help in helps] for family, helps in family_glossary().items()}
+
+
+def _print_help(console: Console, help: MetricHelp, indent: int) -> None:
+    facts = " · ".join(part for part in (help.unit, help.scale) if part)
+    console.print(Padding(Text(f"{help.name} · {facts}"), (0, 0, 0, indent), expand=False))
+    console.print(Padding(Text(help.meaning, style="dim"), (0, 0, 0, indent + 4), expand=False))
+
+
+def explanations_json(metrics: dict[str, list[str]]) -> dict[str, dict[str, dict[str, str]]]:
+    """The help of each named metric, by family, as JSON."""
+    return {
+        family: {
+            name: {"unit": help.unit, "scale": help.scale, "meaning": help.meaning}
+            for name in names
+            if (help := explain(f"{family}.{name}")) is not None
+        }
+        for family, names in metrics.items()
+    }

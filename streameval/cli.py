@@ -2,6 +2,10 @@
 (scorer/service/cli.py), and the demo, which needs both: it runs, then scores.
 
 The composition lives here, above both, so that the Core never imports the scorer.
+
+Every command module imports what its commands need inside them: building the command tree
+(for `streameval --help`) reads only signatures, so it imports no store, video or model
+stack (bench/bench_startup.py measures it; tests/test_cli_startup.py keeps it so).
 """
 
 from __future__ import annotations
@@ -14,12 +18,7 @@ import typer
 from rich.console import Console
 
 from streameval.core import cli as core_cli
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.paths import default_cache_dir, resolve_store_url
-from streameval.core.store.store import Store
 from streameval.errors import UserError
-from streameval.scorer.report import score_run
 from streameval.scorer.service import cli as scorer_cli
 
 app = typer.Typer(
@@ -39,11 +38,21 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
 ) -> None:
     """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
+    from streameval.core.adapter_process import AdapterProcess
+    from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.paths import default_cache_dir, resolve_store_url
+    from streameval.core.progress import Phase
+    from streameval.core.progress_display import progress_display
+    from streameval.core.store.store import Store
+    from streameval.scorer.report import score_run
+
     cache = cache_dir or default_cache_dir()
     try:
         with (
             AdapterProcess("reference") as adapter,
             Store(resolve_store_url(store, cache)) as opened,
+            # One display for the run's phases and the scoring after it.
+            progress_display(core_cli.console, not as_json) as progress,
         ):
             config = RunConfig(
                 benchmark="synthetic",
@@ -51,8 +60,10 @@ def demo(
                 endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
                 cache_dir=str(cache),
             )
-            summary = core_cli.execute(config, opened, show_progress=not as_json)
+            summary = core_cli.execute(config, opened, progress=progress)
+            progress.start(Phase.SCORING, None)
             scores = score_run(opened, summary.run_id)
+            progress.finish(Phase.SCORING)
     except UserError as exc:
         raise core_cli.fail(str(exc)) from None
     if as_json:
@@ -60,10 +71,13 @@ def demo(
             json.dumps({"run_id": summary.run_id, "store": opened.url, "metrics": scores.to_json()})
         )
         return
-    out = Console(soft_wrap=True)
+    # Sized to the terminal: the tables fit it, and the store URL gets a line of its own.
+    out = Console()
     scores.render(out)
     out.print(
-        f"{summary.finished} sessions finished, {summary.failed} failed; store {opened.url}\n"
+        f"{summary.finished} sessions finished, {summary.failed} failed\n"
+        f"store {opened.url}\n"
+        f"units, scales and meanings: streameval score {summary.run_id} --explain\n"
         f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}\n"
         "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
         highlight=False,

@@ -197,3 +197,48 @@ def test_compare_never_subtracts_timings_of_a_logical_and_a_wall_clock_run(
     ]
     shown = streameval("compare", *runs, "--store", store)
     assert "note: the runs were paced differently" in shown.stdout
+
+
+def test_profiles_and_the_adapter_lists_print_json_for_scripts():
+    from streameval.core.config import PROTOCOL_PROFILES
+
+    listed = streameval("profiles", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        profile.model_dump(mode="json") for profile in PROTOCOL_PROFILES.values()
+    ]
+    for extra in ([], ["--presets"]):
+        adapters = json.loads(streameval("adapter", "list", *extra, "--json").stdout)
+        lines = streameval("adapter", "list", *extra).stdout.splitlines()
+        # The same rows as the tab-separated listing, field for field.
+        assert len(adapters) == len(lines) > 0
+        for adapter, line in zip(adapters, lines, strict=True):
+            fields = [",".join(v) if isinstance(v, list) else v for v in adapter.values()]
+            assert "\t".join(fields) == line
+    assert {"name": "reference", "origin": "built-in",
+            "target": "streameval.adapters.reference:ReferenceAdapter"} in json.loads(
+        streameval("adapter", "list", "--json").stdout
+    )  # fmt: skip
+
+
+def test_compare_and_report_default_to_the_scoring_profile_of_the_run_protocol(
+    benchmark_path, tmp_path
+):
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with AdapterProcess("always") as adapter:
+        ran = streameval(
+            "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
+            "--profile", "ovo-offline", "--task", "qa", "--json", "--store", store,
+        )  # fmt: skip
+    run_id = json.loads(ran.stdout)["run_id"]
+    compared = streameval("compare", run_id, run_id, "--json", "--explain", "--store", store)
+    assert compared.returncode == 0, compared.stderr
+    comparison = json.loads(compared.stdout)
+    assert comparison["profile"]["name"] == "ovo-offline"
+    assert comparison["explain"]["ovo"]["total"]["unit"] == "%"
+    html = tmp_path / "r.html"
+    reported = streameval("report", run_id, "--html", str(html), "--store", store)
+    assert reported.returncode == 0, reported.stderr
+    assert re.search(r'"profiles":\s*\[\{"name":\s*"ovo-offline"', html.read_text())
+    shown = streameval("score", run_id, "--explain", "--store", store)
+    assert "  total · % · 0-100, higher is better" in shown.stdout.splitlines()

@@ -11,14 +11,15 @@ import json
 from collections import Counter
 from pathlib import Path
 from statistics import fmean
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from streameval.core.benchmark.importing import BenchmarkError, Imported
-from streameval.core.benchmark.loader import import_path
-from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
-from streameval.core.benchmark.validate import Report, trigger_bounds, validate
+# The importers are loaded by the commands: `streameval --help` does without them.
+if TYPE_CHECKING:
+    from streameval.core.benchmark.importing import Imported
+    from streameval.core.benchmark.records import Benchmark, ProactiveRecord
+    from streameval.core.benchmark.validate import Report
 
 data_app = typer.Typer(
     help="Check and count benchmark files (TRACE, OVO-Bench, StreamingBench).",
@@ -40,6 +41,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.
 
 
 def _import(path: Path, video_root: Path | None, subset: str | None, as_json: bool) -> Imported:
+    from streameval.core.benchmark.importing import BenchmarkError
+    from streameval.core.benchmark.loader import import_path
+
     try:
         return import_path(path, video_root=video_root, subset=subset)
     except BenchmarkError as exc:
@@ -71,6 +75,8 @@ def validate_command(
     as_json: JsonOption = False,
 ) -> None:
     """One line per problem, then a summary; exit 1 when there are problems."""
+    from streameval.core.benchmark.validate import validate
+
     imported = _import(path, video_root, subset, as_json)
     report = validate(imported, video_root)
     if as_json:
@@ -134,6 +140,8 @@ def stats_command(
 def benchmark_stats(benchmark: Benchmark) -> dict:
     """Counts as the sources count them: every QA question, every proactive instruction and
     every offline probe (OVO-Bench forward tasks) is a question; windows are the triggers."""
+    from streameval.core.benchmark.records import ProactiveRecord, QARecord
+
     qa = [r for r in benchmark.records if isinstance(r, QARecord)]
     proactive = [r for r in benchmark.records if isinstance(r, ProactiveRecord)]
     probes = sum(len(r.metadata.get("probes") or ()) for r in proactive)
@@ -160,6 +168,8 @@ def benchmark_stats(benchmark: Benchmark) -> dict:
 
 def _monitoring_s(record: ProactiveRecord) -> float | None:
     """From the instruction to the latest annotated window start or end."""
+    from streameval.core.benchmark.validate import trigger_bounds
+
     times = [t for trigger in record.triggers for t in trigger_bounds(trigger) if t is not None]
     return max(times) - record.instruction_time_s if times else None
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from streameval.core.paths import resolve_store_url
-from streameval.core.store.store import Store
 from streameval.errors import UserError
 from streameval.scorer.errors import ScoreError
-from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
 from streameval.scorer.profiles import (
     SCORING_PROFILES,
     ScoringProfile,
@@ -33,16 +31,38 @@ from streameval.scorer.profiles import (
     scoring_profile_for,
 )
 
+# The store, the metrics and the judge client are imported by the commands that use them:
+# `streameval --help` builds the command tree without them (streameval/cli.py).
+if TYPE_CHECKING:
+    from streameval.core.store.store import Store
+    from streameval.scorer.judging.judges import LLMJudge
+
 app = typer.Typer(help="Score, compare and serve results.", pretty_exceptions_enable=False)
 
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", help="Store URL (default: $STREAMEVAL_STORE or ~/.cache/streameval)."),
+    typer.Option(
+        "--store",
+        help="Store: a SQLite file path, sqlite:///FILE or postgresql+psycopg://USER@HOST/DB "
+        "(default: $STREAMEVAL_STORE or ~/.cache/streameval/streameval.db); never created.",
+    ),
 ]
+_MATCHING = "trace-paper-v1 for runs of the trace protocols"
 ProfileOption = Annotated[
-    str, typer.Option("--profile", help=f"Scoring profile: {', '.join(SCORING_PROFILES)}.")
+    str | None,
+    typer.Option(
+        "--profile",
+        help=f"Scoring profile: {', '.join(SCORING_PROFILES)} (default: the one matching the "
+        f"run's protocol profile, {_MATCHING}).",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+ExplainOption = Annotated[
+    bool,
+    typer.Option(
+        "--explain", help="Also say each metric's unit, scale and meaning (docs/metrics.md)."
+    ),
+]
 ToleranceOption = Annotated[
     float | None,
     typer.Option("--tolerance", help="Proactive window tolerance in seconds (profile default 5)."),
@@ -84,7 +104,18 @@ def _profile(name: str, tolerance: float | None) -> ScoringProfile:
     return profile if tolerance is None else profile.with_overrides(tolerance_s=tolerance)
 
 
+def _run_profile(
+    store: Store, run_id: str, name: str | None, tolerance: float | None
+) -> ScoringProfile:
+    """The named profile, else the one matching the run's protocol profile."""
+    if name is None:
+        name = scoring_profile_for(store.get_run(run_id).config.get("profile", ""))
+    return _profile(name, tolerance)
+
+
 def _judge(url: str | None, model: str | None) -> LLMJudge | None:
+    from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
+
     if url is None:
         if model is not None:
             raise ScoreError("--judge-model needs --judge-url (or $STREAMEVAL_JUDGE_URL)")
@@ -99,17 +130,18 @@ def score(
         Path | None,
         typer.Option("--events", help="Score an exported JSONL event log instead (no store)."),
     ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            help=f"Scoring profile: {', '.join(SCORING_PROFILES)} (default: the one matching the "
-            "run's protocol profile, trace-paper-v1 for trace runs).",
-        ),
-    ] = None,
+    profile: ProfileOption = None,
     as_json: JsonOption = False,
     records: Annotated[
         bool, typer.Option("--records", help="With --json: include per-record results.")
+    ] = False,
+    explained: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also say each metric's unit, scale and meaning; without a run, print every "
+            "metric's (the glossary).",
+        ),
     ] = False,
     tolerance: ToleranceOption = None,
     judge_url: JudgeUrlOption = None,
@@ -117,53 +149,81 @@ def score(
     store: StoreOption = None,
 ) -> None:
     """Score a run: TRACE QA and proactive metrics, workload, and the profile's extras."""
-    from streameval.scorer.report import score_exported, score_run
+    from streameval.core.store.store import Store
+    from streameval.scorer.report import explanations_json, score_exported, score_run
 
+    if explained and run_id is None and events is None:
+        _print_glossary(as_json)
+        return
     if (run_id is None) == (events is None):
-        raise _fail("give either a RUN_ID or --events FILE.jsonl")
+        raise _fail("give either a RUN_ID or --events FILE.jsonl (or --explain alone)")
     try:
         judge = _judge(judge_url, judge_model)
         if events is not None:
             name = profile or scoring_profile_for(_exported_protocol(events))
             scores = score_exported(events, _profile(name, tolerance), judge)
         else:
-            with Store(resolve_store_url(store), read_only=True) as opened:
-                protocol = opened.get_run(run_id).config.get("profile", "")
-                name = profile or scoring_profile_for(protocol)
-                scores = score_run(opened, run_id, _profile(name, tolerance), judge)
+            with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
+                chosen = _run_profile(opened, run_id, profile, tolerance)
+                scores = score_run(opened, run_id, chosen, judge)
     except UserError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        print(json.dumps(scores.to_json(include_records=records)))
+        body = scores.to_json(include_records=records)
+        if explained:
+            body["explain"] = explanations_json({f: list(m) for f, m in scores.overall.items()})
+        print(json.dumps(body))
     else:
-        scores.render(Console())
+        scores.render(Console(), explained)
+
+
+def _print_glossary(as_json: bool) -> None:
+    from streameval.scorer.report import explanations_json, glossary_metrics, render_explanations
+
+    if as_json:
+        print(json.dumps(explanations_json(glossary_metrics())))
+    else:
+        render_explanations(Console(), glossary_metrics())
 
 
 @app.command()
 def compare(
     run_a: Annotated[str, typer.Argument(help="The baseline run (A).")],
     run_b: Annotated[str, typer.Argument(help="The run compared with it (B).")],
-    profile: ProfileOption = "trace-paper-v1",
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help=f"Scoring profile: {', '.join(SCORING_PROFILES)} (default: the one matching "
+            f"the baseline run's protocol profile, {_MATCHING}).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
+    explained: ExplainOption = False,
     tolerance: ToleranceOption = None,
     judge_url: JudgeUrlOption = None,
     judge_model: JudgeModelOption = None,
     store: StoreOption = None,
 ) -> None:
     """Compare two runs record by record: B - A with paired bootstrap intervals."""
+    from streameval.core.store.store import Store
     from streameval.scorer.compare import compare_runs
+    from streameval.scorer.report import explanations_json
 
     try:
-        chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
-        with Store(resolve_store_url(store), read_only=True) as opened:
+        with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
+            chosen = _run_profile(opened, run_a, profile, tolerance)
             comparison = compare_runs(opened, run_a, run_b, chosen, judge)
     except UserError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        print(json.dumps(comparison.model_dump(mode="json")))
+        body = comparison.model_dump(mode="json")
+        if explained:
+            body["explain"] = explanations_json({f: list(m) for f, m in comparison.overall.items()})
+        print(json.dumps(body))
     else:
-        comparison.render(Console())
+        comparison.render(Console(), explained)
 
 
 @app.command()
@@ -172,7 +232,7 @@ def report(
     html: Annotated[
         Path, typer.Option("--html", help="Write the report to this HTML file.", dir_okay=False)
     ],
-    profile: ProfileOption = "trace-paper-v1",
+    profile: ProfileOption = None,
     tolerance: ToleranceOption = None,
     max_timelines: Annotated[
         int,
@@ -192,12 +252,13 @@ def report(
 ) -> None:
     """Write a run's static HTML report (metrics, records, timelines) that opens without a
     server."""
+    from streameval.core.store.store import Store
     from streameval.scorer.service.html_report import write_report
 
     try:
-        chosen = _profile(profile, tolerance)
         judge = _judge(judge_url, judge_model)
-        with Store(resolve_store_url(store), read_only=True) as opened:
+        with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
+            chosen = _run_profile(opened, run_id, profile, tolerance)
             written = write_report(opened, run_id, html, chosen, judge, max_timelines, thumbnails)
     except UserError as exc:
         raise _fail(str(exc)) from None
@@ -218,13 +279,13 @@ def results_api(
     judge_model: JudgeModelOption = None,
     store: StoreOption = None,
 ) -> None:
-    """Serve the read-only results API (JSON, OpenAPI docs at /docs) and the dashboard (/)."""
-    import uvicorn
-
+    """Serve the read-only results API (JSON, OpenAPI docs at /docs and /redoc) and the
+    dashboard (/)."""
+    from streameval.listening import serve_app
     from streameval.scorer.service.api import create_app
 
     try:
-        app = create_app(resolve_store_url(store), _judge(judge_url, judge_model))
-    except UserError as exc:
+        app = create_app(resolve_store_url(store, must_exist=True), _judge(judge_url, judge_model))
+        serve_app(app, host, port, "results API")
+    except UserError as exc:  # a store that cannot be opened, a busy port
         raise _fail(str(exc)) from None
-    uvicorn.run(app, host=host, port=port, log_level="warning")

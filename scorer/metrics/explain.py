@@ -1,0 +1,358 @@
+"""What each reported metric means: its unit, its scale and one line of meaning.
+
+The one source of metric help: `streameval score --explain`, `streameval compare --explain`,
+the console tables' unit column and the dashboard's hover text all read it.
+
+    >>> explain("latency_s_p95").unit
+    's'
+    >>> explain("readiness.early_penalty").scale
+    '0-1, 1 = no penalty (higher is better)'
+
+A metric is named as in the score output; a name that several families report with
+different meanings (`accuracy`) is told apart by its family: `family.metric`. A bare name
+gets the first family's help in registry order (qa before readiness and streamingbench).
+The meanings follow docs/metrics.md, where every metric is defined in full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricHelp:
+    name: str  # the metric name as in score output, e.g. "latency_s_p50"
+    unit: str  # "s", "%", "fraction (0-1)", "count", ...; "" for a plain number
+    scale: str  # e.g. "0-1, higher is better", "seconds, lower is better"
+    meaning: str  # one line
+
+
+FRACTION = "fraction (0-1)"
+PERCENT = "%"
+SECONDS = "s"
+COUNT = "count"
+TOKENS = "tokens"
+
+_HIGHER = "0-1, higher is better"
+_LOWER = "0-1, lower is better"
+_PERCENT_HIGHER = "0-100, higher is better"
+
+_COMPLETION = MetricHelp(
+    "completion_rate", FRACTION, _HIGHER, "records whose session finished / records"
+)
+
+# The quantile suffixes of the QA timings (ttft_s_p50, latency_s_max, ...).
+_QUANTILES = {"p50": "median", "p95": "95th percentile", "max": "maximum"}
+_TIMINGS = {
+    "ttft_s": "time to first token, from the question's arrival to the answer's first token",
+    "latency_s": "response latency, from the question's arrival to the final answer",
+}
+
+
+def _timings() -> list[MetricHelp]:
+    return [
+        MetricHelp(
+            f"{stem}_{suffix}",
+            SECONDS,
+            "seconds, lower is better",
+            f"{what}: the {quantile} over the records where it was observed",
+        )
+        for stem, what in _TIMINGS.items()
+        for suffix, quantile in _QUANTILES.items()
+    ]
+
+
+def _sums(unit: str, scale: str, meanings: dict[str, str]) -> list[MetricHelp]:
+    return [MetricHelp(name, unit, scale, meaning) for name, meaning in meanings.items()]
+
+
+_SUMMED = "summed over records"
+
+_FAMILIES: dict[str, list[MetricHelp]] = {
+    "qa": [
+        MetricHelp(
+            "accuracy",
+            FRACTION,
+            _HIGHER,
+            "QA records answered with the right option / QA records (failed, unanswered "
+            "and unparsable ones count as wrong)",
+        ),
+        _COMPLETION,
+        MetricHelp(
+            "invalid_output_rate",
+            FRACTION,
+            _LOWER,
+            "QA records with no legal option recovered (no answer, silence, unparsable, "
+            "failed, not run) / QA records",
+        ),
+        *_timings(),
+    ],
+    "proactive": [
+        MetricHelp(
+            "in_window_accuracy",
+            FRACTION,
+            _HIGHER,
+            "content scores of the answers given inside their window / windows (a window "
+            "without one scores 0)",
+        ),
+        MetricHelp(
+            "miss_rate",
+            FRACTION,
+            _LOWER,
+            "windows without an answer inside them / windows (an answer before the window "
+            "is a miss, a wrong one inside it is not)",
+        ),
+        MetricHelp(
+            "before_window_rate",
+            FRACTION,
+            _LOWER,
+            "windows whose answer came before the window opened / windows (part of the misses)",
+        ),
+        MetricHelp(
+            "false_alarm_rate",
+            FRACTION,
+            _LOWER,
+            "answers outside every window and before a later window / answered episodes",
+        ),
+        MetricHelp(
+            "median_response_delay_runtime_s",
+            SECONDS,
+            "seconds on the Core's clock, lower is better",
+            "median over in-window answers of first token minus the send time of the "
+            "window's first frame (under logical pacing: processing time)",
+        ),
+        MetricHelp(
+            "median_response_delay_video_s",
+            SECONDS,
+            "video seconds, lower is better",
+            "median over in-window answers of the answer's onset video time minus the window start",
+        ),
+        MetricHelp(
+            "redundant_responses",
+            COUNT,
+            "answers, lower is better",
+            "answers inside a window beyond its first, summed over windows",
+        ),
+        _COMPLETION,
+    ],
+    "workload": [
+        *_sums(
+            COUNT,
+            _SUMMED,
+            {
+                "submitted_images": "image occurrences submitted to the model, replays included",
+                "unique_submitted_frames": "distinct frames submitted to the model",
+                "replayed_occurrences": "submitted images - unique submitted frames: frames "
+                "submitted again (history replays)",
+                "delivered_frames": "frames the Core sent to the adapter",
+                "dropped_frames": "delivered frames the model never took as input "
+                "(delivered - unique submitted)",
+                "core_dropped_frames": "frames the Core skipped while lagging behind the wall "
+                "clock (wall-clock pacing only)",
+                "evicted_frames": "frames a native adapter removed from its state to bound "
+                "its memory",
+            },
+        ),
+        *_sums(
+            TOKENS,
+            _SUMMED,
+            {
+                "output_tokens": "output tokens of the answers",
+                "input_tokens": "input tokens of every model call, as the adapter reported them",
+                "reprefill_tokens": "tokens the model recomputed to compact its state after "
+                "evictions",
+            },
+        ),
+    ],
+    "realstream": [
+        MetricHelp(
+            "score",
+            PERCENT,
+            "percent, higher is better; can be negative",
+            "RealStreamEval: mean over records of S = quality x M - P_early (EvoStreaming Eq. 3)",
+        ),
+        MetricHelp(
+            "quality",
+            FRACTION,
+            _HIGHER,
+            "mean over records of the best judge score of an answer within δ steps of "
+            "each ground-truth step",
+        ),
+        MetricHelp(
+            "answer_rate",
+            FRACTION,
+            "0-1, answering often lowers the multiplier",
+            "mean over records of the share of steps with an answer (R)",
+        ),
+        MetricHelp(
+            "multiplier",
+            "",
+            "0.2-1, 1 = no reduction",
+            "mean verbosity or repetition multiplier M (EvoStreaming Eq. 4)",
+        ),
+        MetricHelp(
+            "early_penalty_rate",
+            FRACTION,
+            _LOWER,
+            "records penalised (P_early) for answering before the first ground-truth step "
+            "/ records",
+        ),
+        MetricHelp(
+            "tokens_per_response_turn",
+            TOKENS,
+            "tokens per answer",
+            "mean output tokens per answered episode that reported its count",
+        ),
+        MetricHelp(
+            "per_token_score",
+            "% per token",
+            "higher is better",
+            "score / tokens per response turn (η)",
+        ),
+    ],
+    "readiness": [
+        MetricHelp(
+            "evidence_coverage",
+            FRACTION,
+            "0-1, the share readiness describes",
+            "records with an evidence window (the readiness population) / records",
+        ),
+        MetricHelp(
+            "ars",
+            FRACTION,
+            _HIGHER,
+            "Answer Readiness Score: mean over records of EP x LP; 1 = answered between "
+            "the evidence's start and end",
+        ),
+        MetricHelp(
+            "early_penalty",
+            FRACTION,
+            "0-1, 1 = no penalty (higher is better)",
+            "EP: 1 for an answer at or after the evidence starts, towards 0 the earlier "
+            "before it (mean over records)",
+        ),
+        MetricHelp(
+            "late_penalty",
+            FRACTION,
+            "0-1, 1 = no penalty (higher is better)",
+            "LP: 1 for an answer until the evidence ends, then falling linearly to 0 "
+            "(mean over records)",
+        ),
+        MetricHelp(
+            "accuracy",
+            FRACTION,
+            _HIGHER,
+            "(right QA answers + proactive content scores) / (QA records + windows), over "
+            "the readiness population",
+        ),
+        MetricHelp("acc_e", FRACTION, _HIGHER, "accuracy x ARS: right, and given in time"),
+    ],
+    "ovo": [
+        MetricHelp(
+            "backward",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "OVO-Bench backward tracing: the mean of its task accuracies",
+        ),
+        MetricHelp(
+            "realtime",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "OVO-Bench real-time perception: the mean of its task accuracies",
+        ),
+        MetricHelp(
+            "forward",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "OVO-Bench forward active responding (probe answers): the mean of its task accuracies",
+        ),
+        MetricHelp(
+            "other",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "task types OVO-Bench does not have: the mean of their task accuracies",
+        ),
+        MetricHelp(
+            "total",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "OVO-Bench's overall score: the mean of the category means present",
+        ),
+        _COMPLETION,
+        MetricHelp(
+            "unanswered_rate",
+            FRACTION,
+            _LOWER,
+            "questions without an answer / questions (each probe is a question)",
+        ),
+    ],
+    "streamingbench": [
+        MetricHelp(
+            "accuracy",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "StreamingBench's pooled accuracy: (right QA answers + proactive hits) / (QA "
+            "records + targets)",
+        ),
+        MetricHelp(
+            "qa_accuracy",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "multiple-choice questions answered right / questions",
+        ),
+        MetricHelp(
+            "proactive_accuracy",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "targets hit (first answer within the hit tolerance, 2 s by default, containing "
+            "the expected output) / targets",
+        ),
+        _COMPLETION,
+    ],
+}
+
+# The columns every metric table shows beside the value.
+COLUMNS: list[MetricHelp] = [
+    MetricHelp(
+        "95% CI",
+        "",
+        "same unit as the value",
+        "bootstrap interval clustered by video (none with fewer than two videos, or for a maximum)",
+    ),
+    MetricHelp(
+        "coverage",
+        "",
+        "observed/population",
+        "units with an observed value / units in the metric's population (records, "
+        "windows, ...); a missing value is never 0, so a sum with coverage below 1 is a "
+        "lower bound",
+    ),
+]
+
+
+def family_glossary() -> dict[str, list[MetricHelp]]:
+    """Every metric's help, by family (registry order of scorer/metrics/registry.py)."""
+    return {family: list(helps) for family, helps in _FAMILIES.items()}
+
+
+def glossary() -> list[MetricHelp]:
+    """Every metric's help once; a name with different meanings in different families
+    (`accuracy`) appears once per meaning."""
+    seen: list[MetricHelp] = []
+    for helps in _FAMILIES.values():
+        seen += [help for help in helps if help not in seen]
+    return seen
+
+
+def explain(name: str) -> MetricHelp | None:
+    """The help of a metric named as in score output (`latency_s_p50`), or qualified by its
+    family (`streamingbench.accuracy`); None for an unknown name."""
+    family, dot, metric = name.rpartition(".")
+    if dot and family not in _FAMILIES:
+        return None
+    families = [family] if dot else list(_FAMILIES)
+    for candidate in families:
+        for help in _FAMILIES[candidate]:
+            if help.name == metric:
+                return help
+    return None
