@@ -149,14 +149,19 @@ def test_adapter_serve_lists_and_refuses_unknown_names():
     assert "unknown adapter 'nobody'" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
-def test_score_defaults_to_the_scoring_profile_of_the_run_protocol(benchmark_path, tmp_path):
+def ovo_offline_run(benchmark_path: Path, tmp_path: Path) -> tuple[str, str]:
+    """A run of the QA records under the ovo-offline protocol profile: (store, run id)."""
     store = f"sqlite:///{tmp_path / 's.db'}"
     with AdapterProcess("always") as adapter:
         ran = streameval(
             "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
             "--profile", "ovo-offline", "--task", "qa", "--json", "--store", store,
         )  # fmt: skip
-    run_id = json.loads(ran.stdout)["run_id"]
+    return store, json.loads(ran.stdout)["run_id"]
+
+
+def test_score_defaults_to_the_scoring_profile_of_the_run_protocol(benchmark_path, tmp_path):
+    store, run_id = ovo_offline_run(benchmark_path, tmp_path)
     scored = json.loads(streameval("score", run_id, "--json", "--store", store).stdout)
     assert (scored["protocol"], scored["profile"]["name"]) == ("ovo-offline", "ovo-offline")
     forced = streameval("score", run_id, "--json", "--profile", "trace-paper-v1", "--store", store)
@@ -224,13 +229,7 @@ def test_profiles_and_the_adapter_lists_print_json_for_scripts():
 def test_compare_and_report_default_to_the_scoring_profile_of_the_run_protocol(
     benchmark_path, tmp_path
 ):
-    store = f"sqlite:///{tmp_path / 's.db'}"
-    with AdapterProcess("always") as adapter:
-        ran = streameval(
-            "run", "--adapter-url", adapter.url, "--benchmark", str(benchmark_path),
-            "--profile", "ovo-offline", "--task", "qa", "--json", "--store", store,
-        )  # fmt: skip
-    run_id = json.loads(ran.stdout)["run_id"]
+    store, run_id = ovo_offline_run(benchmark_path, tmp_path)
     compared = streameval("compare", run_id, run_id, "--json", "--explain", "--store", store)
     assert compared.returncode == 0, compared.stderr
     comparison = json.loads(compared.stdout)
