@@ -1,0 +1,63 @@
+"""A non-editable install (`pip install .`, the README's Quick start and the Docker images)
+ships every file of the package folders: each module lies in a listed package or matches
+its package's `package-data` patterns in pyproject.toml, and so does every other file. (An
+editable install reads the repository, so the other tests cannot see a file left out.)"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def _package_folders() -> dict[str, Path]:
+    """Each listed package and its folder, from the `package-dir` mapping."""
+    roots = SETUPTOOLS["package-dir"]
+    folders = {}
+    for package in SETUPTOOLS["packages"]:
+        root = max((r for r in roots if package == r or package.startswith(f"{r}.")), key=len)
+        rest = package.removeprefix(root).strip(".")
+        folders[package] = REPO / roots[root] / Path(*rest.split(".") if rest else ())
+    return folders
+
+
+def _shipped_files() -> list[Path]:
+    """The files of the mapped folders, but for caches and notes for developers."""
+    return [
+        path
+        for folder in set(SETUPTOOLS["package-dir"].values())
+        for path in (REPO / folder).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".md"
+    ]
+
+
+def _ships(path: Path, folders: dict[str, Path]) -> bool:
+    """A module of a listed package, or a file that the `package-data` of a package holding
+    it names (relative to that package's folder, as setuptools reads them). The migrations'
+    modules are data: Alembic reads them, nothing imports them as a package."""
+    if path.suffix == ".py" and path.parent in folders.values():
+        return True
+    patterns = SETUPTOOLS.get("package-data", {})
+    return any(
+        _glob_matches(path.relative_to(folder).parts, glob)
+        for package, folder in folders.items()
+        if path.is_relative_to(folder)
+        for glob in patterns.get(package, [])
+    )
+
+
+def _glob_matches(parts: tuple[str, ...], glob: str) -> bool:
+    """A glob as setuptools reads it: `*` stays within one folder."""
+    pieces = glob.split("/")
+    return len(pieces) == len(parts) and all(map(fnmatch.fnmatchcase, parts, pieces))
+
+
+def test_every_file_of_the_package_folders_ships() -> None:
+    folders = _package_folders()
+    left_out = sorted(
+        str(path.relative_to(REPO)) for path in _shipped_files() if not _ships(path, folders)
+    )
+    assert left_out == []
