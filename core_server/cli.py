@@ -21,7 +21,9 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
+from streameval.core.audit_cli import audit_app
 from streameval.core.benchmark.data_cli import data_app
+from streameval.core.capacity_cli import capacity
 from streameval.core.exit_codes import (
     EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
@@ -48,6 +50,8 @@ adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
 app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
 app.add_typer(launch_app, name="launch")
+app.add_typer(audit_app, name="audit")
+app.command("capacity")(capacity)
 
 # soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
 console = Console(stderr=True, soft_wrap=True)

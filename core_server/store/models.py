@@ -153,3 +153,15 @@ run_owners = Table(
     Column("expires_at", UTCDateTime(), nullable=False),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_owners_run_id"),
 )
+
+# Results about a run as a whole, one per (run, analysis name): the causality audit's verdict
+# with its evidence, the capacity search's curve. Written once the analysis ends.
+run_analyses = Table(
+    "run_analyses",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("payload", JSON, nullable=False),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_analyses_run_id"),
+)

@@ -1006,6 +1006,32 @@ class Store:
                 select(func.count()).select_from(table).where(table.c.run_id == run_id)
             ).scalar_one()
 
+    # --- analyses of a run ------------------------------------------------------------------
+
+    def put_analysis(self, run_id: str, name: str, payload: dict[str, Any]) -> None:
+        """Store (or replace) the analysis `name` of a run: a causality audit's verdict, a
+        capacity search's curve."""
+        table = models.run_analyses
+        with self.transaction(f"cannot store analysis {name!r} of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            where = (table.c.run_id == run_id) & (table.c.name == name)
+            conn.execute(delete(table).where(where))
+            row = {"run_id": run_id, "name": name, "created_at": _now(), "payload": payload}
+            conn.execute(insert(table).values(**row))
+
+    @_retried
+    def analyses(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """The analyses stored with a run, by name (empty when it has none)."""
+        table = models.run_analyses
+        with self.transaction(f"cannot read analyses of run {run_id!r}") as conn:
+            self._require_run(conn, run_id)
+            rows = conn.execute(
+                select(table.c.name, table.c.payload)
+                .where(table.c.run_id == run_id)
+                .order_by(table.c.name)
+            )
+            return {row.name: row.payload for row in rows}
+
     # --- adapter endpoints ------------------------------------------------------------------
 
     def register_adapter_endpoint(self, name: str, url: str, concurrency: int) -> AdapterEndpoint:

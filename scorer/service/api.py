@@ -113,6 +113,7 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any]:
         "versions": info.versions,
         "events": store.count_events(run_id),
         "sessions": statuses,
+        "analyses": store.analyses(run_id),
     }
 
 

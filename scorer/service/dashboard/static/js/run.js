@@ -142,7 +142,7 @@ async function runPage(view, runId) {
 
   setChildren(view, 
     h("div", { class: "crumbs" }, h("a", { href: "#/" }, "Runs"), " / ", runId),
-    h("h1", {}, `Run ${runId} `, statusBadge(run.status)),
+    h("h1", {}, `Run ${runId} `, statusBadge(run.status), " ", auditBadge(run)),
     h(
       "p",
       { class: "muted" },
@@ -163,6 +163,8 @@ async function runPage(view, runId) {
     h("h2", {}, `Metrics · ${metrics.profile.name} v${metrics.profile.version}`),
     h("p", { class: "muted" }, metrics.profile.description),
     metricsTable(`metrics-${runId}-${profile}`, "overall", metrics.overall),
+    capacitySection(run),
+    robustnessSection(runId, metrics),
     h("h2", {}, "By task type"),
     bySlice(metrics.by_task_type, "task type", "by-task-type"),
     h("h2", {}, "By source benchmark"),

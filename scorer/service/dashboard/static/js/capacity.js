@@ -1,0 +1,4 @@
+// A capacity search's curve on its run page (docs/capacity.md). Placeholder until built.
+function capacitySection(_run) {
+  return null;
+}
