@@ -17,7 +17,7 @@ policy may know it, as any image-analysis program would; the scenes are not.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
@@ -108,7 +108,7 @@ I_COLOUR_STATE = "Say '{colour}' whenever the {shape} is {colour}."
 
 
 @dataclass(frozen=True)
-class _Shape:
+class Shape:
     kind: str
     slot: int
     colours: tuple[tuple[int, str], ...]  # (first frame, colour), sorted, the first at 0
@@ -135,10 +135,10 @@ class _Digit:
 
 
 @dataclass(frozen=True)
-class _Scene:
+class Scene:
     name: str
     frames: int
-    shapes: tuple[_Shape, ...]
+    shapes: tuple[Shape, ...]
     digits: tuple[_Digit, ...] = ()
     digit_y: int = 80
 
@@ -146,7 +146,7 @@ class _Scene:
     def video_path(self) -> str:
         return f"videos/{self.name}.mp4"
 
-    def the(self, kind: str) -> _Shape:
+    def the(self, kind: str) -> Shape:
         """The one shape of this kind in the scene (questions say "the square")."""
         (shape,) = [s for s in self.shapes if s.kind == kind]
         return shape
@@ -188,8 +188,8 @@ def _shape(
     slot: int,
     colours: tuple[tuple[int, str], ...],
     shown: tuple[int, int] = (0, 1 << 30),
-) -> _Shape:
-    return _Shape(kind, int(slot), colours, shown, int(rng.integers(4 * _SLIDE_PX)))
+) -> Shape:
+    return Shape(kind, int(slot), colours, shown, int(rng.integers(4 * _SLIDE_PX)))
 
 
 def _slots(rng: np.random.Generator, count: int) -> list[int]:
@@ -235,7 +235,7 @@ class _Records:
         self.seed = seed
         self.records: list[Record] = []
 
-    def _meta(self, scene: _Scene) -> dict:
+    def _meta(self, scene: Scene) -> dict:
         video = {"duration_s": _sec(scene.frames), "fps": FPS, "width": WIDTH, "height": HEIGHT}
         return {"seed": self.seed, "generator_version": GENERATOR_VERSION, "video": video}
 
@@ -245,7 +245,7 @@ class _Records:
     def qa(
         self,
         rng: np.random.Generator,
-        scene: _Scene,
+        scene: Scene,
         task_type: str,
         question: str,
         answer: str | None,
@@ -292,7 +292,7 @@ class _Records:
 
     def proactive(
         self,
-        scene: _Scene,
+        scene: Scene,
         task_type: str,
         instruction: str,
         instruction_s: int,
@@ -313,7 +313,7 @@ class _Records:
         )
 
     def present_colour(
-        self, rng: np.random.Generator, scene: _Scene, kind: str, used: list[int]
+        self, rng: np.random.Generator, scene: Scene, kind: str, used: list[int]
     ) -> None:
         """The colour of the one `kind` shape, asked at a second not in `used` (then added)."""
         shape = scene.the(kind)
@@ -328,7 +328,7 @@ class _Records:
             rng, scene, "present_color", question, colour, distractors, at_s=second, anchor=anchor
         )
 
-    def past_digit(self, rng: np.random.Generator, scene: _Scene, index: int) -> None:
+    def past_digit(self, rng: np.random.Generator, scene: Scene, index: int) -> None:
         """Asked >= 1 s after the digit went away, >= 1 s before the next one, <= 10 s after
         its onset (so the Core's 10 s history before the anchor holds all of it)."""
         digit = scene.digits[index]
@@ -351,7 +351,7 @@ class _Records:
             span=(digit.start, digit.end),
         )
 
-    def present_digit(self, rng: np.random.Generator, scene: _Scene, index: int) -> None:
+    def present_digit(self, rng: np.random.Generator, scene: Scene, index: int) -> None:
         """Asked while the digit is on screen, >= 1 s after it appeared."""
         digit = scene.digits[index]
         second = int(rng.integers(ceil((digit.start + FPS) / FPS), (digit.end - 1) // FPS + 1))
@@ -370,7 +370,7 @@ class _Records:
     def unanswerable(
         self,
         rng: np.random.Generator,
-        scene: _Scene,
+        scene: Scene,
         question: str,
         options: Sequence[str],
         at_s: int,
@@ -391,21 +391,21 @@ class _Records:
 # ----------------------------------------------------------------------------- videos
 
 
-def _colours_video(rng: np.random.Generator, records: _Records) -> _Scene:
+def _colours_video(rng: np.random.Generator, records: _Records) -> Scene:
     """One shape of each kind, each changing colour every 5-9 s; four present-colour QAs."""
     frames = 40 * FPS
     shapes = tuple(
         _shape(rng, kind, slot, _colour_timeline(rng, frames))
         for kind, slot in zip(SHAPES, _slots(rng, 3), strict=True)
     )
-    scene = _Scene("v0_colours", frames, shapes)
+    scene = Scene("v0_colours", frames, shapes)
     used: list[int] = []
     for kind in (*SHAPES, _pick(rng, SHAPES)):
         records.present_colour(rng, scene, kind, used)
     return scene
 
 
-def _digits_video(rng: np.random.Generator, records: _Records) -> _Scene:
+def _digits_video(rng: np.random.Generator, records: _Records) -> Scene:
     """Digits come and go among two steady shapes; three past-digit QAs, one present-digit."""
     frames = 45 * FPS
     shapes = tuple(
@@ -413,21 +413,21 @@ def _digits_video(rng: np.random.Generator, records: _Records) -> _Scene:
         for kind, slot in zip(("circle", "triangle"), _slots(rng, 2), strict=True)
     )
     digits = _digit_sequence(rng, int(rng.integers(20, 31)), frames)
-    scene = _Scene("v1_digits", frames, shapes, digits, int(rng.integers(20, 145)))
+    scene = Scene("v1_digits", frames, shapes, digits, int(rng.integers(20, 145)))
     for index in range(3):
         records.past_digit(rng, scene, index)
     records.present_digit(rng, scene, 3)
     return scene
 
 
-def _no_triangle_video(rng: np.random.Generator, records: _Records) -> _Scene:
+def _no_triangle_video(rng: np.random.Generator, records: _Records) -> Scene:
     """Circles and a square, no triangle and no digit ever: two unanswerable QAs."""
     frames = 25 * FPS
     shapes = tuple(
         _shape(rng, kind, slot, _colour_timeline(rng, frames))
         for kind, slot in zip(("circle", "circle", "square"), _slots(rng, 3), strict=True)
     )
-    scene = _Scene("v2_no_triangle", frames, shapes)
+    scene = Scene("v2_no_triangle", frames, shapes)
     second = int(rng.integers(8, 16))
     question = Q_PRESENT_COLOUR.format(shape="triangle")
     records.unanswerable(rng, scene, question, COLOURS, at_s=second, anchor=second * FPS)
@@ -437,7 +437,7 @@ def _no_triangle_video(rng: np.random.Generator, records: _Records) -> _Scene:
     return scene
 
 
-def _count_video(rng: np.random.Generator, records: _Records, name: str) -> _Scene:
+def _count_video(rng: np.random.Generator, records: _Records, name: str) -> Scene:
     """Circles appear and vanish 3-5 times, 4-8 s apart (at least one gap under 5 s)."""
     instruction_s = int(rng.integers(2, 4))
     n_changes = int(rng.integers(3, 6))
@@ -455,7 +455,7 @@ def _count_video(rng: np.random.Generator, records: _Records, name: str) -> _Sce
     # Each circle keeps its slot and colour while shown; the set changes only at change frames.
     square_slot, *circle_slots = rng.permutation(len(_SLOT_CENTRES)).tolist()
     alive: dict[int, tuple[int, str]] = {}  # slot -> (first frame shown, colour)
-    circles: list[_Shape] = []
+    circles: list[Shape] = []
     for frame, count in zip([0, *change_frames], counts, strict=True):
         while len(alive) > count:
             slot = _pick(rng, sorted(alive))
@@ -466,7 +466,7 @@ def _count_video(rng: np.random.Generator, records: _Records, name: str) -> _Sce
     for slot, (since, colour) in sorted(alive.items()):
         circles.append(_shape(rng, "circle", slot, _constant(colour), (since, frames)))
     square = _shape(rng, "square", square_slot, _constant(_pick(rng, COLOURS)))
-    scene = _Scene(name, frames, (square, *circles))
+    scene = Scene(name, frames, (square, *circles))
 
     ends = [*change_frames[1:], frames]
     triggers = [
@@ -493,7 +493,7 @@ def _count_video(rng: np.random.Generator, records: _Records, name: str) -> _Sce
     return scene
 
 
-def _state_video(rng: np.random.Generator, records: _Records) -> _Scene:
+def _state_video(rng: np.random.Generator, records: _Records) -> Scene:
     """The square cycles n, A, n, B, n, A, ... (n: any other colour); one colour-state task
     for A (three intervals) and one for B (two), plus a present-colour QA."""
     target_a = _pick(rng, COLOURS)
@@ -515,7 +515,7 @@ def _state_video(rng: np.random.Generator, records: _Records) -> _Scene:
         _shape(rng, kind, slot, _colour_timeline(rng, frames))
         for kind, slot in zip(("circle", "triangle"), other_slots, strict=True)
     )
-    scene = _Scene("v5_state", frames, (square, *distractors))
+    scene = Scene("v5_state", frames, (square, *distractors))
 
     ends = [s for s, _ in timeline[1:]] + [frames]
     for target, instruction_s in ((target_a, 2), (target_b, 3)):
@@ -537,14 +537,14 @@ def _state_video(rng: np.random.Generator, records: _Records) -> _Scene:
     return scene
 
 
-def _mixed_video(rng: np.random.Generator, records: _Records) -> _Scene:
+def _mixed_video(rng: np.random.Generator, records: _Records) -> Scene:
     """A changing circle, a steady square and digits: past digit, present colour, no triangle."""
     frames = 30 * FPS
     circle_slot, square_slot = _slots(rng, 2)
     circle = _shape(rng, "circle", circle_slot, _colour_timeline(rng, frames))
     square = _shape(rng, "square", square_slot, _constant(_pick(rng, COLOURS)))
     digits = _digit_sequence(rng, int(rng.integers(30, 61)), frames)
-    scene = _Scene("v6_mixed", frames, (circle, square), digits, int(rng.integers(20, 145)))
+    scene = Scene("v6_mixed", frames, (circle, square), digits, int(rng.integers(20, 145)))
     records.past_digit(rng, scene, 1)
     records.present_colour(rng, scene, "circle", [])
     second = int(rng.integers(10, 28))
@@ -553,7 +553,7 @@ def _mixed_video(rng: np.random.Generator, records: _Records) -> _Scene:
     return scene
 
 
-_VIDEOS: tuple[Callable[[np.random.Generator, _Records], _Scene], ...] = (
+_VIDEOS: tuple[Callable[[np.random.Generator, _Records], Scene], ...] = (
     _colours_video,
     _digits_video,
     _no_triangle_video,
@@ -579,7 +579,7 @@ def _sprite(kind: str) -> np.ndarray:
 
 
 _SPRITES = {kind: _sprite(kind) for kind in SHAPES}
-_COLOUR_INDEX = {name: i + 1 for i, name in enumerate(COLOURS)}  # 0 is the background
+COLOUR_INDEX = {name: i + 1 for i, name in enumerate(COLOURS)}  # 0 is the background
 
 
 def _bt601(rgb: np.ndarray) -> np.ndarray:
@@ -608,7 +608,7 @@ def _slide(frame: int, phase: int) -> int:
     return u - _SLIDE_PX if u < 2 * _SLIDE_PX else 3 * _SLIDE_PX - u
 
 
-def _render_indices(scene: _Scene, frame: int) -> np.ndarray:
+def render_indices(scene: Scene, frame: int) -> np.ndarray:
     """The frame as palette indices (0 = background): exact, so encoding is the only noise."""
     canvas = np.zeros((HEIGHT, WIDTH), np.uint8)
     half = SHAPE_SIZE // 2
@@ -618,10 +618,10 @@ def _render_indices(scene: _Scene, frame: int) -> np.ndarray:
         cx, cy = _SLOT_CENTRES[shape.slot]
         x, y = cx - half + _slide(frame, shape.phase), cy - half
         view = canvas[y : y + SHAPE_SIZE, x : x + SHAPE_SIZE]
-        view[_SPRITES[shape.kind]] = _COLOUR_INDEX[shape.colour_at(frame)]
+        view[_SPRITES[shape.kind]] = COLOUR_INDEX[shape.colour_at(frame)]
     for digit in scene.digits:
         if digit.start <= frame < digit.end:
-            render_digit(canvas, digit.value, _DIGIT_X, scene.digit_y, _COLOUR_INDEX[DIGIT_COLOUR])
+            render_digit(canvas, digit.value, _DIGIT_X, scene.digit_y, COLOUR_INDEX[DIGIT_COLOUR])
     return canvas
 
 
@@ -637,19 +637,28 @@ def _to_yuv420p(indices: np.ndarray) -> np.ndarray:
     return np.concatenate([plane.reshape(-1, WIDTH) for plane in planes])
 
 
-def _encode(scene: _Scene, path: Path) -> None:
-    """H.264 in MP4, written to a temporary name first so a crash leaves no half video."""
+def _encode(scene: Scene, path: Path) -> None:
+    write_video(path, scene.frames, partial(render_indices, scene))
+
+
+def write_video(
+    path: Path,
+    frames: int,
+    render: Callable[[int], np.ndarray],
+    x264: Mapping[str, str] | None = None,
+) -> None:
+    """H.264 in MP4 at FPS of `frames` index images (`render(frame)`: 0 the background, then
+    the PALETTE colours in order), written to a temporary name first so a crash leaves no
+    half video. `x264` adds encoder options (the causality audit's `tune`)."""
     unfinished = path.with_suffix(".partial.mp4")
     with av.open(str(unfinished), "w") as container:
         # One x264 thread: the bytes then do not depend on how many cores the machine has.
-        options = {"crf": "18", "preset": "superfast", "threads": "1"}
+        options = {"crf": "18", "preset": "superfast", "threads": "1", **(x264 or {})}
         stream = container.add_stream("libx264", rate=FPS, options=options)
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
         stream.codec_context.gop_size = GOP
-        for frame in range(scene.frames):
-            image = av.VideoFrame.from_ndarray(
-                _to_yuv420p(_render_indices(scene, frame)), "yuv420p"
-            )
+        for frame in range(frames):
+            image = av.VideoFrame.from_ndarray(_to_yuv420p(render(frame)), "yuv420p")
             image.pts = frame
             container.mux(stream.encode(image))
         container.mux(stream.encode(None))

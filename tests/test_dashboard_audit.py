@@ -1,0 +1,123 @@
+"""The causality audit's badge on the run page, in headless Chromium (tests/browser.py), over
+the results API served by `streameval results-api` and a store filled by two real audits:
+the reference adapter (pass) and the peeking adapter (fail, with evidence)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from streameval.core.adapter_process import AdapterProcess
+from streameval.core.causality_audit import prepare
+from tests.browser import chromium, require_browser
+from tests.test_dashboard_browser import free_port, open_page
+
+require_browser()
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def audit(url: str, cache: Path, store: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "streameval.cli", "audit", "causality", "--adapter-url", url]
+        + ["--cache-dir", str(cache), "--store", store, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict, dict]]:
+    """The store URL and the two audits' verdicts (each with its run id)."""
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the adapter process imports tests.*
+    cache = tmp_path_factory.mktemp("audit-cache")
+    store = f"sqlite:///{tmp_path_factory.mktemp('audit-store') / 'store.db'}"
+    benchmark = prepare(cache, seed=0)
+    try:
+        with AdapterProcess("reference") as adapter:
+            passed = audit(adapter.url, cache, store)
+        options = {"benchmark_dir": str(benchmark.path.parent)}
+        with AdapterProcess("tests.peeking_adapter:PeekingAdapter", options=options) as adapter:
+            failed = audit(adapter.url, cache, store)
+        yield store, passed, failed
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.fixture(scope="module")
+def server(audited: tuple[str, dict, dict]) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streameval.cli", "results-api", "--store", audited[0]]
+        + ["--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "the results API did not come up"
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def page(server: str) -> Iterator[object]:
+    with chromium() as browser:
+        opened = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        opened.on("pageerror", lambda error: errors.append(str(error)))
+        yield opened
+        assert errors == [], errors
+
+
+def test_a_passing_audit_shows_a_pass_badge_and_no_evidence(page, server, audited) -> None:
+    _, passed, _ = audited
+    assert passed["verdict"] == "pass"
+    open_page(page, server, f"#/runs/{passed['run_id']}")
+    badge = page.locator('h1 [data-audit="causality"] .badge')
+    assert badge.inner_text() == "causality: pass"
+    assert badge.get_attribute("data-verdict") == "pass"
+    assert "23 decision points before T" in badge.get_attribute("title")
+    assert page.locator("h1 .audit-evidence").count() == 0
+
+
+def test_a_failed_audit_shows_its_evidence(page, server, audited) -> None:
+    _, _, failed = audited
+    assert failed["verdict"] == "fail"
+    open_page(page, server, f"#/runs/{failed['run_id']}")
+    badge = page.locator('h1 [data-audit="causality"] .badge')
+    assert badge.inner_text() == "causality: fail"
+    assert "failed" in badge.get_attribute("class")  # red, as a failed run
+    page.click("h1 .audit-evidence summary")
+    lines = page.locator("h1 .audit-evidence li").all_inner_texts()
+    first = failed["evidence"][0]
+    sessions = first["sessions"]
+    assert len(lines) == len(failed["evidence"]) == 23
+    assert lines[0] == (
+        f"differs: qa-word, question at 11 s: A ({sessions['A']}): {first['outputs']['A']} · "
+        f"B ({sessions['B']}): {first['outputs']['B']}"
+    )
+    assert lines[0] in badge.get_attribute("title")
