@@ -99,6 +99,13 @@ class Session:
         """Record what the model actually did; `frame_ids` lists every submitted image."""
         await self.send(Workload(kind=kind, **fields).model_dump_json())
 
+    def reattach(self, send: Send) -> None:
+        """Go on over a new connection (a resumed session): what the session sends from
+        now on goes there, the open task's responder included."""
+        self.send = send
+        if self.responder is not None:
+            self.responder = Responder(send, self.responder.task_id)
+
 
 class ResponseStream:
     """An open response episode; tokens go out as deltas the moment they are produced."""
@@ -220,6 +227,10 @@ class Adapter:
     # The adapter's options (a pydantic model): `streameval adapter serve NAME --config FILE
     # -A key=value` validates them and passes an instance to `__init__`. None: no options.
     Config: ClassVar[type[BaseModel] | None] = None
+    # How long a session's state outlives a connection lost without session_end, for the
+    # Core to reconnect and resume the session (docs/protocol.md, "Reconnect and resume").
+    # 0: the adapter does not resume; a reconnected session starts fresh.
+    resume_grace_s: float = 30.0
 
     async def start(self) -> None:
         """Load what serving needs (weights, an engine). Raise to fail the adapter: the
@@ -240,7 +251,9 @@ class Adapter:
         self.readiness = Readiness("failed", reason)
 
     async def on_session_start(self, session: Session) -> None:
-        """A new session: reset per-session state on `session.state`."""
+        """A new session: reset per-session state on `session.state`. A resumed session
+        (its connection was cut, the Core reconnected) is not started again: the hooks go
+        on with the same `Session`, its state as it was."""
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
         """A frame arrived. Autonomous adapters may speak here via `session.responder`."""
@@ -257,7 +270,8 @@ class Adapter:
         await respond.silent(step.step)
 
     async def on_session_end(self, session: Session) -> None:
-        """The stream is over; free per-session resources."""
+        """The stream is over; free per-session resources. After a connection lost without
+        session_end, called once `resume_grace_s` passed without the session resuming."""
 
     def gpu_identity(self) -> str | None:
         """The accelerator this adapter serves from, for the hello (None: none or unknown).

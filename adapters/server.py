@@ -7,11 +7,17 @@ heartbeats keep working. A `start` that raises makes the adapter `failed`: `/hea
 503 `failed: REASON` for `failed_linger_s`, then `serve` raises `AdapterStartFailed`. An
 adapter that calls `fail(reason)` later (its engine died) stays up and refuses new sessions
 the same way, so sessions in flight still get their errors.
+
+Resume: a session whose connection is lost without session_end (a network failure, not a
+close) keeps its `Session` for the adapter's `resume_grace_s` on a shelf; a Core that
+reconnects and sends a resuming session_start gets it back, state and all, and is told so
+(`session_resumed`). Past the grace period the session ends (`on_session_end`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -19,17 +25,19 @@ from http import HTTPStatus
 
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
 from streameval.open_files import raise_open_file_limit
 from streameval.protocol import (
+    FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
+    RESUME_FEATURE,
     WS_PATH,
     AdapterError,
     Hello,
@@ -39,6 +47,7 @@ from streameval.protocol import (
     Question,
     SessionClosed,
     SessionEnd,
+    SessionResumed,
     SessionStart,
     Step,
     decode_frame,
@@ -58,14 +67,74 @@ class AdapterStartFailed(AdapterSetupError):
     """The adapter's `start` raised: it cannot serve."""
 
 
+SessionKey = tuple[str, str]  # (run_id, session_id)
+
+
+class _Shelf:
+    """Sessions whose connection was lost without session_end, kept `grace_s` for a
+    resuming session_start, then ended; and which sessions a connection holds now."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+        self.grace_s = adapter.resume_grace_s
+        self._kept: dict[SessionKey, tuple[Session, asyncio.TimerHandle]] = {}
+        # A session held by a connection -> set once that connection let it go.
+        self._held: dict[SessionKey, asyncio.Event] = {}
+        self._ending: set[asyncio.Task[None]] = set()
+
+    def hold(self, key: SessionKey) -> asyncio.Event:
+        """A connection started the session: a kept copy of it (an older attempt) ends."""
+        self._expire(key)
+        released = self._held[key] = asyncio.Event()
+        return released
+
+    def release(self, key: SessionKey, released: asyncio.Event, session: Session | None) -> None:
+        """The connection let the session go: kept for a resume when `session` is given."""
+        if self._held.get(key) is released:
+            del self._held[key]
+        if session is not None:
+            expiry = asyncio.get_running_loop().call_later(self.grace_s, self._expire, key)
+            self._kept[key] = (session, expiry)
+        released.set()
+
+    async def resume(self, key: SessionKey) -> Session | None:
+        """The kept session, or None (never kept, or its grace passed). A connection the
+        Core has cut may still be finishing a hook: it is waited for, up to the grace."""
+        released = self._held.get(key)
+        if released is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), self.grace_s)
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            return None
+        session, expiry = kept
+        expiry.cancel()
+        return session
+
+    def _expire(self, key: SessionKey) -> None:
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            return
+        session, expiry = kept
+        expiry.cancel()
+        ending = asyncio.ensure_future(self.adapter.on_session_end(session))
+        self._ending.add(ending)  # held until done: a task only weakly referenced may vanish
+        ending.add_done_callback(self._ending.discard)
+
+
 class _Connection:
     """The adapter side of one session: the Core's messages in order, hooks called inline."""
 
-    def __init__(self, adapter: Adapter, ws: ServerConnection) -> None:
+    def __init__(self, adapter: Adapter, ws: ServerConnection, shelf: _Shelf) -> None:
         self.adapter = adapter
         self.ws = ws
+        self.shelf = shelf
         self.session: Session | None = None
+        self.released: asyncio.Event | None = None  # the shelf's mark while holding it
         self.ended = False
+        features = (ws.request.headers.get(FEATURES_HEADER, "") if ws.request else "").split(",")
+        # Declared only to a Core that reads the field (the hello refuses unknown fields).
+        self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in map(str.strip, features)
 
     async def send(self, text: str) -> None:
         await self.ws.send(text)
@@ -76,8 +145,10 @@ class _Connection:
             adapter_version=self.adapter.version,
             conditions=self.adapter.conditions,
             gpu=self.adapter.gpu_identity(),
+            resume=self.resumable,
         )
         await self.send(hello.model_dump_json())
+        lost = False
         try:
             async for raw in self.ws:
                 if not await self.handle(raw):
@@ -85,10 +156,22 @@ class _Connection:
         except ProtocolViolation as exc:
             await self.send(ProtocolError(code=exc.code, message=exc.message).model_dump_json())
             await self.ws.close(1002, exc.code)
+        except ConnectionClosedError:
+            lost = True  # no close handshake: a network failure, which a resume may follow
         except ConnectionClosed:
             pass
         finally:
+            await self.leave(lost)
+
+    async def leave(self, lost: bool) -> None:
+        """Keep a session whose connection was lost for a resume; end any other."""
+        if self.session is None or self.released is None:
+            return
+        key = (self.session.run_id, self.session.session_id)
+        keep = lost and self.resumable and not self.ended
+        if not keep:
             await self.end_session()
+        self.shelf.release(key, self.released, self.session if keep else None)
 
     async def end_session(self) -> None:
         """Call the adapter's on_session_end exactly once, however the session ends."""
@@ -146,14 +229,25 @@ class _Connection:
             raise ProtocolViolation("out_of_order", "second session_start on one connection")
         if message.protocol != PROTOCOL_VERSION:
             raise ProtocolViolation("version", f"core speaks {message.protocol}")
-        self.session = Session(
-            run_id=message.run_id,
-            session_id=message.session_id,
-            record_ids=list(message.record_ids),
-            conditions=message.conditions,
-            send=self.send,
-        )
-        await self.adapter.on_session_start(self.session)
+        key = (message.run_id, message.session_id)
+        kept = None
+        if message.resume is not None and self.resumable:
+            kept = await self.shelf.resume(key)
+        self.released = self.shelf.hold(key)
+        if kept is not None:
+            kept.reattach(self.send)
+            self.session = kept
+        else:
+            self.session = Session(
+                run_id=message.run_id,
+                session_id=message.session_id,
+                record_ids=list(message.record_ids),
+                conditions=message.conditions,
+                send=self.send,
+            )
+            await self.adapter.on_session_start(self.session)
+        if message.resume is not None:
+            await self.send(SessionResumed(resumed=kept is not None).model_dump_json())
 
     async def on_frame(self, raw: bytes) -> None:
         session = self.require_session("frame")
@@ -241,8 +335,10 @@ async def serve(
     if loads:
         adapter.readiness = LOADING
 
+    shelf = _Shelf(adapter)
+
     async def handler(ws: ServerConnection) -> None:
-        await _Connection(adapter, ws).run()
+        await _Connection(adapter, ws, shelf).run()
 
     async with ws_serve(
         handler,

@@ -32,6 +32,8 @@ from streameval.core.exit_codes import (
 )
 from streameval.core.launch_cli import launch_app
 from streameval.core.paths import default_cache_dir, resolve_store_url
+from streameval.core.perturb_spec import NAMES as PERTURBATION_NAMES
+from streameval.core.perturb_spec import PRESET_HELP, PerturbationError, run_variants
 from streameval.core.terminal import Column, print_table
 from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.errors import UserError
@@ -234,6 +236,25 @@ def run(
             "before the run stops as interrupted instead of failing its sessions.",
         ),
     ] = ALL_DOWN_GIVE_UP_S,
+    perturb: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--perturb",
+            metavar="NAME[:KEY=VALUE,...]",
+            help="Also stream every record under this perturbation (repeatable; "
+            f"docs/robustness.md): {', '.join(PERTURBATION_NAMES)}.",
+        ),
+    ] = None,
+    robustness: Annotated[
+        str | None,
+        typer.Option(
+            "--robustness",
+            help=f"Also stream every record under a preset list of perturbations: {PRESET_HELP}.",
+        ),
+    ] = None,
+    perturb_seed: Annotated[
+        int, typer.Option("--perturb-seed", help="Seed of the perturbations' random draws.")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run).
@@ -258,13 +279,20 @@ def run(
         raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
     if detach and resume:
         raise fail("--detach creates a new run: workers continue a stored one by itself")
+    if resume and (perturb or robustness):
+        raise fail("--perturb/--robustness apply to a new run: a resumed run keeps its own")
+    try:
+        run_variants(perturb or [], robustness)  # a spec error is one line, before anything
+    except PerturbationError as exc:
+        raise fail(str(exc)) from None
     from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.runner import stored_config
     from streameval.core.store.store import Store
 
     try:
         with Store(resolve_store_url(store, cache_dir)) as opened:
             if resume:
-                stored = RunConfig.model_validate(opened.get_run(resume).config)
+                stored = stored_config(opened, resume)
                 if adapter_url:
                     endpoints = [
                         EndpointConfig(url=u, concurrency=concurrency) for u in adapter_url
@@ -298,6 +326,9 @@ def run(
                     qa_history_s=qa_history,
                     response_timeout_s=response_timeout,
                     verify_video_digests=verify_video_digests,
+                    perturbations=perturb or [],
+                    robustness=robustness,
+                    perturb_seed=perturb_seed,
                     **({"cache_dir": str(cache_dir)} if cache_dir else {}),
                     **(
                         {"adapter_ready_timeout_s": adapter_ready_timeout}

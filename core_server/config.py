@@ -277,6 +277,12 @@ class RunConfig(BaseModel):
     # The frame cache finds a video's content digest from the file's size, times and inode;
     # this hashes every video in full instead (a file system whose times cannot be trusted).
     verify_video_digests: bool = False
+    # A robustness run (docs/robustness.md): every record streamed again per variant.
+    perturbations: list[str] = Field(
+        default_factory=list, description="NAME[:KEY=VALUE,...] specs, stored normalised"
+    )
+    robustness: str | None = Field(default=None, description="a preset: standard")
+    perturb_seed: int = Field(default=0, ge=0, description="seed of the perturbations' draws")
 
     @field_validator("profile")
     @classmethod
@@ -284,6 +290,21 @@ class RunConfig(BaseModel):
         if name not in PROTOCOL_PROFILES:
             raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROTOCOL_PROFILES)}")
         return name
+
+    @field_validator("perturbations")
+    @classmethod
+    def _normal_perturbations(cls, specs: list[str]) -> list[str]:
+        from streameval.core.perturb_spec import parse_spec
+
+        return [parse_spec(spec).label for spec in specs]
+
+    @field_validator("robustness")
+    @classmethod
+    def _known_preset(cls, preset: str | None) -> str | None:
+        from streameval.core.perturb_spec import run_variants
+
+        run_variants((), preset)
+        return preset
 
     @model_validator(mode="after")
     def _pacing_fits_profile(self) -> RunConfig:

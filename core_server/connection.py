@@ -18,9 +18,11 @@ from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.readiness import AdapterNotReady, wait_until_ready
 from streameval.events import FailureCause
 from streameval.protocol import (
+    FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
+    RESUME_FEATURE,
     WS_PATH,
 )
 
@@ -57,6 +59,14 @@ class AdapterConnection(ClientConnection):
             on_message(raw, arrived)
         if self.protocol.state is CLOSED:
             on_closed(self.protocol.close_exc)
+
+    async def cut(self) -> None:
+        """Drop the connection as a network failure would: no close handshake, and
+        nothing the adapter still sends is delivered (it is lost with the connection).
+        Returns once the socket is closed."""
+        self.deliver_to(_ignore, _ignore)
+        self.transport.abort()
+        await self.wait_closed()
 
     async def recv(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise TypeError("an AdapterConnection hands each message to deliver_to's callback")
@@ -104,6 +114,10 @@ class AdapterConnection(ClientConnection):
 
 # What the connection hands over: a message, or a text message that was not UTF-8.
 Arrival = str | bytes | UnicodeDecodeError
+
+
+def _ignore(*_args: object) -> None:
+    """Where a cut connection's messages and close go."""
 
 
 def _decoded(opcode: Opcode, data: bytes | bytearray | memoryview) -> Arrival:
@@ -169,6 +183,8 @@ async def _connect(endpoint_url: str, timeout_s: float) -> AdapterConnection:
             ping_interval=HEARTBEAT_INTERVAL_S,
             ping_timeout=HEARTBEAT_TIMEOUT_S,
             close_timeout=2,
+            # The optional features this Core reads (the adapter may then declare them).
+            additional_headers={FEATURES_HEADER: RESUME_FEATURE},
         )
     except InvalidStatus:
         raise

@@ -4,7 +4,8 @@ Sessions of a run mostly stream the same videos, often in step (the same benchma
 asked many questions). Reading the JPEG from the frame cache once per session read it N
 times, and encoding the binary message once per session built N identical messages: the
 frame header carries only the sample's own fields (index, id, time, size), nothing of the
-session, so one message serves every session.
+session, so one message serves every session. A frame a perturbation delivers at another
+time than its sample's gets a copy with that time in its header (`retimed`), never kept.
 
 Reads run on this module's reader threads, never on the event loop: a disk that stalls delays
 only the sessions that wait for that frame. A read also fetches the next few samples of the
@@ -58,16 +59,25 @@ _Outcome = FrameMessage | FramesError | ValueError
 _Batch = Future[dict[int, _Outcome]]
 
 
-def build_message(ref: FrameRef, payload: bytes) -> FrameMessage:
+def build_message(ref: FrameRef, payload: bytes, t: float | None = None) -> FrameMessage:
+    """The sample's message; its header's time stamp is the sample's own unless `t` is
+    given (a frame delivered at another time: a robustness run's jitter)."""
     header = FrameHeader(
         index=ref.index,
         frame_id=ref.frame_id,
-        t=ref.t,
+        t=ref.t if t is None else t,
         width=ref.width,
         height=ref.height,
         nbytes=len(payload),
     )
     return FrameMessage(ref, encode_frame(header, payload), len(payload))
+
+
+def retimed(message: FrameMessage, t: float) -> FrameMessage:
+    """The message with time stamp `t` in its header. Built per send and never kept: the
+    shared map holds only messages stamped with their sample's own time, so a session
+    that delivers a sample at another time can never hand its copy to a clean one."""
+    return build_message(message.ref, message.data[len(message.data) - message.nbytes :], t)
 
 
 class FrameMessages:

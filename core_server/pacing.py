@@ -53,6 +53,10 @@ class Stream(Protocol):
 
     async def send_task(self, item: TimelineItem) -> None: ...
 
+    async def cut(self, item: TimelineItem) -> None:
+        """Drop the connection (a `cut` item), reconnect and start the session again."""
+        ...
+
     def expect(self, awaited: Awaited, key: int | None = None) -> asyncio.Future[None]: ...
 
     async def wait(self, future: asyncio.Future[None], what: str) -> None: ...
@@ -88,6 +92,8 @@ class LogicalPacing:
                 waiter = stream.expect(Awaited.DECISION)
                 await stream.send_task(item)
                 await stream.wait(waiter, "answer")
+            elif item.kind == "cut":
+                await stream.cut(item)
             else:
                 await stream.send_task(item)
 
@@ -97,6 +103,10 @@ class WallClockPacing:
     """Frames at `origin + (t - t_first) / speed`, never waiting for the adapter: a frame
     whose successor is already due is dropped (and recorded), every sent frame records its
     lag. Only the last question's answer, or a response still open at the end, is awaited.
+
+    An item goes out at its `send_at` time: its `t`, or later for a frame held back (a
+    perturbation's burst). A frame a perturbation sends back to back with the next one (a
+    burst's held frames, a duplicate's first copy: `send_t` set) is never dropped for it.
     """
 
     speed: float
@@ -111,11 +121,11 @@ class WallClockPacing:
         return origin_ns + int((t - origin_t) / self.speed * 1e9)
 
     async def play(self, items: Sequence[TimelineItem], stream: Stream) -> None:
-        self.clock.start(self.now_ns(), items[0].t)
+        self.clock.start(self.now_ns(), items[0].send_at)
         following = _NextFrame(items)
         answer: asyncio.Future[None] | None = None
         for position, item in enumerate(items):
-            scheduled = self._scheduled_ns(item.t)
+            scheduled = self._scheduled_ns(item.send_at)
             delay = scheduled - self.now_ns()
             if delay > 0:
                 await self.sleep(delay / 1e9)
@@ -123,7 +133,8 @@ class WallClockPacing:
             lag = self.now_ns() - scheduled
             if item.kind == "frame":
                 due = following.after(position)
-                if due is not None and self._scheduled_ns(due) <= self.now_ns():
+                grouped = item.send_t is not None  # sent back to back with the next one
+                if not grouped and due is not None and self._scheduled_ns(due) <= self.now_ns():
                     # The next frame is already due: skip this one, never stall the clock.
                     stream.drop_frame(item, scheduled_ns=scheduled, lag_ns=lag)
                     continue
@@ -133,6 +144,9 @@ class WallClockPacing:
                 # are asked to decide.
                 if self.initiation != "autonomous":
                     await stream.send_step(item)
+            elif item.kind == "cut":
+                await stream.cut(item)
+                answer = None  # an answer in flight is lost with the connection
             else:
                 if item.kind == "question":
                     answer = stream.expect(Awaited.DECISION)
@@ -154,7 +168,7 @@ def pacing_for(pacing: str, *, speed: float, initiation: str, clock: VideoClock)
 
 
 class _NextFrame:
-    """The video time of the next frame after a position, for positions visited in order:
+    """The send time of the next frame after a position, for positions visited in order:
     a cursor that only moves forward, so each item is looked at once in all (a search per
     frame made a long timeline quadratic) and nothing is held per item."""
 
@@ -168,4 +182,4 @@ class _NextFrame:
         while ahead < len(items) and items[ahead].kind != "frame":
             ahead += 1
         self.ahead = ahead
-        return items[ahead].t if ahead < len(items) else None
+        return items[ahead].send_at if ahead < len(items) else None

@@ -29,6 +29,7 @@ from streameval.protocol import (
     ResponseFinal,
     ResponseStart,
     SessionClosed,
+    SessionResumed,
     Silent,
     Workload,
     count_problem,
@@ -54,6 +55,7 @@ class Awaited(StrEnum):
     ACK = "ack"  # a frame's frame_ack (keyed by frame index)
     DECISION = "decision"  # a response_final, or a silent (keyed by step)
     CLOSED = "closed"  # session_closed, or the socket closing after session_end
+    RESUMED = "resumed"  # session_resumed, the answer to a resuming session_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,10 @@ class ProtocolState:
 
     def __init__(self, limits: ResponseLimits | None = None) -> None:
         self.limits = limits or ResponseLimits()
-        self.hello: Hello | None = None
+        self.hello: Hello | None = None  # the latest connection's hello
+        self.greeted = False  # the current connection's hello arrived
+        self.resume_asked = False  # a resuming session_start went out, unanswered
+        self.resumed: bool | None = None  # the adapter's answer to it
         self.sent_frames: set[int] = set()
         self.known_tasks: set[str] = set()  # task ids the adapter may answer
         self.open_response: str | None = None
@@ -147,6 +152,19 @@ class ProtocolState:
         # Under the frame-level protocol a step may come before the question itself.
         self.known_tasks.add(task_id)
 
+    def reconnected(self) -> str | None:
+        """The connection was cut and a new one opened: the adapter greets again, and the
+        response that was open on the old one is cut (returned: its id, or None). Frames,
+        tasks and response ids stay known: a resumed adapter may go on answering them."""
+        cut, self.open_response = self.open_response, None
+        self.greeted = False
+        self.resumed = None
+        return cut
+
+    def resume_sent(self) -> None:
+        """A resuming session_start went out: the adapter answers session_resumed."""
+        self.resume_asked = True
+
     def end(self) -> None:
         """session_end is going out: from now on session_closed and a close are expected."""
         self.ending = True
@@ -162,7 +180,7 @@ class ProtocolState:
         `video_t`). A refused message changes nothing, except that a hello of another
         protocol version is still kept: the session's outcome names the adapter it met."""
         try:
-            if self.hello is None and not isinstance(message, Hello):
+            if not self.greeted and not isinstance(message, Hello):
                 raise _out_of_order(f"{message.type} before hello")
             reaction = self._dispatch(message, _Arrival(arrived_ns, video_t))
         except ProtocolViolation as violation:
@@ -219,6 +237,12 @@ class ProtocolState:
                 return Reaction(record(EventKind.WORKLOAD, **message.model_dump(exclude={"type"})))
             case AdapterError():
                 return self._error(message, arrival)
+            case SessionResumed():
+                if not self.resume_asked:
+                    raise _out_of_order("session_resumed without a resuming session_start")
+                self.resume_asked = False
+                self.resumed = message.resumed
+                return Reaction(resolves=Resolution(Awaited.RESUMED))
             case SessionClosed():
                 if not self.ending:
                     raise _out_of_order("session_closed before session_end")
@@ -232,11 +256,16 @@ class ProtocolState:
         raise TypeError(f"not an adapter message: {message!r}")
 
     def _hello(self, message: Hello, arrival: _Arrival) -> Reaction:
-        if self.hello is not None:
+        if self.greeted:
             raise _out_of_order(f"unexpected {message.type} after hello")
+        # A reconnected adapter's hello is not recorded again: the session met it already.
+        first = self.hello is None
         # Kept even when the version is refused: the outcome names the adapter that was met.
         self.hello = message
-        greeted = arrival.record(EventKind.ADAPTER_HELLO, **hello_payload(message))
+        self.greeted = True
+        greeted = None
+        if first:
+            greeted = arrival.record(EventKind.ADAPTER_HELLO, **hello_payload(message))
         if message.protocol == PROTOCOL_VERSION:
             return Reaction(greeted)
         version = f"adapter speaks {message.protocol}, core speaks {PROTOCOL_VERSION}"

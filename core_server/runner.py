@@ -42,6 +42,8 @@ from streameval.core.exit_codes import EXIT_ALL_FAILED, EXIT_FINISHED, EXIT_SOME
 from streameval.core.failures import FailureStage
 from streameval.core.frames import FrameCache, FramesError, ImageRules, VideoFrames
 from streameval.core.paths import default_cache_dir
+from streameval.core.perturb import perturb
+from streameval.core.perturb_records import Perturbed, robustness_condition, streamed_records
 from streameval.core.plan import SessionPlan
 from streameval.core.progress import NO_PROGRESS, Phase, Progress
 from streameval.core.protocol_state import ResponseLimits
@@ -75,6 +77,7 @@ from streameval.core.worker import (
 )
 from streameval.events import Event, EventKind, FailureCause, failure_cause
 from streameval.protocol import AdapterConditions
+from streameval.variants import CONDITION_KEY
 
 # The adapter's /info must arrive whole within this time and be at most this long.
 INFO_TIMEOUT_S = 30.0
@@ -287,6 +290,8 @@ class RunExecutor:
         self.give_up_s = give_up_s
         self._benchmark: Benchmark | None = None
         self._by_id: dict[str, QARecord | ProactiveRecord] | None = None
+        # A robustness run's perturbation copies: record id -> variant and base record.
+        self._perturbed: dict[str, Perturbed] = {}
         # Where "waiting for adapter ..." progress lines go (None: nowhere).
         self.notice: Notice | None = stderr_notice
         # Endpoints the last check found unusable (url -> why): the run starts without them.
@@ -313,9 +318,11 @@ class RunExecutor:
         in one transaction: a run that exists has every one of its sessions."""
         benchmark = self._load_benchmark()
         self._benchmark, self._by_id = benchmark, None  # executing it next needs no reload
-        records = select_records(benchmark, self.config)
-        if not records:
+        selected = select_records(benchmark, self.config)
+        if not selected:
             raise RunError("the benchmark selection is empty: check --tasks/--task-type/--limit")
+        # A robustness run streams each record again per variant (perturb_records.py).
+        records = streamed_records(selected, self.config, benchmark.records).records
         dumped = [r.model_dump(mode="json") for r in records]
         check_records(dumped)  # before the endpoints are asked: bad input is found at once
         infos = await self._check_endpoints(records)
@@ -324,13 +331,17 @@ class RunExecutor:
             for endpoint, info in zip(self.config.endpoints, infos, strict=True)
             if info is not None  # left out of rotation: its identity is not known yet
         ]
+        conditions = {"run": self.config.run_conditions().model_dump(), "adapters": adapters}
+        robustness = robustness_condition(self.config)
+        if robustness is not None:
+            conditions[CONDITION_KEY] = robustness.model_dump()
         run_id = new_run_id()
         create_run(
             self.store,
             run_id,
             benchmark=f"{benchmark.name}@{benchmark.version}",
             config=self.config.model_dump(mode="json"),
-            conditions={"run": self.config.run_conditions().model_dump(), "adapters": adapters},
+            conditions=conditions,
             records=dumped,
         )
         return run_id
@@ -369,8 +380,9 @@ class RunExecutor:
                 f"run {run_id} has no sessions: its creation did not complete, so there is "
                 "nothing to resume; start a new run"
             )
-        benchmark = self._benchmark or self._load_benchmark()
-        by_id = {r.record_id: r for r in benchmark.records}
+        by_id = self._records_by_id()  # a robustness run's variant records included
+        assert self._benchmark is not None
+        benchmark = self._benchmark
         self._check_inputs(run_id, benchmark)
         retry = {
             s.session_id
@@ -401,8 +413,11 @@ class RunExecutor:
         would be asked one question and scored against another."""
         stored = self.store.records(run_id)
         current = {r.record_id: r.model_dump(mode="json") for r in benchmark.records}
-        selected = [r.record_id for r in select_records(benchmark, self.config)]
-        diff = records_diff(stored, current, selected)
+        streamed = streamed_records(
+            select_records(benchmark, self.config), self.config, benchmark.records
+        ).records
+        current.update((r.record_id, r.model_dump(mode="json")) for r in streamed)
+        diff = records_diff(stored, current, [r.record_id for r in streamed])
         if diff is not None:
             raise RunError(
                 f"run {run_id}: the benchmark {self.config.benchmark} changed since the run "
@@ -421,11 +436,17 @@ class RunExecutor:
         self._check_identities(run_id, infos, allow_adapter_change)
 
     def _records_by_id(self) -> dict[str, QARecord | ProactiveRecord]:
-        """The benchmark's records by id, loaded and indexed once per executor."""
+        """The benchmark's records by id, and a robustness run's variant records (derived
+        again from the configuration), loaded and indexed once per executor."""
         if self._benchmark is None:
             self._benchmark = self._load_benchmark()
         if self._by_id is None:
-            self._by_id = {r.record_id: r for r in self._benchmark.records}
+            benchmark = self._benchmark
+            streamed = streamed_records(
+                select_records(benchmark, self.config), self.config, benchmark.records
+            )
+            self._by_id = {r.record_id: r for r in (*benchmark.records, *streamed.records)}
+            self._perturbed = streamed.perturbed
         return self._by_id
 
     def _load_benchmark(self) -> Benchmark:
@@ -740,6 +761,14 @@ class RunExecutor:
         return outcome
 
     def _timeline(self, record: QARecord | ProactiveRecord, frames: VideoFrames) -> Timeline:
+        timeline = self._clean_timeline(record, frames)
+        perturbed = self._perturbed.get(record.record_id)
+        if perturbed is None:
+            return timeline
+        seed = self.config.perturb_seed
+        return perturb(timeline, perturbed.variant, seed, perturbed.base_record_id)
+
+    def _clean_timeline(self, record: QARecord | ProactiveRecord, frames: VideoFrames) -> Timeline:
         if isinstance(record, QARecord):
             return qa_timeline(
                 record, frames, self.config.qa_history_s, with_steps=self.profile.frame_level_steps
@@ -784,6 +813,19 @@ class _FramesPhase:
             self.progress.cached(Phase.FRAMES, self.total)
 
 
+def stored_config(store: Store, run_id: str) -> RunConfig:
+    """The configuration a run was created with, to resume it or work on it (RunError for
+    a run that streams no benchmark: a capacity search is a series of runs of its own)."""
+    config = store.get_run(run_id).config
+    kind = config.get("kind")
+    if kind is not None:
+        raise RunError(
+            f"run {run_id} is a {str(kind).replace('_', ' ')}, not a benchmark run: it cannot "
+            "be resumed or worked on (start it again)"
+        )
+    return RunConfig.model_validate(config)
+
+
 async def stored_run_executor(
     store: Store,
     run_id: str,
@@ -797,7 +839,7 @@ async def stored_run_executor(
 ) -> RunExecutor:
     """An executor for a worker joining a stored run: the run's own configuration, with this
     machine's endpoint, frame cache and (if given) video folder, admitted to the run."""
-    stored = RunConfig.model_validate(store.get_run(run_id).config)
+    stored = stored_config(store, run_id)
     local = {"endpoints": [endpoint], "cache_dir": str(cache_dir or default_cache_dir())}
     if video_root is not None:
         local["video_root"] = str(video_root)

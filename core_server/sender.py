@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.frame_messages import SHARED, FrameMessage, FrameMessages
+from streameval.core.frame_messages import SHARED, FrameMessage, FrameMessages, retimed
 from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
@@ -29,6 +30,11 @@ class Socket(Protocol):
     async def send(self, message: str | bytes) -> None: ...
 
 
+# The session driver's reconnect at a `cut` item: given the item and the last frame sent
+# before it, it drops the socket and returns the new one, the session started again.
+Reconnect = Callable[[TimelineItem, FrameRef | None], Awaitable[Socket]]
+
+
 class SessionStream:
     """Implements `pacing.Stream` over one connected socket."""
 
@@ -41,8 +47,11 @@ class SessionStream:
         waits: Waits,
         clock: VideoClock,
         messages: FrameMessages = SHARED,
+        reconnect: Reconnect | None = None,
     ) -> None:
         self.ws = ws
+        self.reconnect = reconnect
+        self.last_frame: FrameRef | None = None
         self.messages = messages
         self.plan = plan
         self.recorder = recorder
@@ -59,8 +68,14 @@ class SessionStream:
         assert item.frame is not None
         ref = item.frame
         message = self.messages.cached(self.plan.frames, ref) or await self._read(ref)
+        # A perturbed frame (robustness run) goes out with its own time stamp; the event's
+        # video time stays the sample's, where the scorer places what the adapter saw.
+        moved = item.t != ref.t
+        if moved:
+            message = retimed(message, item.t)
         self.protocol.frame_sent(ref.index)
         self.clock.frame_sent(ref.t)
+        self.last_frame = ref
         await self.ws.send(message.data)
         self.recorder.record(
             EventKind.FRAME_SENT,
@@ -68,7 +83,8 @@ class SessionStream:
             ref.t,
             index=ref.index,
             frame_id=ref.frame_id,
-            t=ref.t,
+            t=item.t,
+            source_t=ref.t if moved else None,
             scheduled_ns=scheduled_ns,
             lag_ns=lag_ns,
             bytes=message.nbytes,
@@ -155,6 +171,10 @@ class SessionStream:
             text=text,
             options=options,
         )
+
+    async def cut(self, item: TimelineItem) -> None:
+        assert self.reconnect is not None, "a timeline with a cut needs a stream that reconnects"
+        self.ws = await self.reconnect(item, self.last_frame)
 
     # ------------------------------------------------------------------ waiting
 

@@ -7,7 +7,9 @@ arrival with the Core's monotonic clock and feeds it to the protocol state machi
 (protocol_state.py), which says what to record, what it resolves and whether it broke the
 protocol. Any failure, from a refused connection to a malformed
 message, ends the session as `failed` with a stage, a reason and a cause (failures.py); it
-never propagates out of `run()`.
+never propagates out of `run()`. A `cut` item of the timeline drops the connection as a
+network failure would, reconnects and starts the session again, resumed where the adapter
+can (docs/protocol.md, "Reconnect and resume").
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from streameval.core.connection import (
     connect_adapter,
 )
 from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frames import FrameRef
 from streameval.core.pacing import VideoClock, pacing_for
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import (
@@ -45,12 +48,14 @@ from streameval.core.protocol_state import (
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
 from streameval.core.store.store import StoreError
+from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
 from streameval.events import Event, EventKind, FailureCause
 from streameval.protocol import (
     Hello,
     ProtocolError,
     ProtocolViolation,
+    ResumePoint,
     RunConditions,
     SessionEnd,
     SessionStart,
@@ -124,6 +129,7 @@ class SessionDriver:
         self.waits = Waits(response_timeout_s)
         self.clock = VideoClock(conditions.speed)
         self.ws: AdapterConnection | None = None
+        self.receiver: _Receiver | None = None  # the current connection's receive side
 
     @property
     def hello(self) -> dict[str, Any] | None:
@@ -149,13 +155,17 @@ class SessionDriver:
         self.ws = ws = await connect_adapter(
             self.endpoint_url, self.connect_timeout_s, self.ready_timeout_s
         )
-        receiver = _Receiver(
-            ws, self.plan.session_id, self.recorder, self.protocol, self.waits, self.clock
-        )
+        self.receiver = receiver = self._receiver(ws)
         try:
             hello = await self._handshake(ws, receiver)
             stream = SessionStream(
-                ws, self.plan, self.recorder, self.protocol, self.waits, self.clock
+                ws,
+                self.plan,
+                self.recorder,
+                self.protocol,
+                self.waits,
+                self.clock,
+                reconnect=self._reconnect,
             )
             pacing = pacing_for(
                 self.conditions.pacing,
@@ -165,14 +175,48 @@ class SessionDriver:
             )
             receiver.start()
             await pacing.play(self.plan.timeline.items, stream)
-            await self._close(ws)
+            await self._close(self.ws)
         finally:
-            await receiver.stop()
+            await self.receiver.stop()
         self.waits.check()
 
+    def _receiver(self, ws: AdapterConnection) -> _Receiver:
+        return _Receiver(
+            ws, self.plan.session_id, self.recorder, self.protocol, self.waits, self.clock
+        )
+
     async def _handshake(self, ws: AdapterConnection, receiver: _Receiver) -> Hello:
-        """Read the hello (the state machine refuses anything else), check the declared
-        conditions against the profile, send session_start."""
+        """Read the hello, check the declared conditions against the profile, send
+        session_start."""
+        hello = await self._greeting(receiver)
+        proactive = isinstance(self.plan.record, ProactiveRecord)
+        conflict = self.profile.conflicts(hello.conditions, proactive)
+        if conflict:
+            reason = f"declared conditions: {conflict}"
+            raise SessionFailure(FailureStage.HANDSHAKE, reason, FailureCause.ADAPTER)
+        start = self._session_start()
+        await ws.send(start.model_dump_json())
+        self.recorder.record(
+            EventKind.SESSION_START,
+            time.monotonic_ns(),
+            None,
+            endpoint=self.endpoint_url,
+            conditions=self.conditions.model_dump(),
+            record_ids=start.record_ids,
+        )
+        return hello
+
+    def _session_start(self, resume: ResumePoint | None = None) -> SessionStart:
+        return SessionStart(
+            run_id=self.plan.run_id,
+            session_id=self.plan.session_id,
+            record_ids=[self.plan.record.record_id],
+            conditions=self.conditions,
+            resume=resume,
+        )
+
+    async def _greeting(self, receiver: _Receiver) -> Hello:
+        """The connection's hello (the state machine refuses anything else)."""
         try:
             raw, arrived = await asyncio.wait_for(receiver.hello, self.connect_timeout_s)
         except TimeoutError:
@@ -189,28 +233,62 @@ class SessionDriver:
             await receiver.violate(violation)
         hello = self.protocol.hello
         assert hello is not None  # accepted as the first message: it is the hello
-        proactive = isinstance(self.plan.record, ProactiveRecord)
-        conflict = self.profile.conflicts(hello.conditions, proactive)
-        if conflict:
-            reason = f"declared conditions: {conflict}"
-            raise SessionFailure(FailureStage.HANDSHAKE, reason, FailureCause.ADAPTER)
-        record_ids = [self.plan.record.record_id]
-        start = SessionStart(
-            run_id=self.plan.run_id,
-            session_id=self.plan.session_id,
-            record_ids=record_ids,
-            conditions=self.conditions,
-        )
-        await ws.send(start.model_dump_json())
-        self.recorder.record(
-            EventKind.SESSION_START,
-            time.monotonic_ns(),
-            None,
-            endpoint=self.endpoint_url,
-            conditions=self.conditions.model_dump(),
-            record_ids=record_ids,
-        )
         return hello
+
+    async def _reconnect(
+        self, item: TimelineItem, last_frame: FrameRef | None
+    ) -> AdapterConnection:
+        """A `cut` item: drop the connection as a network failure would, reconnect and
+        start the session again, asking the adapter to resume it when its hello says it
+        can. An answer in flight is lost with the old connection (recorded as cut); under
+        wall-clock pacing the clock runs on meanwhile. An infrastructure failure on the way
+        back (refused, no hello) fails the session at stage `streaming`, naming the cut."""
+        assert self.ws is not None and self.receiver is not None
+        await self.ws.cut()
+        await self.receiver.stop()
+        cut_ns = time.monotonic_ns()
+        open_response = self.protocol.reconnected()
+        self.recorder.record(
+            EventKind.CONNECTION_CUT,
+            cut_ns,
+            self.clock.current_t,
+            t=item.t,
+            last_frame_index=None if last_frame is None else last_frame.index,
+            open_response=open_response,
+        )
+        try:
+            self.ws = ws = await connect_adapter(
+                self.endpoint_url, self.connect_timeout_s, self.ready_timeout_s
+            )
+            self.receiver = receiver = self._receiver(ws)
+            hello = await self._greeting(receiver)
+        except SessionFailure as failure:
+            if failure.cause != FailureCause.INFRASTRUCTURE:
+                raise
+            reason = f"connection cut at {item.t:g}s: reconnect failed: {failure.reason}"
+            raise SessionFailure(FailureStage.STREAMING, reason, failure.cause) from None
+        resume, answer = None, None
+        if hello.resume:
+            resume = ResumePoint(
+                last_frame_index=None if last_frame is None else last_frame.index,
+                last_t=None if last_frame is None else last_frame.t,
+            )
+            self.protocol.resume_sent()
+            answer = self.waits.expect(Awaited.RESUMED)
+        await ws.send(self._session_start(resume).model_dump_json())
+        receiver.start()
+        if answer is not None:
+            await self.waits.wait(answer, "session_resumed after the connection cut")
+        now = time.monotonic_ns()
+        self.recorder.record(
+            EventKind.SESSION_RESUMED,
+            now,
+            self.clock.current_t,
+            supported=hello.resume,
+            resumed=bool(self.protocol.resumed),
+            reconnect_ns=now - cut_ns,
+        )
+        return ws
 
     async def _close(self, ws: AdapterConnection) -> None:
         """session_end, then a short grace for session_closed: an adapter that does not

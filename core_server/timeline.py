@@ -13,16 +13,29 @@ from typing import Literal
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.frames import FrameRef, FramesError, VideoFrames
 
-ItemKind = Literal["frame", "question", "instruction", "step"]
+ItemKind = Literal["frame", "question", "instruction", "step", "cut"]
 
 
 @dataclass(frozen=True, slots=True)
 class TimelineItem:
+    """One thing the Core sends. A frame's `t` is the time stamp it is delivered with (its
+    header's `t`), which a perturbation (core_server/perturb.py) may move off its sample's
+    own time `frame.t`; a "cut" closes the connection there and resumes the session."""
+
     kind: ItemKind
     t: float
     frame: FrameRef | None = None
     step: int | None = None
     probe: int | None = None  # a question item that asks the record's probe of this index
+    # Set by a perturbation that sends the frame back to back with the next one (a burst's
+    # held frames, at the last one's time; a duplicate's first copy, at its own): the video
+    # time at which wall-clock pacing sends it, and it is never dropped for the next.
+    send_t: float | None = None
+
+    @property
+    def send_at(self) -> float:
+        """The video time at which wall-clock pacing sends the item."""
+        return self.t if self.send_t is None else self.send_t
 
 
 @dataclass(frozen=True)

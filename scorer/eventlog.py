@@ -109,6 +109,7 @@ class SessionLog:
             index=index,
             frame_id=f"{self.session_id}:f{index}",
             t=t,
+            source_t=None,
             scheduled_ns=scheduled_ns,
             lag_ns=None if scheduled_ns is None else ns - scheduled_ns,
             bytes=1000,

@@ -43,6 +43,7 @@ from streameval.scorer.metrics.explain import (
     MetricHelp,
     explain,
     family_glossary,
+    run_level_glossary,
 )
 from streameval.scorer.metrics.family import RecordEvaluation
 from streameval.scorer.metrics.ovo import OVO
@@ -60,6 +61,12 @@ from streameval.scorer.metrics.record import (
     settle,
 )
 from streameval.scorer.metrics.registry import FAMILIES, judges_content
+from streameval.scorer.metrics.robustness import (
+    NegativeStreams,
+    VariantGroups,
+    group_records,
+    negative_streams,
+)
 from streameval.scorer.metrics.statistic import FieldTable
 from streameval.scorer.profiles import (
     ScoringProfile,
@@ -68,6 +75,7 @@ from streameval.scorer.profiles import (
     scoring_profile_for,
 )
 from streameval.scorer.source import RunSource, store_source
+from streameval.variants import CLEAN, read_condition
 
 SCHEMA = "streameval-scores/1"
 # The configuration entries that say how the timeline was delivered.
@@ -96,6 +104,9 @@ class MetricValue(BaseModel):
 
 
 Families = dict[str, dict[str, MetricValue]]
+# RunScores entries only a robustness run has: left out of a plain run's JSON.
+ROBUSTNESS_ENTRIES = ("by_variant", "negative_streams")
+RUN_LEVEL = run_level_glossary()
 
 
 class ProfileReport(BaseModel):
@@ -200,11 +211,30 @@ class RunScores(BaseModel):
     overall: Families
     by_task_type: dict[str, Families]
     by_source_benchmark: dict[str, Families]
+    by_variant: dict[str, Families] | None = Field(
+        default=None,
+        description="a robustness run's metrics per variant: `clean` and each perturbation, "
+        "each on its own records (None: a run without variants)",
+    )
+    negative_streams: NegativeStreams | None = Field(
+        default=None, description="false alarms on a robustness run's negative streams"
+    )
     records: list[RecordResult] = Field(default_factory=list)
 
     def to_json(self, include_records: bool = False) -> dict[str, Any]:
-        """A JSON-ready dict; per-record results only when asked for."""
-        return self.model_dump(mode="json", exclude=None if include_records else {"records"})
+        """A JSON-ready dict; per-record results only when asked for, the robustness
+        entries only for a run that has them."""
+        exclude = set() if include_records else {"records"}
+        exclude |= {name for name in ROBUSTNESS_ENTRIES if getattr(self, name) is None}
+        return self.model_dump(mode="json", exclude=exclude or None)
+
+    def shown_metrics(self) -> dict[str, list[str]]:
+        """The metrics the score output shows, by family (negative_streams: its numbers),
+        for --explain."""
+        shown = {family: list(metrics) for family, metrics in self.overall.items()}
+        if self.negative_streams is not None:
+            shown |= {entry: [h.name for h in helps] for entry, helps in RUN_LEVEL.items()}
+        return shown
 
     def render(self, console: Console | None = None, explained: bool = False) -> None:
         render_scores(self, console or Console(), explained)
@@ -266,9 +296,12 @@ def scores_of(run: EvaluatedRun) -> RunScores:
     profile = run.profile
     table = run.table()
     families = profile.families
-    overall = summarise(table, families, profile, "overall")
-    by_task_type = _slices(run, table, "task_type")
-    by_source = _slices(run, table, "source_benchmark")
+    groups = _variant_groups(run)
+    # A robustness run's headline numbers are its clean records'; each variant has its own.
+    clean = list(range(len(run.evaluations))) if groups is None else groups.by_label[CLEAN]
+    overall = summarise(table.subset(clean), families, profile, "overall")
+    by_task_type = _slices(run, table, "task_type", clean)
+    by_source = _slices(run, table, "source_benchmark", clean)
     statuses = Counter(evaluation.status for evaluation in run.evaluations)
     info = run.source.run
     config = info.get("config") or {}
@@ -289,10 +322,14 @@ def scores_of(run: EvaluatedRun) -> RunScores:
         sessions=SessionCounts(**statuses, failed_infrastructure=_infrastructure_failures(run)),
         adapters=_adapters(run),
         derived=_derived(run),
-        notes=_notes(run, config),
+        notes=_notes(run, config) + _robustness_notes(groups),
         overall=_models(overall),
         by_task_type=by_task_type,
         by_source_benchmark=by_source,
+        by_variant=None if groups is None else _by_variant(run, table, groups, overall),
+        negative_streams=None
+        if groups is None or not groups.negative
+        else negative_streams([run.evaluations[i] for i in groups.negative], profile),
         records=[RecordResult(**details(e, profile)) for e in run.evaluations],
     )
 
@@ -308,10 +345,50 @@ def profile_report(profile: ScoringProfile) -> ProfileReport:
     )
 
 
-def _slices(run: EvaluatedRun, table: FieldTable, attribute: str) -> dict[str, Families]:
+def _variant_groups(run: EvaluatedRun) -> VariantGroups | None:
+    condition = read_condition(run.source.run.get("conditions") or {})
+    return None if condition is None else group_records(condition, run.evaluations)
+
+
+def _by_variant(
+    run: EvaluatedRun,
+    table: FieldTable,
+    groups: VariantGroups,
+    clean: dict[str, dict[str, Metric]],
+) -> dict[str, Families]:
+    """Clean (the overall metrics) and each perturbation, every metric on its own records;
+    negative streams are left out (they have no windows: see `negative_streams`)."""
+    by_variant = {CLEAN: _models(clean)}
+    for label, rows in groups.by_label.items():
+        if label != CLEAN:
+            key = f"variant={label}"
+            summary = summarise(table.subset(rows), run.profile.families, run.profile, key)
+            by_variant[label] = _models(summary)
+    return by_variant
+
+
+def _robustness_notes(groups: VariantGroups | None) -> list[str]:
+    if groups is None:
+        return []
+    notes = [
+        f"robustness run: overall, per task type and per source benchmark cover the "
+        f"{_count(len(groups.by_label[CLEAN]), 'clean record')} only; by_variant has every "
+        "metric per variant, each on its own records"
+    ]
+    if groups.negative:
+        notes.append(
+            f"{_count(len(groups.negative), 'negative-stream record')} (streams with no "
+            "event) count only in negative_streams (false alarms per hour)"
+        )
+    return notes
+
+
+def _slices(
+    run: EvaluatedRun, table: FieldTable, attribute: str, rows: list[int]
+) -> dict[str, Families]:
     groups: dict[str, list[int]] = {}
-    for position, evaluation in enumerate(run.evaluations):
-        groups.setdefault(getattr(evaluation.record, attribute), []).append(position)
+    for position in rows:
+        groups.setdefault(getattr(run.evaluations[position].record, attribute), []).append(position)
     return {
         name: _models(
             summarise(table.subset(rows), run.profile.families, run.profile, f"{attribute}={name}")
@@ -556,6 +633,7 @@ def render_scores(scores: RunScores, console: Console, explained: bool = False) 
     )
     print_table(console, SCORE_COLUMNS, rows, title=title)
     _render_task_types(scores, console)
+    _render_variants(scores, console)
     sessions = scores.sessions
     console.print(
         f"{scores.records_scored} records, {scores.events_scored} events; sessions: "
@@ -566,7 +644,7 @@ def render_scores(scores: RunScores, console: Console, explained: bool = False) 
     for note in scores.notes:
         console.print(f"note: {note}", highlight=False)
     if explained:
-        render_explanations(console, {f: list(m) for f, m in scores.overall.items()})
+        render_explanations(console, scores.shown_metrics())
 
 
 def _render_task_types(scores: RunScores, console: Console) -> None:
@@ -588,6 +666,43 @@ def _render_task_types(scores: RunScores, console: Console) -> None:
             cells.append("" if metric is None else f"{_fmt(metric.value)} (n={metric.population})")
         rows.append(cells)
     print_table(console, columns, rows, title="per task type")
+
+
+def _difference(value: float | None, clean: float | None) -> str:
+    return "" if value is None or clean is None else f" ({value - clean:+.4g})"
+
+
+def _render_variants(scores: RunScores, console: Console) -> None:
+    """A robustness run: every metric per variant next to clean, with its difference to
+    clean; then the false alarms on negative streams."""
+    if scores.by_variant is not None:
+        clean = scores.by_variant[CLEAN]
+        variants = [label for label in scores.by_variant if label != CLEAN]
+        columns = [Column("metric", key=True), Column(CLEAN, justify="right")] + [
+            Column(label, justify="right") for label in variants
+        ]
+        rows: list[list[str] | str] = []
+        for family, metrics in clean.items():
+            rows.append(family)
+            for name, metric in metrics.items():
+                cells = [name, _fmt(metric.value)]
+                for label in variants:
+                    other = scores.by_variant[label].get(family, {}).get(name)
+                    value = None if other is None else other.value
+                    cells.append(_fmt(value) + _difference(value, metric.value))
+                rows.append(cells)
+        title = "per variant (value, and its difference to clean)"
+        print_table(console, columns, rows, title=title)
+    if scores.negative_streams is not None:
+        console.print(negative_streams_line(scores.negative_streams), highlight=False)
+
+
+def negative_streams_line(negative: NegativeStreams) -> str:
+    return (
+        f"negative streams: {_count(negative.sessions, 'session')}, {negative.hours:.4g} h "
+        f"watched, {_count(negative.false_alarms, 'false alarm')}: "
+        f"{_fmt(negative.false_alarms_per_hour)} per hour, 95% CI {format_ci(negative.ci95)}"
+    )
 
 
 def render_explanations(console: Console, metrics: dict[str, list[str]]) -> None:

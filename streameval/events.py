@@ -50,6 +50,8 @@ class EventKind(StrEnum):
     INSTRUCTION_SENT = "instruction_sent"
     STEP_SENT = "step_sent"
     SESSION_END = "session_end"
+    CONNECTION_CUT = "connection_cut"
+    SESSION_RESUMED = "session_resumed"
     # Adapter side: what arrived, timestamped on arrival.
     ADAPTER_HELLO = "adapter_hello"
     FRAME_ACK = "frame_ack"
@@ -182,12 +184,15 @@ class SessionStartPayload(EventPayload):
 
 
 class FrameSentPayload(EventPayload):
-    """`video_t` = `t`; `scheduled_ns` is `null` under logical pacing; `lag_ns` = send time −
-    scheduled time (`null` when there is no schedule)"""
+    """`t` is the time stamp the frame was delivered with (its header's `t`); `source_t` is
+    its sample's own time where a perturbation moved it (`null` otherwise); `video_t` =
+    the sample's time; `scheduled_ns` is `null` under logical pacing; `lag_ns` = send time
+    − scheduled time (`null` when there is no schedule)"""
 
     index: int
     frame_id: str
     t: float
+    source_t: float | None
     scheduled_ns: int | None
     lag_ns: int | None
     bytes: int
@@ -238,6 +243,28 @@ class SessionEndPayload(EventPayload):
     """the Core closed the session"""
 
     reason: str
+
+
+class ConnectionCutPayload(EventPayload):
+    """the Core dropped the connection at a `cut` of the timeline (video time `t`), as a
+    network failure would: no `session_end`, no close handshake; `last_frame_index`: the
+    last frame sent before it (`null`: none); `open_response`: the response in flight, cut
+    (its final never comes), `null` when none was open"""
+
+    t: float
+    last_frame_index: int | None
+    open_response: str | None
+
+
+class SessionResumedPayload(EventPayload):
+    """the Core reconnected after a `connection_cut` and started the session again;
+    `supported`: the adapter's hello declared `resume`; `resumed`: it kept the session's
+    state (false: the session goes on with a fresh adapter state, the model lost its
+    context); `reconnect_ns`: from the cut to this event"""
+
+    supported: bool
+    resumed: bool
+    reconnect_ns: int
 
 
 class AdapterHelloPayload(EventPayload):
@@ -336,6 +363,8 @@ PAYLOAD_MODELS: Mapping[EventKind, type[EventPayload]] = types.MappingProxyType(
         EventKind.INSTRUCTION_SENT: InstructionSentPayload,
         EventKind.STEP_SENT: StepSentPayload,
         EventKind.SESSION_END: SessionEndPayload,
+        EventKind.CONNECTION_CUT: ConnectionCutPayload,
+        EventKind.SESSION_RESUMED: SessionResumedPayload,
         EventKind.ADAPTER_HELLO: AdapterHelloPayload,
         EventKind.FRAME_ACK: FrameAckPayload,
         EventKind.RESPONSE_START: ResponseStartPayload,
@@ -447,6 +476,7 @@ _ADDED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], Callable[[dict[str, Any]],
         (("gpu",), lambda payload: None),
         (("conditions", "settings"), lambda payload: {}),
     ),
+    EventKind.FRAME_SENT: ((("source_t",), lambda payload: None),),
 }
 
 
@@ -527,6 +557,8 @@ SECTIONS: tuple[tuple[str, tuple[EventKind, ...]], ...] = (
             EventKind.INSTRUCTION_SENT,
             EventKind.STEP_SENT,
             EventKind.SESSION_END,
+            EventKind.CONNECTION_CUT,
+            EventKind.SESSION_RESUMED,
         ),
     ),
     (

@@ -8,9 +8,17 @@ the encoded image bytes. Both sides import this module; nothing here does I/O.
 from __future__ import annotations
 
 import struct
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+)
 
 PROTOCOL_VERSION = "streameval/1"
 # A 960-wide JPEG q90 frame is 60-200 KB; 8 MiB leaves room for 4K frames and long texts
@@ -26,10 +34,31 @@ MAX_NS = 2**63 - 1  # a nanosecond clock reading that still fits a signed 64-bit
 HEARTBEAT_INTERVAL_S = 20.0
 HEARTBEAT_TIMEOUT_S = 20.0
 WS_PATH = "/ws"
+# The header of the Core's WebSocket upgrade request that names the optional features it
+# reads (comma-separated). Both sides refuse unknown fields, so an adapter sends a feature's
+# fields (`Hello.resume`) only to a Core that announced the feature.
+FEATURES_HEADER = "Streameval-Features"
+RESUME_FEATURE = "resume"
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Extended(_Message):
+    """A message with fields added to `streameval/1` after its first release: each is left
+    out of the JSON while it holds its default, so a peer that predates it (and refuses
+    unknown fields) reads the message as before."""
+
+    _added_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unused_added_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for name in self._added_fields:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                data.pop(name, None)
+        return data
 
 
 # ----------------------------------------------------------------------------- conditions
@@ -71,13 +100,27 @@ class RunConditions(BaseModel):
 # ----------------------------------------------------------------------------- Core -> adapter
 
 
-class SessionStart(_Message):
+class ResumePoint(BaseModel):
+    """Where a session stood when its connection was cut: the last frame the Core sent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    last_frame_index: int | None
+    last_t: float | None
+
+
+class SessionStart(_Extended):
     type: Literal["session_start"] = "session_start"
     protocol: str = PROTOCOL_VERSION
     run_id: str
     session_id: str
     record_ids: list[str]
     conditions: RunConditions
+    # Set only when the Core reconnects after a cut, to an adapter whose hello declared
+    # `resume`: the adapter answers `session_resumed`.
+    resume: ResumePoint | None = None
+
+    _added_fields = ("resume",)
 
 
 class Question(_Message):
@@ -136,7 +179,7 @@ CoreMessage = Annotated[
 # ----------------------------------------------------------------------------- adapter -> Core
 
 
-class Hello(_Message):
+class Hello(_Extended):
     type: Literal["hello"] = "hello"
     protocol: str = PROTOCOL_VERSION
     adapter: str
@@ -145,6 +188,19 @@ class Hello(_Message):
     # The accelerator serving this session, e.g. "NVIDIA H200 GPU-5f0c...": which device ran
     # which session when a run spreads over many machines. Optional; not part of identity.
     gpu: str | None = Field(default=None, max_length=200)
+    # The adapter keeps a session's state for a while after its connection is lost, for a
+    # resuming session_start. Sent only to a Core that announced the feature (FEATURES_HEADER).
+    resume: bool = False
+
+    _added_fields = ("resume",)
+
+
+class SessionResumed(_Message):
+    """The answer to a resuming session_start: `resumed` true when the adapter kept the
+    session's state, false when it starts the session fresh (it no longer holds it)."""
+
+    type: Literal["session_resumed"] = "session_resumed"
+    resumed: bool
 
 
 class FrameAck(_Message):
@@ -223,6 +279,7 @@ AdapterMessage = Annotated[
     | Workload
     | AdapterError
     | SessionClosed
+    | SessionResumed
     | ProtocolError,
     Field(discriminator="type"),
 ]

@@ -28,6 +28,7 @@ EXAMPLES: dict[EventKind, dict[str, Any]] = {
         "index": 0,
         "frame_id": "v1:f0",
         "t": 0.5,
+        "source_t": None,
         "scheduled_ns": None,
         "lag_ns": None,
         "bytes": 5120,
@@ -56,6 +57,8 @@ EXAMPLES: dict[EventKind, dict[str, Any]] = {
     },
     EventKind.STEP_SENT: {"task_id": "pro-1", "step": 3, "t": 1.5},
     EventKind.SESSION_END: {"reason": "complete"},
+    EventKind.CONNECTION_CUT: {"t": 4.0, "last_frame_index": 4, "open_response": None},
+    EventKind.SESSION_RESUMED: {"supported": True, "resumed": True, "reconnect_ns": 2_500_000},
     EventKind.ADAPTER_HELLO: {
         "adapter": "reference",
         "adapter_version": "1",

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 TriggerType = Literal["event_onset", "event_completion", "clue_sufficient", "state_interval"]
 
@@ -53,6 +59,15 @@ class Trigger(BaseModel):
         if start is None:
             raise ValueError(f"trigger {self.trigger_type} has no start time")
         return start
+
+    def streamed_end_s(self, tolerance_s: float) -> float:
+        """End of this target's window as the Core streams it (the annotated end, when the
+        source gives one, can only lengthen the scorer's tolerance window)."""
+        if self.is_state:
+            return self.interval_end_s if self.interval_end_s is not None else self.start_s
+        if self.window_end_s is not None:
+            return max(self.window_end_s, self.start_s + tolerance_s)
+        return self.start_s + tolerance_s
 
 
 class Probe(BaseModel):
@@ -103,20 +118,24 @@ class ProactiveRecord(BaseModel):
     triggers: tuple[Trigger, ...]
     probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
+    # A negative stream (core_server/negative_streams.py): no triggers, frames up to here.
+    stream_end_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_stream_end(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # A benchmark record dumps as before the field existed: runs stored earlier compare
+        # equal on resume (run_inputs.records_diff), and exports keep their bytes.
+        data = handler(self)
+        if self.stream_end_s is None:
+            data.pop("stream_end_s", None)
+        return data
 
     def last_window_end_s(self, tolerance_s: float) -> float:
-        """End of the last target window: the Core streams frames up to here."""
-        ends = []
-        for trig in self.triggers:
-            if trig.is_state:
-                ends.append(
-                    trig.interval_end_s if trig.interval_end_s is not None else trig.start_s
-                )
-            elif trig.window_end_s is not None:
-                ends.append(max(trig.window_end_s, trig.start_s + tolerance_s))
-            else:
-                ends.append(trig.start_s + tolerance_s)
-        return max(ends)
+        """End of the last target window (of a negative stream, its end): the Core streams
+        frames up to here."""
+        if self.stream_end_s is not None:
+            return self.stream_end_s
+        return max(trigger.streamed_end_s(tolerance_s) for trigger in self.triggers)
 
 
 Record = Annotated[QARecord | ProactiveRecord, Field(discriminator="task")]

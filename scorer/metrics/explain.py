@@ -311,6 +311,40 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
     ],
 }
 
+# Numbers of a run that belong to no metric family: a robustness run's negative streams
+# (scorer/metrics/robustness.py). Their per-variant metrics are the families' own.
+_RUN_LEVEL: dict[str, list[MetricHelp]] = {
+    "negative_streams": [
+        MetricHelp(
+            "false_alarms_per_hour",
+            "per hour",
+            "alarms per video hour, lower is better (0 = never spoke)",
+            "answered episodes that began after the instruction on streams with no event / "
+            "video hours watched after the instruction, over the negative-stream sessions",
+        ),
+        MetricHelp(
+            "false_alarms",
+            COUNT,
+            "answers, lower is better",
+            "answered episodes (closed, not a silence token) that began after the "
+            "instruction on a negative stream, summed over sessions",
+        ),
+        MetricHelp(
+            "hours",
+            "h",
+            "video hours",
+            "video time watched under the instruction: the last delivered frame's time "
+            "minus the instruction's, summed over negative-stream sessions",
+        ),
+        MetricHelp(
+            "sessions",
+            COUNT,
+            "sessions",
+            "negative-stream sessions that ran (finished or failed)",
+        ),
+    ],
+}
+
 # The columns every metric table shows beside the value.
 COLUMNS: list[MetricHelp] = [
     MetricHelp(
@@ -335,6 +369,11 @@ def family_glossary() -> dict[str, list[MetricHelp]]:
     return {family: list(helps) for family, helps in _FAMILIES.items()}
 
 
+def run_level_glossary() -> dict[str, list[MetricHelp]]:
+    """The help of the numbers that belong to no family, by the entry that reports them."""
+    return {entry: list(helps) for entry, helps in _RUN_LEVEL.items()}
+
+
 def glossary() -> list[MetricHelp]:
     """Every metric's help once; a name with different meanings in different families
     (`accuracy`) appears once per meaning."""
@@ -348,11 +387,12 @@ def explain(name: str) -> MetricHelp | None:
     """The help of a metric named as in score output (`latency_s_p50`), or qualified by its
     family (`streamingbench.accuracy`); None for an unknown name."""
     family, dot, metric = name.rpartition(".")
-    if dot and family not in _FAMILIES:
+    known = _FAMILIES | _RUN_LEVEL
+    if dot and family not in known:
         return None
-    families = [family] if dot else list(_FAMILIES)
+    families = [family] if dot else list(known)
     for candidate in families:
-        for help in _FAMILIES[candidate]:
+        for help in known[candidate]:
             if help.name == metric:
                 return help
     return None

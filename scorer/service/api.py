@@ -85,6 +85,8 @@ class RunDetail(RunSummary):
     versions: dict[str, str]
     events: int
     sessions: dict[str, int]
+    # Analyses stored with the run, by name: a capacity search's curve, a causality audit.
+    analyses: dict[str, Any] = {}
 
 
 def _summary(info: RunInfo) -> dict[str, Any]:

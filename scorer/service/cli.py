@@ -164,6 +164,10 @@ def score(
             scores = score_exported(events, _profile(name, tolerance), judge)
         else:
             with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
+                search = opened.analyses(run_id).get("capacity")
+                if search is not None:
+                    _print_capacity_search(run_id, search, as_json)
+                    return
                 chosen = _run_profile(opened, run_id, profile, tolerance)
                 scores = score_run(opened, run_id, chosen, judge)
     except UserError as exc:
@@ -171,10 +175,32 @@ def score(
     if as_json:
         body = scores.to_json(include_records=records)
         if explained:
-            body["explain"] = explanations_json({f: list(m) for f, m in scores.overall.items()})
+            body["explain"] = explanations_json(scores.shown_metrics())
         print(json.dumps(body))
     else:
         scores.render(Console(), explained)
+
+
+def _print_capacity_search(run_id: str, search: dict, as_json: bool) -> None:
+    """A capacity search (docs/capacity.md) has no sessions of its own: its answer and the
+    level runs to score instead."""
+    levels = [
+        {"sessions": p["sessions"], "run_id": p["run_id"], "passed": p["passed"]}
+        for p in search["points"]
+    ]
+    if as_json:
+        body = {"capacity": search["capacity"], "levels": levels}
+        print(json.dumps({"run_id": run_id, "capacity_search": body}))
+        return
+    found = search["capacity"]
+    answer = "no level of it ran" if found is None else f"{found} sessions at once meet its SLO"
+    lines = [f"run {run_id} is a capacity search: {answer}; its levels are runs of their own:"]
+    lines += [
+        f"  streameval score {level['run_id']}  ({level['sessions']} sessions, "
+        f"{'meets' if level['passed'] else 'breaks'} the SLO)"
+        for level in levels
+    ]
+    Console().print("\n".join(lines), highlight=False)
 
 
 def _print_glossary(as_json: bool) -> None:

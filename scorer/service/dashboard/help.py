@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from pydantic import BaseModel, Field
 
-from streameval.scorer.metrics.explain import COLUMNS, family_glossary
+from streameval.scorer.metrics.explain import COLUMNS, family_glossary, run_level_glossary
 
 
 class MetricHelpEntry(BaseModel):
@@ -24,10 +24,11 @@ class MetricHelpEntry(BaseModel):
 
 
 def metric_help() -> list[MetricHelpEntry]:
-    """Every metric of every family, then the metric tables' columns."""
+    """Every metric of every family, the numbers of no family (a robustness run's
+    negative_streams), then the metric tables' columns."""
     metrics = [
         MetricHelpEntry(family=family, **asdict(help))
-        for family, helps in family_glossary().items()
+        for family, helps in (family_glossary() | run_level_glossary()).items()
         for help in helps
     ]
     return metrics + [MetricHelpEntry(family=None, **asdict(help)) for help in COLUMNS]
