@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
-from streameval.core.exit_codes import EXIT_CANNOT_START, EXIT_INTERRUPTED
+from streameval.core.cli_common import StoreOption, console, fail
+from streameval.core.exit_codes import EXIT_INTERRUPTED
 from streameval.core.paths import default_cache_dir, resolve_store_url
 from streameval.errors import UserError
 
@@ -26,29 +26,13 @@ audit_app = typer.Typer(help="Audit an adapter: causality.", no_args_is_help=Tru
 # inconclusive, and EXIT_CANNOT_START (2) when the audit could not run, as `run` does.
 EXIT_PASS, EXIT_NOT_PASSED = 0, 1
 
-# The error line as `streameval run` prints it (core_server/cli.py imports this module, so
-# this one cannot import the run command's helpers back).
-console = Console(stderr=True, soft_wrap=True)
-
-
-def fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(EXIT_CANNOT_START)
-
 
 @audit_app.command()
 def causality(
     adapter_url: Annotated[
         str, typer.Option("--adapter-url", help="Adapter endpoint ws://host:port/ws.")
     ],
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            help="Store of the audit's run (default: $STREAMEVAL_STORE or "
-            "~/.cache/streameval/streameval.db).",
-        ),
-    ] = None,
+    store: StoreOption = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="Where the audit's videos and frames are cached.")
     ] = None,

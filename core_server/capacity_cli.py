@@ -12,8 +12,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from streameval.core.cli_common import (
+    BenchmarkOption,
+    SeedOption,
+    StoreOption,
+    SubsetOption,
+    TaskOption,
+    TaskTypeOption,
+    VideoRootOption,
+    console,
+    fail,
+)
 from streameval.core.exit_codes import (
-    EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
     EXIT_TERMINATED,
@@ -24,13 +34,6 @@ from streameval.errors import UserError
 
 if TYPE_CHECKING:
     from streameval.core.capacity_search import CapacityResult, CapacitySearch, CurvePoint
-
-console = Console(stderr=True, soft_wrap=True)
-
-
-def _fail(message: str, code: int = EXIT_CANNOT_START) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
 
 
 def capacity(
@@ -46,19 +49,12 @@ def capacity(
             "given), qa_accuracy, in_window_accuracy (at least).",
         ),
     ],
-    benchmark: Annotated[
-        str,
-        typer.Option(help="'synthetic', a benchmark.json, a TRACE release dir, an OVO/SB JSON."),
-    ] = "synthetic",
-    video_root: Annotated[
-        Path | None, typer.Option(help="Folder the benchmark's video paths are relative to.")
-    ] = None,
-    subset: Annotated[
-        str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
-    task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
-    task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
+    benchmark: BenchmarkOption = "synthetic",
+    video_root: VideoRootOption = None,
+    subset: SubsetOption = None,
+    seed: SeedOption = 0,
+    task: TaskOption = None,
+    task_type: TaskTypeOption = None,
     limit: Annotated[
         int | None, typer.Option(help="Use at most this many records (repeated per level).")
     ] = None,
@@ -84,10 +80,7 @@ def capacity(
     ] = None,
     response_timeout: Annotated[float, typer.Option(help="Seconds per answer/step.")] = 60.0,
     cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
-    store: Annotated[
-        str | None,
-        typer.Option("--store", help="Store (default: $STREAMEVAL_STORE or the cache's)."),
-    ] = None,
+    store: StoreOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Concurrent wall-clock sessions one endpoint holds at a latency target.
@@ -107,9 +100,9 @@ def capacity(
     from streameval.core.store.store import Store
 
     if start > most:
-        raise _fail(f"--start {start} is above --max {most}")
+        raise fail(f"--start {start} is above --max {most}")
     if server_metrics is not None and not server_metrics.startswith(("http://", "https://")):
-        raise _fail(f"--server-metrics must be an http:// or https:// URL, got {server_metrics!r}")
+        raise fail(f"--server-metrics must be an http:// or https:// URL, got {server_metrics!r}")
     try:
         terms = parse_slo(slo)
         # Validated as a run's configuration: the same one-line errors as `run`.
@@ -130,9 +123,9 @@ def capacity(
             **({"cache_dir": str(cache_dir)} if cache_dir else {}),
         )
     except UserError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
-        raise _fail(_first_error(exc)) from None
+        raise fail(_first_error(exc)) from None
     settings = SearchSettings(
         adapter_url=endpoint.url,
         slo=terms,
@@ -160,11 +153,11 @@ def capacity(
                 raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
             except UserError as exc:
                 if not search.points:
-                    raise _fail(str(exc)) from None
+                    raise fail(str(exc)) from None
                 stopped = f"capacity search {search.run_id} stopped (its curve so far is stored)"
-                raise _fail(f"{stopped}: {exc}", EXIT_STOPPED) from None
+                raise fail(f"{stopped}: {exc}", EXIT_STOPPED) from None
     except UserError as exc:  # the store
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if as_json:
         print(json.dumps({"run_id": search.run_id, "store": opened.url, **result.model_dump()}))
         return

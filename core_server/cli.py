@@ -24,8 +24,18 @@ from typer.core import TyperGroup
 from streameval.core.audit_cli import audit_app
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.capacity_cli import capacity
+from streameval.core.cli_common import (
+    BenchmarkOption,
+    SeedOption,
+    StoreOption,
+    SubsetOption,
+    TaskOption,
+    TaskTypeOption,
+    VideoRootOption,
+    console,
+    fail,
+)
 from streameval.core.exit_codes import (
-    EXIT_CANNOT_START,
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
     EXIT_TERMINATED,
@@ -55,26 +65,9 @@ app.add_typer(launch_app, name="launch")
 app.add_typer(audit_app, name="audit")
 app.command("capacity")(capacity)
 
-# soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
-console = Console(stderr=True, soft_wrap=True)
-
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="Store: a SQLite file path, sqlite:///FILE or postgresql+psycopg://USER@HOST/DB "
-        "(default: $STREAMEVAL_STORE or ~/.cache/streameval/streameval.db).",
-    ),
-]
-
 
 # The longest lease or unreachable timeout `run` takes: a day (more overflows a timestamp).
 MAX_TIMEOUT_S = 86400.0
-
-
-def fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(EXIT_CANNOT_START)
 
 
 def execute(
@@ -147,22 +140,12 @@ def run(
         typer.Option("--adapter-url", help="Adapter endpoint ws://host:port/ws (repeatable)."),
     ] = None,
     concurrency: Annotated[int, typer.Option(help="Sessions in flight per endpoint.")] = 4,
-    benchmark: Annotated[
-        str,
-        typer.Option(
-            help="'synthetic', a benchmark.json, a TRACE release dir, an OVO-Bench or "
-            "StreamingBench JSON."
-        ),
-    ] = "synthetic",
-    video_root: Annotated[
-        Path | None, typer.Option(help="Folder the benchmark's video paths are relative to.")
-    ] = None,
-    subset: Annotated[
-        str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
-    task: Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")] = None,
-    task_type: Annotated[list[str] | None, typer.Option("--task-type")] = None,
+    benchmark: BenchmarkOption = "synthetic",
+    video_root: VideoRootOption = None,
+    subset: SubsetOption = None,
+    seed: SeedOption = 0,
+    task: TaskOption = None,
+    task_type: TaskTypeOption = None,
     limit: Annotated[int | None, typer.Option(help="At most this many records.")] = None,
     profile: Annotated[
         str, typer.Option(help="Protocol profile (list them: streameval profiles).")

@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.causality_audit import prepare
 from tests.browser import chromium, require_browser
-from tests.test_dashboard_browser import free_port, open_page
+from tests.servers import served, streameval_command
+from tests.test_dashboard_browser import open_page
 
 require_browser()
 pytestmark = pytest.mark.timeout(300)
@@ -57,30 +56,8 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
 
 @pytest.fixture(scope="module")
 def server(audited: tuple[str, dict, dict]) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streameval.cli", "results-api", "--store", audited[0]]
-        + ["--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < deadline, "the results API did not come up"
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with served(streameval_command("results-api", "--store", audited[0], "--port", "0")) as api:
+        yield api.url
 
 
 @pytest.fixture

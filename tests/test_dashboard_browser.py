@@ -30,6 +30,7 @@ import pytest
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from tests.browser import chromium, require_browser
+from tests.servers import served, streameval_command
 
 require_browser()
 # The module's runs (about 30 s on 2 cores) are set up inside the first test's time.
@@ -124,30 +125,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 
 @pytest.fixture(scope="module")
 def server(runs: Runs) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streameval.cli", "results-api", "--store", runs.url]
-        + ["--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < deadline, "the results API did not come up"
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with served(streameval_command("results-api", "--store", runs.url, "--port", "0")) as api:
+        yield api.url
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,6 @@ static report (`streameval report --html`) opened without a server."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -17,13 +14,13 @@ from typer.testing import CliRunner
 
 from streameval.core.store.store import Store
 from tests.browser import chromium, require_browser
+from tests.servers import served, streameval_command
 from tests.test_scorer_robustness import CONDITION, DROP, store_robustness_run
 
 require_browser()
 pytestmark = pytest.mark.timeout(300)
 
 from tests.test_dashboard_browser import (  # noqa: E402 (after the browser check)
-    free_port,
     help_text,
     open_page,
     table_cells,
@@ -44,30 +41,8 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def server(store_url: str) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streameval.cli", "results-api", "--store", store_url]
-        + ["--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < deadline, "the results API did not come up"
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with served(streameval_command("results-api", "--store", store_url, "--port", "0")) as api:
+        yield api.url
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,53 @@
+"""What the Core's command modules share: the error line, the store option and the options
+that choose a benchmark's records (`run` and `capacity` both take them).
+
+A module of its own, below `cli.py`, `audit_cli.py` and `capacity_cli.py`: `cli.py` composes
+the other two, so they cannot import these back from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from streameval.core.exit_codes import EXIT_CANNOT_START
+
+# soft_wrap: an error line stays one line however narrow the terminal (or pipe) is.
+console = Console(stderr=True, soft_wrap=True)
+
+
+def fail(message: str, code: int = EXIT_CANNOT_START) -> typer.Exit:
+    """The one error line a user mistake gets, and the exit to raise with it."""
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store: a SQLite file path, sqlite:///FILE or postgresql+psycopg://USER@HOST/DB "
+        "(default: $STREAMEVAL_STORE or ~/.cache/streameval/streameval.db).",
+    ),
+]
+
+# The records of a benchmark a command streams.
+BenchmarkOption = Annotated[
+    str,
+    typer.Option(
+        help="'synthetic', a benchmark.json, a TRACE release dir, an OVO-Bench or "
+        "StreamingBench JSON."
+    ),
+]
+VideoRootOption = Annotated[
+    Path | None, typer.Option(help="Folder the benchmark's video paths are relative to.")
+]
+SubsetOption = Annotated[
+    str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
+]
+SeedOption = Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")]
+TaskOption = Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")]
+TaskTypeOption = Annotated[list[str] | None, typer.Option("--task-type")]
