@@ -19,12 +19,14 @@ import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import Field
 
 from streameval.adapters.chat_prompts import ChatRequest, openai_messages
 from streameval.adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
+from streameval.protocol import INFO_SERVER_METRICS
 
 # Worth retrying: the server is overloaded, restarting or timed out on its side.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -57,6 +59,12 @@ class OpenAIAdapter(VideoChatAdapter):
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         # Created on first use, inside the serving event loop that will drive it.
         self._client: httpx.AsyncClient | None = None
+
+    def info(self) -> dict[str, Any]:
+        """/info, with the server's Prometheus endpoint (vLLM serves it at its root)."""
+        parts = urlsplit(self.config.base_url)
+        metrics = urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+        return {**super().info(), INFO_SERVER_METRICS: metrics}
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:

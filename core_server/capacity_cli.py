@@ -75,7 +75,8 @@ def capacity(
         typer.Option(
             "--server-metrics",
             help="The model server's Prometheus endpoint (vLLM: http://HOST:PORT/metrics), "
-            "read before, during and after each level.",
+            "read before, during and after each level [default: the one the adapter's /info "
+            "names, e.g. the openai adapter's server].",
         ),
     ] = None,
     response_timeout: Annotated[float, typer.Option(help="Seconds per answer/step.")] = 60.0,

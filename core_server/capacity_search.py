@@ -40,9 +40,17 @@ from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.errors import CoreError
 from streameval.core.progress import NO_PROGRESS
 from streameval.core.run_inputs import create_run
-from streameval.core.runner import RunExecutor, new_run_id, select_records
+from streameval.core.runner import (
+    INFO_TIMEOUT_S,
+    EndpointUnusable,
+    RunExecutor,
+    fetch_info,
+    new_run_id,
+    select_records,
+)
 from streameval.core.store.store import Store
 from streameval.events import EventKind
+from streameval.protocol import INFO_SERVER_METRICS
 
 ANALYSIS = "capacity"  # the name of the analysis a capacity run stores
 
@@ -243,6 +251,20 @@ class SearchSettings:
 Notice = Callable[[str], None]
 
 
+async def server_metrics_of(adapter_url: str) -> str | None:
+    """The Prometheus endpoint the adapter's /info names (the `openai` adapter names its
+    model server's), or None: an adapter that names none, or whose /info fails, is simply
+    measured without server metrics."""
+    endpoint = EndpointConfig(url=adapter_url)
+    try:
+        async with httpx.AsyncClient(timeout=INFO_TIMEOUT_S) as client:
+            info = await fetch_info(client, endpoint)
+    except (httpx.HTTPError, EndpointUnusable):
+        return None
+    url = info.get(INFO_SERVER_METRICS)
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+
 def scored(store_url: str, run_id: str) -> dict[str, Any]:
     """The scorer's JSON for a run, from `streameval score RUN --json` in a child process
     (the store named in its environment: a password stays out of the process list)."""
@@ -281,6 +303,8 @@ class CapacitySearch:
         """Search, storing the curve after every level (an interrupted search keeps what
         it measured); the capacity run ends `finished`, or `interrupted`/`failed`."""
         self._load()
+        if self.settings.server_metrics is None:
+            self.settings.server_metrics = await server_metrics_of(self.settings.adapter_url)
         self._create_run()
         self._store_result(complete=False)  # a capacity search from the start, if empty
         try:

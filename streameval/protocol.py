@@ -34,6 +34,9 @@ MAX_NS = 2**63 - 1  # a nanosecond clock reading that still fits a signed 64-bit
 HEARTBEAT_INTERVAL_S = 20.0
 HEARTBEAT_TIMEOUT_S = 20.0
 WS_PATH = "/ws"
+# The field of an adapter's GET /info naming the Prometheus endpoint of the model server it
+# calls (an OpenAI-compatible server such as vLLM): `streameval capacity` reads it there.
+INFO_SERVER_METRICS = "server_metrics_url"
 # The header of the Core's WebSocket upgrade request that names the optional features it
 # reads (comma-separated). Both sides refuse unknown fields, so an adapter sends a feature's
 # fields (`Hello.resume`) only to a Core that announced the feature.

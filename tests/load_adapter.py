@@ -14,11 +14,12 @@ import asyncio
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from streameval.adapters.sdk import Adapter, Responder, Session
-from streameval.protocol import AdapterConditions, Question
+from streameval.protocol import INFO_SERVER_METRICS, AdapterConditions, Question
 
 
 class LoadConfig(BaseModel):
@@ -37,6 +38,7 @@ class LoadAdapter(Adapter):
         self.running = 0  # questions being answered now
         self.answered = 0
         self.ttft_sum_s = 0.0
+        self.metrics_url: str | None = None
         if config.metrics_port_file is not None:
             # Before the adapter listens: once a test sees the adapter up, the port is known.
             self._serve_metrics(Path(config.metrics_port_file))
@@ -62,6 +64,13 @@ class LoadAdapter(Adapter):
         server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         port_file.write_text(str(server.server_address[1]))
+        self.metrics_url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+    def info(self) -> dict[str, Any]:
+        """/info names the metrics endpoint, as the `openai` adapter names its server's."""
+        if self.metrics_url is None:
+            return super().info()
+        return {**super().info(), INFO_SERVER_METRICS: self.metrics_url}
 
     def prometheus_text(self) -> str:
         model = 'model_name="load"'

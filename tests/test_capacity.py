@@ -233,6 +233,29 @@ def test_a_server_without_metrics_is_noted_not_fatal(tmp_path: Path) -> None:
     assert point["server"]["start"] == {} and point["server"]["requests"] is None
 
 
+def test_the_metrics_endpoint_the_adapter_names_is_read_without_the_option(
+    tmp_path: Path,
+) -> None:
+    """An adapter whose /info names its server's metrics (as the `openai` adapter does) gets
+    them read with no --server-metrics; one that names none is measured without."""
+    env = child_env(tmp_path / "cache")
+    benchmark = write_load_benchmark(tmp_path / "bench")
+    port_file = tmp_path / "metrics-port"
+    options = {"ttft_per_session_s": 0.05, "metrics_port_file": str(port_file)}
+    common = ["--slo", "ttft_p95=0.5", "--benchmark", str(benchmark), "--max", "1", "--json"]
+    common += ["--cache-dir", str(tmp_path / "cache"), "--store", str(tmp_path / "s.db")]
+    with AdapterProcess("tests.load_adapter:LoadAdapter", options=options) as adapter:
+        named = run_capacity("--adapter-url", adapter.url, *common, env=env)
+        metrics_url = f"http://127.0.0.1:{port_file.read_text()}/metrics"
+    with AdapterProcess("tests.load_adapter:LoadAdapter") as adapter:
+        unnamed = run_capacity("--adapter-url", adapter.url, *common, env=env)
+    assert named.returncode == 0 and unnamed.returncode == 0, named.stderr + unnamed.stderr
+    [point] = json.loads(named.stdout)["points"]
+    assert point["server"]["url"] == metrics_url and point["server"]["error"] is None
+    assert point["server"]["requests"] == 1
+    assert json.loads(unnamed.stdout)["points"][0]["server"] is None
+
+
 def wait_for_level(store_url: str, sessions: int, timeout_s: float = 30.0) -> None:
     """Until the level of `sessions` streams (its run is `running`)."""
     deadline = time.monotonic() + timeout_s

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import uvicorn
@@ -446,3 +447,13 @@ def test_uniform_selection_spreads_from_the_first_frame_to_the_newest():
     assert [f.t for f in _select(frames, 5, "uniform")] == [5, 8, 11, 14, 17]
     assert [f.t for f in _select(frames, 3, "recent")] == [15, 16, 17]
     assert _select(frames[:2], 5, "uniform") == frames[:2]
+
+
+def test_info_names_the_servers_prometheus_endpoint() -> None:
+    """`streameval capacity` reads the model server's metrics where the adapter's /info
+    names them: vLLM serves /metrics at the root of the `base_url`'s host."""
+    base_url = "http://127.0.0.1:9/v1"  # nothing is called: /info is the adapter's own
+    with adapter(base_url) as served:
+        info = httpx.get(f"http://127.0.0.1:{served.port}/info", timeout=10).json()
+    assert info["server_metrics_url"] == "http://127.0.0.1:9/metrics"
+    assert info["adapter"] == "openai"
