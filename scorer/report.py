@@ -104,8 +104,6 @@ class MetricValue(BaseModel):
 
 
 Families = dict[str, dict[str, MetricValue]]
-# RunScores entries only a robustness run has: left out of a plain run's JSON.
-ROBUSTNESS_ENTRIES = ("by_variant", "negative_streams")
 RUN_LEVEL = run_level_glossary()
 
 
@@ -211,22 +209,23 @@ class RunScores(BaseModel):
     overall: Families
     by_task_type: dict[str, Families]
     by_source_benchmark: dict[str, Families]
+    # Entries only a robustness run has: left out of a plain run's JSON (its bytes unchanged).
     by_variant: dict[str, Families] | None = Field(
         default=None,
+        exclude_if=lambda value: value is None,
         description="a robustness run's metrics per variant: `clean` and each perturbation, "
         "each on its own records (None: a run without variants)",
     )
     negative_streams: NegativeStreams | None = Field(
-        default=None, description="false alarms on a robustness run's negative streams"
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="false alarms on a robustness run's negative streams",
     )
     records: list[RecordResult] = Field(default_factory=list)
 
     def to_json(self, include_records: bool = False) -> dict[str, Any]:
-        """A JSON-ready dict; per-record results only when asked for, the robustness
-        entries only for a run that has them."""
-        exclude = set() if include_records else {"records"}
-        exclude |= {name for name in ROBUSTNESS_ENTRIES if getattr(self, name) is None}
-        return self.model_dump(mode="json", exclude=exclude or None)
+        """A JSON-ready dict; per-record results only when asked for."""
+        return self.model_dump(mode="json", exclude=None if include_records else {"records"})
 
     def shown_metrics(self) -> dict[str, list[str]]:
         """The metrics the score output shows, by family (negative_streams: its numbers),

@@ -28,7 +28,8 @@ CACHE_BYTES = 1_500_000
 
 
 def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
-    """A run with two records, two sessions with events and an expired run lease."""
+    """A run with two records, two sessions with events, an analysis and an expired run
+    lease."""
     config = {"profile": "trace", "cache_dir": str(cache_dir)} if cache_dir else {}
     store.create_run(run_id, "synthetic", config)
     store.add_records(
@@ -42,6 +43,7 @@ def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
     store.add_sessions(run_id, [(f"{run_id}-s{i}", [f"rec-{i}"]) for i in range(2)])
     for i in range(2):
         store.append_events(example_events(run_id, f"{run_id}-s{i}"))
+    store.put_analysis(run_id, "causality", {"verdict": "pass"})
     expired = datetime.now(UTC) - timedelta(minutes=5)
     with store.transaction("add an expired lease") as conn:
         conn.execute(
@@ -84,6 +86,7 @@ def shared_rows(store: Store) -> tuple[int, int]:
 
 FULL_RUN = {
     "events": 2 * EVENTS_PER_SESSION,
+    "run_analyses": 1,
     "run_owners": 1,
     "run_records": 2,
     "runs": 1,

@@ -13,8 +13,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
 )
 
 TriggerType = Literal["event_onset", "event_completion", "clue_sufficient", "state_interval"]
@@ -119,16 +117,10 @@ class ProactiveRecord(BaseModel):
     probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
     # A negative stream (core_server/negative_streams.py): no triggers, frames up to here.
-    stream_end_s: float | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_unset_stream_end(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # A benchmark record dumps as before the field existed: runs stored earlier compare
-        # equal on resume (run_inputs.records_diff), and exports keep their bytes.
-        data = handler(self)
-        if self.stream_end_s is None:
-            data.pop("stream_end_s", None)
-        return data
+    # Left out of a dump when unset: a benchmark record dumps as before the field existed,
+    # so runs stored earlier compare equal on resume (run_inputs.records_diff) and exports
+    # keep their bytes.
+    stream_end_s: float | None = Field(default=None, exclude_if=lambda value: value is None)
 
     def last_window_end_s(self, tolerance_s: float) -> float:
         """End of the last target window (of a negative stream, its end): the Core streams
