@@ -20,6 +20,7 @@ from rich.console import Console
 from streameval.core import cli as core_cli
 from streameval.errors import UserError
 from streameval.scorer.service import cli as scorer_cli
+from streameval.synth.cli import synth
 
 app = typer.Typer(
     help="Condition-aware evaluation of streaming video understanding.",
@@ -28,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(core_cli.app)
 app.add_typer(scorer_cli.app)
+app.command("synth")(synth)
 
 
 @app.command()
