@@ -16,6 +16,7 @@ COPY streameval ./streameval
 COPY core_server ./core_server
 COPY adapters ./adapters
 COPY scorer ./scorer
+COPY synth ./synth
 # vLLM images install their Python packages with uv; fall back to pip on other bases.
 RUN if command -v uv >/dev/null; then uv pip install --system .; \
     else python3 -m pip install .; fi \

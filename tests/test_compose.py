@@ -336,6 +336,11 @@ def test_dockerfiles_copy_only_what_exists_and_is_not_ignored(name):
         for source in sources:
             assert (REPO / source).exists(), f"{name}: COPY {source} does not exist"
             assert source.rstrip("/") in allowed, f"{name}: COPY {source} is dockerignored"
+    # Every folder pyproject.toml maps into the package is copied: `pip install .` in the
+    # image needs them all.
+    folders = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    copied = {source.rstrip("/") for *sources, _ in copies for source in sources}
+    assert set(folders["package-dir"].values()) <= copied, f"{name}: a package folder is missing"
 
 
 def test_compose_builds_existing_dockerfiles_and_targets():
