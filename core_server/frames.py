@@ -209,6 +209,10 @@ class VideoFrames:
         hi = bisect_right(self.frames, end_s + TIME_EPSILON_S, key=_time_of)
         return list(self.frames[lo:hi])
 
+    def path(self, ref: FrameRef) -> Path:
+        """Where the JPEG of one sample lies (for consumers that hand on paths, not bytes)."""
+        return self.directory / _jpeg_name(ref.index)
+
     def read(self, ref: FrameRef) -> bytes:
         """The JPEG bytes of one sample, read from disk; FrameCacheError when the cache lost
         it (deleted under a running Core, an I/O error). Reading never writes: a read-only

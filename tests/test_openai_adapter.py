@@ -1,6 +1,6 @@
 """The `openai` adapter in full sessions: a real Core run, the adapter in its own process, and
-an OpenAI-compatible streaming server on loopback that answers like vLLM's (SSE chunks, a
-closing usage chunk, `data: [DONE]`) and records every request it got.
+an OpenAI-compatible streaming server on loopback (tests/openai_stand_in.py) that answers
+like vLLM's (SSE chunks, a closing usage chunk, `data: [DONE]`) and records every request.
 
 The server's "model" reads the frame labels of the prompt: at a question it answers "B. two"
 in three pieces; at a proactive decision it responds when the newest frame is at 8 s or 12 s
@@ -9,45 +9,23 @@ and says WAIT otherwise. Other servers stall, fail with HTTP errors or drop the 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
-import json
-import re
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 from PIL import Image
 
 from streameval.core.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
+from tests.openai_stand_in import FakeOpenAIServer, Reply, images, labels
 from tests.test_core_run import events_by_session, execute, run_config
 from tests.timeline_fixtures import QA, VIDEO_FPS, write_benchmark
 
-LABEL = re.compile(r"Frame at ([\d.]+)s:")
 FIRST_TOKEN_DELAY_S = 0.15
-
-
-@dataclass
-class Reply:
-    """How the fake server answers one request."""
-
-    pieces: list[str] = field(default_factory=list)
-    status: int = 200
-    error: str = "engine overloaded"
-    first_piece_delay_s: float = 0.0
-    stall_s: float = 0.0  # after the role chunk, before any content
-    drop_after: int | None = None  # close the connection after this many pieces
 
 
 def oracle(body: dict, index: int) -> Reply:
@@ -61,86 +39,6 @@ def oracle(body: dict, index: int) -> Reply:
     if newest == 12.0:
         return Reply(["W", "ow, 3."])  # starts like WAIT: held back, then released
     return Reply(["WA", "IT"])
-
-
-def labels(body: dict) -> list[float]:
-    parts = body["messages"][-1]["content"]
-    return [
-        float(m.group(1)) for p in parts if p["type"] == "text" for m in LABEL.finditer(p["text"])
-    ]
-
-
-def images(body: dict) -> list[str]:
-    return [
-        p["image_url"]["url"] for p in body["messages"][-1]["content"] if p["type"] == "image_url"
-    ]
-
-
-def usage_for(body: dict, reply: Reply) -> dict:
-    prompt = 50 + 100 * len(images(body))
-    return {"prompt_tokens": prompt, "completion_tokens": len(reply.pieces), "total_tokens": 0}
-
-
-def chunk(delta: dict | None, usage: dict | None = None) -> str:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "model": "fake-vl",
-        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return f"data: {json.dumps(body)}\n\n"
-
-
-class FakeOpenAIServer:
-    """A uvicorn server in a thread; `script(body, index)` decides each reply."""
-
-    def __init__(self, script: Callable[[dict, int], Reply]) -> None:
-        self.script = script
-        self.requests: list[dict] = []
-        self.base_url = ""
-        app = FastAPI()
-        app.post("/v1/chat/completions")(self.complete)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="critical", timeout_graceful_shutdown=1
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    async def complete(self, request: Request):
-        body = await request.json()
-        index = len(self.requests)
-        self.requests.append(body)
-        reply = self.script(body, index)
-        if reply.status != 200:
-            return JSONResponse({"error": {"message": reply.error}}, status_code=reply.status)
-
-        async def events() -> Iterator[str]:
-            yield chunk({"role": "assistant", "content": ""})
-            await asyncio.sleep(reply.stall_s or reply.first_piece_delay_s)
-            for position, piece in enumerate(reply.pieces):
-                if reply.drop_after is not None and position == reply.drop_after:
-                    raise ConnectionAbortedError("the server dropped the connection")
-                yield chunk({"content": piece})
-            yield chunk(None, usage_for(body, reply))
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    def __enter__(self) -> FakeOpenAIServer:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "fake OpenAI server did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=5)
 
 
 # --------------------------------------------------------------------------- helpers
