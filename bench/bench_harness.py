@@ -281,7 +281,12 @@ async def _raw_client(port: int, video: Path, record: bool) -> None:
                 await ws.send(message)
                 stamps.append(time.monotonic_ns())
                 if events is not None:
-                    sent = {"frame_id": ref.frame_id, "t": ref.t, "scheduled_ns": None}
+                    sent = {
+                        "frame_id": ref.frame_id,
+                        "t": ref.t,
+                        "source_t": None,
+                        "scheduled_ns": None,
+                    }
                     sent |= {"lag_ns": None, "width": ref.width, "height": ref.height}
                     seq = 2 * ref.index
                     events.record(
