@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,8 +19,10 @@ from streameval.core.cli_common import (
     TaskOption,
     TaskTypeOption,
     VideoRootOption,
+    cancel_on_sigterm,
     console,
     fail,
+    first_validation_error,
 )
 from streameval.core.exit_codes import (
     EXIT_INTERRUPTED,
@@ -126,7 +127,7 @@ def capacity(
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
-        raise fail(_first_error(exc)) from None
+        raise fail(first_validation_error(exc)) from None
     settings = SearchSettings(
         adapter_url=endpoint.url,
         slo=terms,
@@ -168,28 +169,12 @@ def capacity(
 async def _until_stopped(search: CapacitySearch, terminated: list[bool]) -> CapacityResult:
     """The search, which SIGTERM (`docker stop`) stops like Ctrl-C: the level in flight and
     the search run are marked interrupted."""
-    main = asyncio.current_task()
-    assert main is not None
-
-    def on_sigterm() -> None:
-        terminated.append(True)
-        main.cancel()
-
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+    cancel_on_sigterm(terminated)
     return await search.run()
 
 
 def _notice(line: str) -> None:
     console.print(line, highlight=False)
-
-
-def _first_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
-    return str(exc)
 
 
 def _seconds(value: float | None) -> str:

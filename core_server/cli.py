@@ -32,8 +32,10 @@ from streameval.core.cli_common import (
     TaskOption,
     TaskTypeOption,
     VideoRootOption,
+    cancel_on_sigterm,
     console,
     fail,
+    first_validation_error,
 )
 from streameval.core.exit_codes import (
     EXIT_INTERRUPTED,
@@ -96,14 +98,7 @@ def execute(
     terminated: list[bool] = []
 
     async def go(shown: Progress) -> RunSummary:
-        main = asyncio.current_task()
-        assert main is not None
-
-        def on_sigterm() -> None:
-            terminated.append(True)
-            main.cancel()
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+        cancel_on_sigterm(terminated)
         executor = RunExecutor(config, store, shown, lease_s=lease_s, give_up_s=give_up_s)
         run_id = resume_id or await executor.prepare()
         started.append(run_id)
@@ -336,7 +331,7 @@ def run(
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
-        raise fail(_first_validation_error(exc)) from None
+        raise fail(first_validation_error(exc)) from None
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 
@@ -355,15 +350,6 @@ def _create_detached(config: RunConfig, store: Store, as_json: bool) -> None:
         f"{store.url} --run {run_id} --adapter-url ws://127.0.0.1:PORT/ws",
         highlight=False,
     )
-
-
-def _first_validation_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
-    return str(exc)
 
 
 def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
@@ -458,7 +444,7 @@ def worker(
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:
-        raise fail(_first_validation_error(exc)) from None
+        raise fail(first_validation_error(exc)) from None
     except asyncio.CancelledError:  # SIGTERM: the held sessions went back to the queue
         raise typer.Exit(EXIT_INTERRUPTED) from None
     body = {

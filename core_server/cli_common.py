@@ -7,6 +7,8 @@ the other two, so they cannot import these back from it.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +25,29 @@ def fail(message: str, code: int = EXIT_CANNOT_START) -> typer.Exit:
     """The one error line a user mistake gets, and the exit to raise with it."""
     console.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
+
+
+def first_validation_error(exc: ValueError) -> str:
+    """The first problem of a validation error, as one line: `field: message`."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+    return str(exc)
+
+
+def cancel_on_sigterm(terminated: list[bool]) -> None:
+    """Make SIGTERM (`docker stop`) stop the running task like Ctrl-C, noting it in
+    `terminated` so that the command can exit 143 instead of 130."""
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        main.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
 
 
 StoreOption = Annotated[
