@@ -30,6 +30,7 @@ from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
+from streameval.fast_send import send_message
 from streameval.open_files import raise_open_file_limit
 from streameval.protocol import (
     FEATURES_HEADER,
@@ -137,7 +138,7 @@ class _Connection:
         self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in map(str.strip, features)
 
     async def send(self, text: str) -> None:
-        await self.ws.send(text)
+        await send_message(self.ws, text)
 
     async def run(self) -> None:
         hello = Hello(

@@ -17,6 +17,7 @@ from websockets.protocol import CLOSED, Event
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.readiness import AdapterNotReady, wait_until_ready
 from streameval.events import FailureCause
+from streameval.fast_send import send_message
 from streameval.protocol import (
     FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
@@ -67,6 +68,10 @@ class AdapterConnection(ClientConnection):
         self.deliver_to(_ignore, _ignore)
         self.transport.abort()
         await self.wait_closed()
+
+    async def send_frame(self, data: bytes) -> None:
+        """A frame's message: `send`, without its per-message machinery (fast_send.py)."""
+        await send_message(self, data)
 
     async def recv(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise TypeError("an AdapterConnection hands each message to deliver_to's callback")

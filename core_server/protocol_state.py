@@ -179,6 +179,12 @@ class ProtocolState:
         """Judge one parsed adapter message that arrived at `arrived_ns` (video time
         `video_t`). A refused message changes nothing, except that a hello of another
         protocol version is still kept: the session's outcome names the adapter it met."""
+        if isinstance(message, FrameAck):
+            violation = self.accept_ack(message.index)
+            if violation is not None:
+                return Reaction(violation=violation)
+            ack = _Arrival(arrived_ns, video_t).record(EventKind.FRAME_ACK, index=message.index)
+            return Reaction(ack, Resolution(Awaited.ACK, message.index))
         try:
             if not self.greeted and not isinstance(message, Hello):
                 raise _out_of_order(f"{message.type} before hello")
@@ -190,26 +196,35 @@ class ProtocolState:
         if self.recorded >= self.limits.max_events:
             # Checked after the message was judged (only recorded messages count); the
             # session fails on it, so the state it changed is never used again.
-            return Reaction(
-                violation=ProtocolViolation(
-                    "too_many_events",
-                    f"the adapter sent more than {self.limits.max_events} recorded messages in "
-                    "this session (max_session_events)",
-                )
-            )
+            return Reaction(violation=self._too_many_events())
         self.recorded += 1
         return reaction
+
+    def accept_ack(self, index: int) -> ProtocolViolation | None:
+        """`accept` for a frame_ack, the message of every frame, without building a
+        Reaction: the violation it is, or None once it counts as recorded (the caller
+        records it and resolves the ack's wait)."""
+        if not self.greeted:
+            return _out_of_order("frame_ack before hello")
+        if index not in self.sent_frames:
+            return _out_of_order(f"ack for unsent frame {index}")
+        if self.recorded >= self.limits.max_events:
+            return self._too_many_events()
+        self.recorded += 1
+        return None
+
+    def _too_many_events(self) -> ProtocolViolation:
+        return ProtocolViolation(
+            "too_many_events",
+            f"the adapter sent more than {self.limits.max_events} recorded messages in "
+            "this session (max_session_events)",
+        )
 
     def _dispatch(self, message: AdapterMessage, arrival: _Arrival) -> Reaction:
         record = arrival.record
         match message:
             case Hello():
                 return self._hello(message, arrival)
-            case FrameAck():
-                if message.index not in self.sent_frames:
-                    raise _out_of_order(f"ack for unsent frame {message.index}")
-                resolves = Resolution(Awaited.ACK, message.index)
-                return Reaction(record(EventKind.FRAME_ACK, index=message.index), resolves)
             case ResponseStart():
                 return Reaction(self._start(message, arrival))
             case ResponseDelta():

@@ -739,7 +739,7 @@ class RunExecutor:
                 response_timeout_s=self.config.response_timeout_s,
                 connect_timeout_s=self.config.connect_timeout_s,
                 ready_timeout_s=self.config.adapter_ready_timeout_s,
-                sink=writer.put,
+                sink=writer.put_row,
                 response_limits=ResponseLimits(
                     self.config.max_response_deltas,
                     self.config.max_response_bytes,

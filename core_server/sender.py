@@ -29,6 +29,8 @@ from streameval.protocol import Instruction, Question, Step
 class Socket(Protocol):
     async def send(self, message: str | bytes) -> None: ...
 
+    async def send_frame(self, data: bytes) -> None: ...
+
 
 # The session driver's reconnect at a `cut` item: given the item and the last frame sent
 # before it, it drops the socket and returns the new one, the session started again.
@@ -76,9 +78,8 @@ class SessionStream:
         self.protocol.frame_sent(ref.index)
         self.clock.frame_sent(ref.t)
         self.last_frame = ref
-        await self.ws.send(message.data)
-        self.recorder.record(
-            EventKind.FRAME_SENT,
+        await self.ws.send_frame(message.data)
+        self.recorder.frame_sent(
             time.monotonic_ns(),
             ref.t,
             index=ref.index,
@@ -87,7 +88,7 @@ class SessionStream:
             source_t=ref.t if moved else None,
             scheduled_ns=scheduled_ns,
             lag_ns=lag_ns,
-            bytes=message.nbytes,
+            nbytes=message.nbytes,
             width=ref.width,
             height=ref.height,
         )

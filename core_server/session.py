@@ -47,10 +47,10 @@ from streameval.core.protocol_state import (
 )
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
-from streameval.core.store.store import StoreError
+from streameval.core.store.store import EventRow, StoreError
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
-from streameval.events import Event, EventKind, FailureCause
+from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
     Hello,
     ProtocolError,
@@ -59,6 +59,7 @@ from streameval.protocol import (
     RunConditions,
     SessionEnd,
     SessionStart,
+    frame_ack_index,
     parse_adapter_message,
 )
 
@@ -107,7 +108,7 @@ class SessionDriver:
         profile: ProtocolProfile,
         response_timeout_s: float,
         connect_timeout_s: float,
-        sink: Callable[[Event], None],
+        sink: Callable[[EventRow], None],
         ready_timeout_s: float = 0.0,
         response_limits: ResponseLimits | None = None,
     ) -> None:
@@ -119,10 +120,10 @@ class SessionDriver:
         self.ready_timeout_s = ready_timeout_s
         self.task_sent = False
 
-        def watching(event: Event) -> None:
-            if event.kind in TASK_EVENTS:
+        def watching(row: EventRow) -> None:
+            if row[3] in TASK_EVENTS:
                 self.task_sent = True
-            sink(event)
+            sink(row)
 
         self.recorder = Recorder(plan.run_id, plan.session_id, watching)
         self.protocol = ProtocolState(response_limits)
@@ -387,7 +388,11 @@ class _Receiver:
 
     def _handle(self, raw: Arrival, arrived: int) -> None:
         try:
-            self.accept(parse(raw), arrived)
+            index = frame_ack_index(raw)
+            if index is None:
+                self.accept(parse(raw), arrived)
+            else:
+                self._acked(index, arrived)
         except SessionFailure as failure:
             self._stop_with(failure)
         except ProtocolViolation as violation:
@@ -435,6 +440,14 @@ class _Receiver:
             raise reaction.failure
         if reaction.resolves is not None:
             self.waits.resolve(reaction.resolves)
+
+    def _acked(self, index: int, arrived: int) -> None:
+        """`accept` for a frame_ack, on the state machine's own path for it."""
+        violation = self.protocol.accept_ack(index)
+        if violation is not None:
+            raise violation
+        self.recorder.frame_ack(arrived, self.clock.at(arrived), index)
+        self.waits.resolve(Resolution(Awaited.ACK, index))
 
     async def violate(self, violation: ProtocolViolation) -> NoReturn:
         """Report the violation, then raise the session's (first) failure."""

@@ -4,9 +4,8 @@ Storing an event costs the writer's thread about 90 us of Python (SQLAlchemy's r
 JSON encoding), all of it holding the interpreter lock the sessions' event loop needs: with
 2,000 wall-clock sessions (4,000 events/s) that was a third of the Core's interpreter time,
 and every session's frames waited for it. A child process opened on the same store makes
-the writer's two calls instead (`append_events`, `set_session_status`); the Core only turns
-each event into a row (its payload as JSON: a few us) and waits for the answer without the
-lock.
+the writer's two calls instead (`append_rows`, `set_session_status`); the Core only sends
+the rows its sessions made and waits for the answer without the lock.
 
 For the writer nothing changes: one call at a time, answered in the order made, each
 returning once the child committed it or raising the StoreError the child's store raised
@@ -27,8 +26,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO, Any
 
-from streameval.core.store.store import Store, StoreError, StoreLost, event_row
-from streameval.events import Event
+from streameval.core.store.store import EventRow, Store, StoreError, StoreLost
 
 # How long `close` waits for the child to store what it was sent and end.
 CLOSE_TIMEOUT_S = 60.0
@@ -43,7 +41,7 @@ def child_url(store: Store) -> str | None:
 
 
 class StoreProcess:
-    """`append_events` and `set_session_status` of the store at `url`, in a child process."""
+    """`append_rows` and `set_session_status` of the store at `url`, in a child process."""
 
     def __init__(self, url: str) -> None:
         self._lock = threading.Lock()
@@ -54,8 +52,8 @@ class StoreProcess:
         )
         self._send(url)
 
-    def append_events(self, events: Sequence[Event], owner: str | None = None) -> set[str]:
-        return self._call(("append", [event_row(event) for event in events], owner))
+    def append_rows(self, rows: Sequence[EventRow], owner: str | None = None) -> set[str]:
+        return self._call(("append", list(rows), owner))
 
     def set_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> bool:
         return self._call(("status", run_id, session_id, status, options))

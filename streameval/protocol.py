@@ -7,6 +7,7 @@ the encoded image bytes. Both sides import this module; nothing here does I/O.
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -341,6 +342,20 @@ def _parse(adapter: TypeAdapter, raw: str | bytes, side: str):
 
 def parse_adapter_message(raw: str | bytes):
     return _parse(_ADAPTER_MESSAGE, raw, "adapter")
+
+
+# A frame_ack exactly as the SDK formats it: the one adapter message of every frame.
+_CANONICAL_ACK = re.compile(r'\{"type":"frame_ack","index":(0|[1-9][0-9]{0,17})\}')
+
+
+def frame_ack_index(raw: str | bytes | object) -> int | None:
+    """The index of a frame_ack written in its canonical form, else None: the Core reads
+    those without the parser (what `parse_adapter_message` would make of them, a
+    `FrameAck`, at a tenth of its cost); anything else, spaced or reordered, is parsed."""
+    if type(raw) is not str:
+        return None
+    match = _CANONICAL_ACK.fullmatch(raw)
+    return None if match is None else int(match[1])
 
 
 def parse_core_message(raw: str | bytes):

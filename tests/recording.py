@@ -1,13 +1,30 @@
 """Test helpers that record what a process under test does: the messages an adapter hook
-sends (`Wire`, in place of the Core) and a process's memory over time (`RssSampler`)."""
+sends (`Wire`, in place of the Core), the events a session's `Recorder` makes
+(`reading_into`) and a process's memory over time (`RssSampler`)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
+
+from streameval.core.store.store import EventRow
+from streameval.events import Event, read_payload
+
+
+def reading_into(events: list[Event]) -> Callable[[EventRow], None]:
+    """A `Recorder` sink that appends each row's event, its payload read back from the
+    row's JSON as the store reads it."""
+
+    def sink(row: EventRow) -> None:
+        run_id, session_id, seq, kind, runtime_ns, video_t, payload = row
+        payload_read = read_payload(kind, payload)
+        events.append(Event(run_id, session_id, seq, kind, runtime_ns, video_t, payload_read))
+
+    return sink
 
 
 class Wire:

@@ -29,7 +29,7 @@ from streameval.core.frames import FrameCache, ImageRules, VideoFrames
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.session import SessionDriver, SessionOutcome
-from streameval.core.store.store import Store
+from streameval.core.store.store import EventRow, Store
 from streameval.core.timeline import Timeline, TimelineItem, proactive_timeline, qa_timeline
 from streameval.events import Event, EventKind
 from streameval.protocol import (
@@ -46,6 +46,7 @@ from streameval.protocol import (
     parse_adapter_message,
     parse_core_message,
 )
+from tests.recording import reading_into
 from tests.test_cli import streameval
 
 RECORD_ID = "synthetic:proactive:001"  # circles counted from 2 s; changes at 5.1 s, 10.9 s, ...
@@ -134,10 +135,11 @@ def play(
 ) -> tuple[SessionOutcome, list[Event]]:
     """One session of the Core; `at_cut` runs when the cut is recorded."""
     events: list[Event] = []
+    read = reading_into(events)
 
-    def sink(event: Event) -> None:
-        events.append(event)
-        if event.kind == EventKind.CONNECTION_CUT:
+    def sink(row: EventRow) -> None:
+        read(row)
+        if events[-1].kind == EventKind.CONNECTION_CUT:
             at_cut()
 
     plan = SessionPlan("run-cut", record.record_id, record, timeline, frames)

@@ -26,6 +26,7 @@ from streameval.core.sender import SessionStream
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
 from streameval.events import Event, EventKind
+from tests.recording import reading_into
 
 S = 1_000_000_000  # ns per second
 
@@ -295,6 +296,9 @@ class FakeSocket:
     async def send(self, message: str | bytes) -> None:
         self.sent.append(message)
 
+    async def send_frame(self, data: bytes) -> None:
+        self.sent.append(data)
+
 
 class FakeFrames:
     directory = Path("/fake-frames")
@@ -310,7 +314,7 @@ def stream_for(record: QARecord | ProactiveRecord):
     )  # type: ignore[arg-type]
     events: list[Event] = []
     protocol, clock, ws = ProtocolState(), VideoClock(), FakeSocket()
-    recorder = Recorder("run", record.record_id, events.append)
+    recorder = Recorder("run", record.record_id, reading_into(events))
     stream = SessionStream(ws, plan, recorder, protocol, Waits(1.0), clock, FrameMessages())
     return stream, events, protocol, ws
 

@@ -11,12 +11,14 @@ from websockets.asyncio.client import connect
 from streameval.adapters.baselines import AlwaysAdapter
 from streameval.adapters.server import serve
 from streameval.protocol import (
+    FrameAck,
     FrameHeader,
     ProtocolViolation,
     RunConditions,
     SessionStart,
     decode_frame,
     encode_frame,
+    frame_ack_index,
     parse_adapter_message,
 )
 
@@ -59,6 +61,32 @@ def test_malformed_adapter_messages_are_named(raw, code, detail):
 def test_a_valid_message_parses_to_its_model():
     message = parse_adapter_message('{"type": "silent", "task_id": "q1", "step": 3}')
     assert (message.type, message.task_id, message.step) == ("silent", "q1", 3)
+
+
+@pytest.mark.parametrize("index", [0, 7, 599, 10**17])
+def test_a_canonical_frame_ack_is_read_as_the_parser_reads_it(index):
+    raw = FrameAck(index=index).model_dump_json()  # the SDK's form, byte for byte
+    assert raw == f'{{"type":"frame_ack","index":{index}}}'
+    assert frame_ack_index(raw) == parse_adapter_message(raw).index == index
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"type": "frame_ack", "index": 3}',  # spaced
+        '{"index":3,"type":"frame_ack"}',  # reordered
+        '{"type":"frame_ack","index":03}',  # not JSON
+        '{"type":"frame_ack","index":-3}',
+        '{"type":"frame_ack","index":3.0}',
+        '{"type":"frame_ack","index":3,"extra":1}',
+        '{"type":"frame_ack","index":3}\n',
+        '{"type":"frame_ack","index":1234567890123456789012}',
+        b'{"type":"frame_ack","index":3}',  # binary: a violation, for the parser to name
+        '{"type":"silent","task_id":"q1"}',
+    ],
+)
+def test_any_other_message_is_left_to_the_parser(raw):
+    assert frame_ack_index(raw) is None
 
 
 def test_frames_round_trip_and_bad_frames_are_refused():

@@ -16,6 +16,7 @@ from streameval.core.protocol_state import (
     Reaction,
     Record,
     Resolution,
+    ResponseLimits,
     hello_payload,
 )
 from streameval.events import EventKind
@@ -148,6 +149,29 @@ def test_an_ack_for_an_unsent_frame_is_out_of_order():
         "out_of_order",
         "ack for unsent frame 4",
     )
+
+
+def test_the_ack_fast_path_judges_an_ack_as_accept_does():
+    """`accept_ack` is what the receive side uses for a canonical frame_ack: the same
+    rules, the same violations, the same count towards the session's event cap."""
+
+    def judged(state: ProtocolState, index: int) -> tuple[str, str] | None:
+        found = state.accept_ack(index)
+        return None if found is None else (found.code, found.message)
+
+    assert judged(ProtocolState(), 0) == ("out_of_order", "frame_ack before hello")
+    assert violation(accept(ProtocolState(), FrameAck(index=0))) == (
+        "out_of_order",
+        "frame_ack before hello",
+    )
+    state = greeted(frames=(0,))
+    assert judged(state, 4) == ("out_of_order", "ack for unsent frame 4")
+    capped = ProtocolState(ResponseLimits(max_events=2))
+    accept(capped, HELLO)  # recorded: the first of two
+    capped.frame_sent(0)
+    assert judged(capped, 0) is None  # the second
+    assert judged(capped, 0)[0] == "too_many_events"
+    assert violation(accept(capped, FrameAck(index=0)))[0] == "too_many_events"
 
 
 # ------------------------------------------------------------------ responses

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
+import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from streameval.core.config import PROTOCOL_PROFILES
@@ -20,6 +21,7 @@ from streameval.core.session import SessionDriver, SessionOutcome
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.events import Event, EventKind
 from streameval.protocol import MAX_MESSAGE_BYTES, WS_PATH, AdapterConditions, Hello
+from tests.recording import reading_into
 from tests.test_pacing import QA
 from tests.test_protocol import CONDITIONS
 
@@ -51,7 +53,7 @@ async def play(script: Script) -> tuple[SessionOutcome, list[Event]]:
             profile=PROTOCOL_PROFILES["trace"],
             response_timeout_s=5.0,
             connect_timeout_s=5.0,
-            sink=events.append,
+            sink=reading_into(events),
         )
         return await driver.run(), events
 
@@ -121,3 +123,23 @@ async def test_a_message_sent_before_session_start_is_recorded_after_it() -> Non
     outcome, events = await play(script)
     assert outcome.status == "finished"
     assert kinds(events)[:3] == ["adapter_hello", "session_start", "workload"]
+
+
+@pytest.mark.parametrize(
+    "ack",
+    [
+        '{"type":"frame_ack","index":4}',  # as the SDK writes it: read without the parser
+        '{"type": "frame_ack", "index": 4}',  # spaced: parsed
+    ],
+)
+async def test_an_ack_for_a_frame_never_sent_fails_the_session_however_it_is_written(ack) -> None:
+    async def script(ws: ServerConnection) -> None:
+        await ws.recv()  # session_start
+        await ws.recv()  # question
+        await ws.send(ack)
+        await ws.wait_closed()
+
+    outcome, events = await play(script)
+    assert (outcome.status, outcome.stage, outcome.cause) == ("failed", "protocol", "adapter")
+    assert outcome.reason == "out_of_order: ack for unsent frame 4"
+    assert "frame_ack" not in kinds(events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import random
 import resource
 import subprocess
@@ -17,6 +18,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+from websockets.exceptions import ConnectionClosed
 
 from streameval.core.api import AdapterRegistration
 from streameval.core.capacity import slots_per_endpoint
@@ -31,16 +35,18 @@ from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.recorder import Recorder
 from streameval.core.sender import SessionStream
 from streameval.core.session import SessionOutcome
-from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost
+from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost, event_row
 from streameval.core.store.writer import EventWriter
 from streameval.core.store_process import StoreProcess, child_url
 from streameval.core.timeline import Timeline, TimelineItem
 from streameval.core.waiting import Waits
 from streameval.core.worker import Worker
-from streameval.events import Event, EventKind
+from streameval.events import Event, EventKind, read_payload
+from streameval.fast_send import send_message
 from streameval.open_files import raise_open_file_limit
 from streameval.protocol import decode_frame
 from tests.event_examples import example
+from tests.recording import reading_into
 from tests.test_pacing import QA, FakeClock, FakeSocket, FakeStream, frame, step
 
 # ------------------------------------------------------------------ frame messages
@@ -77,7 +83,7 @@ def session_on(frames: CountingFrames, messages: FrameMessages):
     plan = SessionPlan("run", QA.record_id, QA, Timeline(QA.record_id, "qa", ()), frames)  # type: ignore[arg-type]
     events: list[Event] = []
     ws = FakeSocket()
-    recorder = Recorder("run", QA.record_id, events.append)
+    recorder = Recorder("run", QA.record_id, reading_into(events))
     stream = SessionStream(ws, plan, recorder, ProtocolState(), Waits(1.0), VideoClock(), messages)
     return stream, ws, events
 
@@ -270,8 +276,8 @@ class BatchLog:
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, int]]] = []
 
-    def append_events(self, events, owner=None):
-        self.batches.append([(e.session_id, e.seq) for e in events])
+    def append_rows(self, rows, owner=None):
+        self.batches.append([(row[1], row[2]) for row in rows])
         return set()
 
 
@@ -421,9 +427,9 @@ async def test_a_worker_runs_no_more_sessions_at_once_than_it_can_hold(tmp_path)
 class SlowStore(Store):
     """Appends take longer than a lease: ended sessions wait in the writer's queue."""
 
-    def append_events(self, events, owner=None):
+    def append_rows(self, rows, owner=None):
         threading.Event().wait(1.2)
-        return super().append_events(events, owner)
+        return super().append_rows(rows, owner)
 
 
 class OnceRunner:
@@ -478,7 +484,7 @@ def test_the_store_process_stores_in_order_and_answers_once_committed(tmp_path):
         child = StoreProcess(url)
         try:
             assert url not in " ".join(child._child.args)  # never on the command line
-            child.append_events([ack("s0", seq) for seq in range(3)])
+            child.append_rows([event_row(ack("s0", seq)) for seq in range(3)])
             assert [e.seq for e in store.iter_events("run", "s0")] == [0, 1, 2]
             assert child.set_session_status("run", "s0", "finished", endpoint="ws://a") is True
             s0 = store.sessions("run")[0]
@@ -486,7 +492,7 @@ def test_the_store_process_stores_in_order_and_answers_once_committed(tmp_path):
             stored = next(store.iter_events("run", "s0"))
             assert stored == ack("s0", 0)  # the payload came through its JSON unchanged
             with pytest.raises(StoreError, match="UNIQUE|duplicate|unique") as duplicate:
-                child.append_events([ack("s0", 2)])
+                child.append_rows([event_row(ack("s0", 2))])
             assert not isinstance(duplicate.value, StoreLost)
         finally:
             child.close()
@@ -498,11 +504,11 @@ def test_the_store_process_reports_a_deleted_store_as_lost(tmp_path):
     with store_with_sessions(path) as store:
         child = StoreProcess(child_url(store) or "")
         try:
-            child.append_events([ack("s0", 0)])
+            child.append_rows([event_row(ack("s0", 0))])
             for leftover in tmp_path.glob("store.db*"):
                 leftover.unlink()
             with pytest.raises(StoreLost, match="was deleted while open"):
-                child.append_events([ack("s0", 1)])
+                child.append_rows([event_row(ack("s0", 1))])
         finally:
             child.close()
 
@@ -513,7 +519,7 @@ def test_a_store_process_that_ended_fails_the_call(tmp_path):
         child._child.kill()
         child._child.wait()
         with pytest.raises(StoreError, match="the store writer process ended"):
-            child.append_events([ack("s0", 0)])
+            child.append_rows([event_row(ack("s0", 0))])
         child.close()
 
 
@@ -599,3 +605,93 @@ def test_full_collections_are_rarer_while_workers_run_and_restored_after():
         assert gc.get_threshold()[2] == before[2] * 100  # still running: kept
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+FRAME_SENT_CASES = [
+    dict(index=0, frame_id="v:0", t=0.0, source_t=None, scheduled_ns=None, lag_ns=None),
+    dict(
+        index=7, frame_id='clip "a"\\é:7', t=0.1 + 0.2, source_t=7.0, scheduled_ns=None, lag_ns=None
+    ),
+    dict(
+        index=10**12,
+        frame_id="x\n\t\u2028",
+        t=1e-7,
+        source_t=3600.25,
+        scheduled_ns=2**62,
+        lag_ns=-1_500,
+    ),
+    dict(index=3, frame_id="", t=86_400.123456789, source_t=1e21, scheduled_ns=0, lag_ns=0),
+]
+
+
+@pytest.mark.parametrize("fields", FRAME_SENT_CASES)
+def test_a_frame_sent_row_is_the_row_of_the_validated_event(fields):
+    """The Recorder writes frame_sent's JSON itself: what the store reads back from it is
+    what the validated event would have stored, column for column."""
+    rows: list = []
+    recorder = Recorder("run", "s", rows.append)
+    recorder.seq = 4
+    sizes = dict(nbytes=14_000, width=320, height=180)
+    recorder.frame_sent(123, 9.5, **fields, **sizes)
+    (row,) = rows
+    payload = {**fields, "bytes": 14_000, "width": 320, "height": 180}
+    expected = event_row(Event("run", "s", 4, EventKind.FRAME_SENT, 123, 9.5, payload))
+    assert row[:6] == expected[:6]
+    assert json.loads(row[6]) == json.loads(expected[6])
+    assert read_payload("frame_sent", row[6]) == read_payload("frame_sent", expected[6])
+
+
+def test_a_frame_ack_row_is_the_row_of_the_validated_event():
+    rows: list = []
+    Recorder("run", "s", rows.append).frame_ack(5, None, 41)
+    assert rows == [event_row(Event("run", "s", 0, EventKind.FRAME_ACK, 5, None, {"index": 41}))]
+
+
+def test_a_frame_without_a_finite_time_is_refused_not_stored():
+    rows: list = []
+    with pytest.raises(ValueError, match="frame 2 has no finite time stamp"):
+        Recorder("run", "s", rows.append).frame_sent(
+            1,
+            0.0,
+            **FRAME_SENT_CASES[0] | {"index": 2, "t": float("nan")},
+            nbytes=1,
+            width=1,
+            height=1,
+        )
+    assert rows == []
+
+
+async def test_a_frame_sent_to_a_peer_that_stops_reading_waits_like_send_does():
+    """send_message writes at once only while the connection's buffer has room: against
+    an adapter that stops reading it waits, as `send` does, instead of buffering every
+    frame in the Core's memory; and on a closed connection it raises as `send` does."""
+    reading = asyncio.Event()
+    received: list[int] = []
+
+    async def handler(ws) -> None:
+        await reading.wait()
+        async for message in ws:
+            received.append(len(message))
+
+    message = bytes(1 << 20)
+    async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+            sent = 0
+            while True:
+                pending = asyncio.ensure_future(send_message(ws, message))
+                done, _ = await asyncio.wait({pending}, timeout=0.3)
+                if not done:
+                    break
+                sent += 1
+                assert sent < 200, "the writes never waited"
+            assert ws.paused
+            assert ws.transport.get_write_buffer_size() < 4 * len(message)
+            reading.set()
+            await asyncio.wait_for(pending, 10)
+            await send_message(ws, b"last")
+            await ws.close()
+            with pytest.raises(ConnectionClosed):
+                await send_message(ws, b"after close")
+        await asyncio.sleep(0.1)
+    assert received == [len(message)] * (sent + 1) + [4]

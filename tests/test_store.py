@@ -458,9 +458,9 @@ class CountingStore(Store):
         super().__init__(url)
         self.calls: list[tuple] = []
 
-    def append_events(self, events):
-        super().append_events(events)
-        self.calls.append(("append", len(events)))
+    def append_rows(self, rows, owner=None):
+        super().append_rows(rows, owner)
+        self.calls.append(("append", len(rows)))
 
     def set_session_status(self, run_id, session_id, status, **kw):
         committed = len(list(self.iter_events(run_id, session_id)))

@@ -940,8 +940,9 @@ class Store:
         return self.append_rows([event_row(event) for event in events], owner)
 
     def append_rows(self, rows: Sequence[EventRow], owner: str | None = None) -> set[str]:
-        """`append_events` for events already turned into rows (`event_row`), such as those
-        the Core's store process receives: they were validated as events where made."""
+        """`append_events` for events already turned into rows: `event_row`, or a session's
+        `Recorder`, whose rows the Core's event writer stores (the Recorder validates every
+        payload but frame_sent's and frame_ack's, which it writes from typed values)."""
         if not rows:
             return set()
         uncertain = False

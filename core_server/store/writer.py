@@ -1,8 +1,9 @@
 """The one writer task of a run: queues events from the event loop and stores them in batches.
 
-Session tasks call `put` (never blocks, never awaits the database). The writer task takes
-consecutive events off the queue, up to `batch_size` or until `max_delay_s` has passed since
-the first one, and stores them with one `Store.append_events` call in a worker thread. While
+Session tasks call `put_row` with an event's row (`put` with an event; neither blocks or
+awaits the database). The writer task takes consecutive rows off the queue, up to
+`batch_size` or until `max_delay_s` has passed since the first one, and stores them with one
+`Store.append_rows` call in a worker thread. While
 it gathers a batch it is woken only when the batch can be filled or something other than an
 event arrives, not by every event: a wake-up per event cost sessions more time than the
 event itself.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from streameval.core.store.store import Store, StoreError, StoreLost
+from streameval.core.store.store import EventRow, Store, StoreError, StoreLost, event_row
 from streameval.events import Event
 
 
@@ -68,7 +69,7 @@ class EventWriterFailed(StoreError):
         )
 
 
-_Item = Event | _StatusChange | _Flush | _Stop
+_Item = EventRow | _StatusChange | _Flush | _Stop
 
 
 class EventWriter:
@@ -106,10 +107,14 @@ class EventWriter:
 
     def put(self, event: Event) -> None:
         """Queue an event. After a failure it is only counted as not stored (see module)."""
+        self.put_row(event_row(event))
+
+    def put_row(self, row: EventRow) -> None:
+        """Queue an event's row (`event_row`, or a session's `Recorder`)."""
         if self._error is not None and not self._closed:
             self._unwritten_events += 1
             return
-        self._enqueue(event)
+        self._enqueue(row)
 
     def put_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> None:
         """Queue `Store.set_session_status`; options are its keyword arguments."""
@@ -155,7 +160,7 @@ class EventWriter:
             raise StoreError("the event writer is closed; nothing more can be stored")
         queue = self._queue
         queue.append(item)
-        if len(queue) >= self._wanted or not isinstance(item, Event):
+        if len(queue) >= self._wanted or not isinstance(item, tuple):
             self._more.set()
 
     def _require_running(self) -> None:
@@ -181,7 +186,7 @@ class EventWriter:
         """Count what is still queued as not stored (the writer task is gone)."""
         while self._queue:
             item = self._queue.popleft()
-            if isinstance(item, Event):
+            if isinstance(item, tuple):
                 self._unwritten_events += 1
             elif isinstance(item, _StatusChange):
                 self._unwritten_changes += 1
@@ -207,9 +212,9 @@ class EventWriter:
                 return
             if isinstance(item, _Flush):
                 item.done.set_result(None)
-            elif isinstance(item, Event):
+            elif isinstance(item, tuple):
                 batch, pending = await self._collect(item)
-                append = partial(self._store.append_events, batch, **self._fence)
+                append = partial(self._store.append_rows, batch, **self._fence)
                 await self._call_store(len(batch), 0, append)
             else:
                 change = partial(
@@ -230,8 +235,8 @@ class EventWriter:
             await self._more.wait()
         return self._queue.popleft()
 
-    async def _collect(self, first: Event) -> tuple[list[Event], _Item | None]:
-        """Consecutive events after `first`; a non-event item ends the batch and is returned."""
+    async def _collect(self, first: EventRow) -> tuple[list[EventRow], _Item | None]:
+        """Consecutive rows after `first`; any other item ends the batch and is returned."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_delay_s
         batch = [first]
@@ -247,7 +252,7 @@ class EventWriter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._more.wait(), remaining)
                 continue
-            if not isinstance(item, Event):
+            if not isinstance(item, tuple):
                 return batch, item
             batch.append(item)
         return batch, None
