@@ -25,11 +25,20 @@ class Waits:
         self._waiting: tuple[asyncio.Future[None], str] | None = None
         self._deadline = 0.0  # loop time at which the current wait times out
         self._timer: asyncio.TimerHandle | None = None
+        self._running_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        # Found once: on Python 3.11 every asyncio.get_running_loop() is a getpid() system
+        # call, and a session waits twice per frame.
+        if self._running_loop is None:
+            self._running_loop = asyncio.get_running_loop()
+        return self._running_loop
 
     def expect(self, awaited: Awaited, key: int | None = None) -> asyncio.Future[None]:
         """Start waiting, before sending what is answered, so no answer can be missed."""
         self.check()
-        self._future = asyncio.get_running_loop().create_future()
+        self._future = self._loop.create_future()
         self._expected = Resolution(awaited, key)
         return self._future
 
@@ -42,7 +51,7 @@ class Waits:
 
     async def wait(self, future: asyncio.Future[None], what: str) -> None:
         """Wait for `future` up to the response timeout; `what` names it in the reason."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiting = (future, what)
         self._deadline = loop.time() + self.response_timeout_s
         if self._timer is None:
@@ -57,7 +66,7 @@ class Waits:
         self._timer = None
         if self._waiting is None:
             return  # between waits: the next one arms the timer again
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if loop.time() < self._deadline:
             self._timer = loop.call_at(self._deadline, self._expire)
             return
