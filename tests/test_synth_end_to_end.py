@@ -40,6 +40,12 @@ def synth(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def synth_on(server: FakeOpenAIServer, out: Path, *args: str, cwd: Path):
+    """`streameval synth` against the stand-in's model, writing to `out`."""
+    served = ["--model-url", server.base_url, "--model", "fake-vl", "--out", str(out)]
+    return synth(*args, *served, cwd=cwd)
+
+
 def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -52,15 +58,11 @@ def test_a_folder_of_videos_becomes_trajectories_a_dataset_and_a_summary(tmp_pat
     (videos / "notes.txt").write_text("not picked up")
     out = tmp_path / "out"
     with FakeOpenAIServer(ScriptedModel(relevant=RELEVANT)) as server:
-        done = synth(
+        done = synth_on(
+            server,
+            out,
             "--videos",
             str(videos),
-            "--model-url",
-            server.base_url,
-            "--model",
-            "fake-vl",
-            "--out",
-            str(out),
             "--questions",
             "2",
             "--max-width",
@@ -151,15 +153,11 @@ def test_a_benchmarks_videos_each_once(tmp_path: Path) -> None:
     out = tmp_path / "out"
     model = ScriptedModel(questions=QUESTIONS[:1], relevant={(4.0, 0), (12.0, 0)})
     with FakeOpenAIServer(model) as server:
-        done = synth(
+        done = synth_on(
+            server,
+            out,
             "--benchmark",
             str(benchmark),
-            "--model-url",
-            server.base_url,
-            "--model",
-            "fake-vl",
-            "--out",
-            str(out),
             "--questions",
             "1",
             "--segment-s",
