@@ -53,7 +53,7 @@ class StoreProcess:
         self._send(url)
 
     def append_rows(self, rows: Sequence[EventRow], owner: str | None = None) -> set[str]:
-        return self._call(("append", list(rows), owner))
+        return self._call(("append", rows, owner))
 
     def set_session_status(self, run_id: str, session_id: str, status: str, **options: Any) -> bool:
         return self._call(("status", run_id, session_id, status, options))

@@ -348,7 +348,7 @@ def parse_adapter_message(raw: str | bytes):
 _CANONICAL_ACK = re.compile(r'\{"type":"frame_ack","index":(0|[1-9][0-9]{0,17})\}')
 
 
-def frame_ack_index(raw: str | bytes | object) -> int | None:
+def frame_ack_index(raw: object) -> int | None:
     """The index of a frame_ack written in its canonical form, else None: the Core reads
     those without the parser (what `parse_adapter_message` would make of them, a
     `FrameAck`, at a tenth of its cost); anything else, spaced or reordered, is parsed."""

@@ -3,10 +3,9 @@
 Session tasks call `put_row` with an event's row (`put` with an event; neither blocks or
 awaits the database). The writer task takes consecutive rows off the queue, up to
 `batch_size` or until `max_delay_s` has passed since the first one, and stores them with one
-`Store.append_rows` call in a worker thread. While
-it gathers a batch it is woken only when the batch can be filled or something other than an
-event arrives, not by every event: a wake-up per event cost sessions more time than the
-event itself.
+`Store.append_rows` call in a worker thread. While it gathers a batch it is woken only when
+the batch can be filled or something other than an event arrives, not by every event: a
+wake-up per event cost sessions more time than the event itself.
 Session status changes travel through the same queue, so a session is marked finished only
 after every event queued before it is committed.
 
