@@ -17,7 +17,7 @@ from websockets.protocol import CLOSED, Event
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.readiness import AdapterNotReady, wait_until_ready
 from streameval.events import FailureCause
-from streameval.fast_send import send_message
+from streameval.fast_send import send_message, writable, write
 from streameval.protocol import (
     FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
@@ -72,6 +72,14 @@ class AdapterConnection(ClientConnection):
     async def send_frame(self, data: bytes) -> None:
         """A frame's message: `send`, without its per-message machinery (fast_send.py)."""
         await send_message(self, data)
+
+    def can_send_now(self) -> bool:
+        """Whether `send_now` may write a message at once (fast_send.writable)."""
+        return writable(self)
+
+    def send_now(self, data: bytes) -> None:
+        """Write a frame's message at once; only when `can_send_now`."""
+        write(self, data)
 
     async def recv(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise TypeError("an AdapterConnection hands each message to deliver_to's callback")

@@ -9,6 +9,7 @@ sends frames at their scheduled times, records lag and drops frames rather than 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ class Stream(Protocol):
         self, item: TimelineItem, *, scheduled_ns: int | None, lag_ns: int | None
     ) -> None: ...
 
+    async def play_frames(self, items: Sequence[TimelineItem]) -> None:
+        """Send consecutive frames, each once the one before it is acknowledged."""
+        ...
+
     def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None: ...
 
     async def send_step(self, item: TimelineItem) -> None: ...
@@ -78,24 +83,26 @@ class LogicalPacing:
     run is reproducible and independent of the model's speed."""
 
     async def play(self, items: Sequence[TimelineItem], stream: Stream) -> None:
-        for item in items:
-            if item.kind == "frame":
-                assert item.frame is not None
-                waiter = stream.expect(Awaited.ACK, item.frame.index)
-                await stream.send_frame(item, scheduled_ns=None, lag_ns=None)
-                await stream.wait(waiter, f"frame {item.frame.index} acknowledgement")
-            elif item.kind == "step":
-                waiter = stream.expect(Awaited.DECISION, item.step)
-                await stream.send_step(item)
-                await stream.wait(waiter, f"decision at step {item.step}")
-            elif item.kind == "question":
-                waiter = stream.expect(Awaited.DECISION)
-                await stream.send_task(item)
-                await stream.wait(waiter, "answer")
-            elif item.kind == "cut":
-                await stream.cut(item)
+        for frames, run in itertools.groupby(items, key=lambda item: item.kind == "frame"):
+            if frames:
+                await stream.play_frames(tuple(run))
             else:
-                await stream.send_task(item)
+                for item in run:
+                    await self._play(item, stream)
+
+    async def _play(self, item: TimelineItem, stream: Stream) -> None:
+        if item.kind == "step":
+            waiter = stream.expect(Awaited.DECISION, item.step)
+            await stream.send_step(item)
+            await stream.wait(waiter, f"decision at step {item.step}")
+        elif item.kind == "question":
+            waiter = stream.expect(Awaited.DECISION)
+            await stream.send_task(item)
+            await stream.wait(waiter, "answer")
+        elif item.kind == "cut":
+            await stream.cut(item)
+        else:
+            await stream.send_task(item)
 
 
 @dataclass

@@ -8,6 +8,7 @@ one the session is recorded with, whatever breaks afterwards while tearing down.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.protocol_state import Awaited, Resolution
@@ -26,6 +27,9 @@ class Waits:
         self._deadline = 0.0  # loop time at which the current wait times out
         self._timer: asyncio.TimerHandle | None = None
         self._running_loop: asyncio.AbstractEventLoop | None = None
+        # Called when the current wait is answered, before its future is: True when it sent
+        # what comes next and moved the wait on to that (`move_on`) instead.
+        self.then: Callable[[], bool] | None = None
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -47,7 +51,18 @@ class Waits:
         if future is None or future.done() or self._expected is None:
             return
         if resolution.satisfies(self._expected):
+            if self.then is not None and self.then():
+                return
             future.set_result(None)
+
+    def move_on(self, expected: Resolution, what: str) -> None:
+        """Let the current wait's future stand for `expected` now, with a new deadline: the
+        `then` hook sent what comes next. Called before that is sent, as `expect` is."""
+        loop = self._loop
+        self._expected = expected
+        self._deadline = loop.time() + self.response_timeout_s
+        if self._waiting is not None:
+            self._waiting = (self._waiting[0], what)
 
     async def wait(self, future: asyncio.Future[None], what: str) -> None:
         """Wait for `future` up to the response timeout; `what` names it in the reason."""

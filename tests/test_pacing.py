@@ -81,6 +81,13 @@ class FakeStream:
             self.clock.now += self.send_cost_ns.get(item.frame.index, 0)
         self._answer()
 
+    async def play_frames(self, items) -> None:
+        self.calls.append(("frames", [item.frame.index for item in items]))
+        for item in items:
+            waiter = self.expect(Awaited.ACK, item.frame.index)
+            await self.send_frame(item, scheduled_ns=None, lag_ns=None)
+            await self.wait(waiter, f"frame {item.frame.index} acknowledgement")
+
     def drop_frame(self, item, *, scheduled_ns, lag_ns) -> None:
         self.calls.append(("drop", item.frame.index, scheduled_ns, lag_ns))
 
@@ -115,12 +122,14 @@ async def test_logical_pacing_waits_for_every_ack_decision_and_answer():
     stream = FakeStream()
     await LogicalPacing().play(items, stream)
     assert stream.calls == [
+        ("frames", [0]),
         ("expect", "ack", 0),
         ("frame", 0, None, None),
         ("wait", "frame 0 acknowledgement"),
         ("expect", "decision", 0),
         ("step", 0),
         ("wait", "decision at step 0"),
+        ("frames", [1]),
         ("expect", "ack", 1),
         ("frame", 1, None, None),
         ("wait", "frame 1 acknowledgement"),
@@ -147,7 +156,22 @@ async def test_logical_pacing_stops_at_an_ack_that_never_comes():
         "no frame 0 acknowledgement within 0.01s",
         "infrastructure",
     )
-    assert [call[0] for call in stream.calls] == ["expect", "frame", "wait"]
+    assert [call[0] for call in stream.calls] == ["frames", "expect", "frame", "wait"]
+
+
+async def test_logical_pacing_hands_over_each_run_of_consecutive_frames():
+    items = [frame(0), frame(1), frame(2), step(0, 2.0), frame(3), TimelineItem("cut", 3.0)]
+    items += [frame(4), frame(5)]
+    stream = FakeStream()
+    stream.cut = lambda item: asyncio.sleep(0, stream.calls.append(("cut", item.t)))
+    await LogicalPacing().play(items, stream)
+    assert [call for call in stream.calls if call[0] in ("frames", "step", "cut")] == [
+        ("frames", [0, 1, 2]),
+        ("step", 0),
+        ("frames", [3]),
+        ("cut", 3.0),
+        ("frames", [4, 5]),
+    ]
 
 
 # ------------------------------------------------------------------ wall clock
@@ -297,6 +321,12 @@ class FakeSocket:
         self.sent.append(message)
 
     async def send_frame(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def can_send_now(self) -> bool:
+        return True
+
+    def send_now(self, data: bytes) -> None:
         self.sent.append(data)
 
 

@@ -15,6 +15,7 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,151 @@ async def test_wall_clock_drops_on_a_variable_rate_timeline_as_before():
         ("frame", 4, second, 0),
         ("frame", 5, 5 * second // 2, 0),
     ]
+
+
+# ------------------------------------------------------------------ runs of frames
+
+
+class AckingSocket:
+    """An adapter's socket that acknowledges each frame `delay_s` after it arrives (none from
+    `silent_from` on), as the session's receiver does, noting how each frame was sent."""
+
+    def __init__(self, stream_of: list[SessionStream], delay_s: float = 0.0) -> None:
+        self.stream_of = stream_of  # the stream, once made (it is made with this socket)
+        self.delay_s = delay_s
+        self.silent_from: int | None = None
+        self.full_at: set[int] = set()  # frame indices at which the write buffer is full
+        self.paths: list[tuple[int, str]] = []
+
+    async def send(self, message: str | bytes) -> None:
+        raise AssertionError("only frames are sent here")
+
+    async def send_frame(self, data: bytes) -> None:
+        self._arrived(data, "awaited")
+
+    def can_send_now(self) -> bool:
+        return len(self.paths) not in self.full_at
+
+    def send_now(self, data: bytes) -> None:
+        self._arrived(data, "at once")
+
+    def _arrived(self, data: bytes, path: str) -> None:
+        index = decode_frame(data)[0].index
+        self.paths.append((index, path))
+        if self.silent_from is None or index < self.silent_from:
+            asyncio.get_running_loop().call_later(self.delay_s, self._ack, index)
+
+    def _ack(self, index: int) -> None:
+        stream = self.stream_of[0]
+        assert stream.protocol.accept_ack(index) is None
+        stream.recorder.frame_ack(time.monotonic_ns(), stream.clock.current_t, index)
+        stream.waits.resolve(Resolution(Awaited.ACK, index))
+
+
+async def chained_session(
+    frames: CountingFrames, messages: FrameMessages, delay_s: float = 0.0, timeout_s: float = 1.0
+):
+    protocol = ProtocolState()
+    protocol.greeted = True
+    streams: list[SessionStream] = []
+    ws = AckingSocket(streams, delay_s)
+    events: list[Event] = []
+    recorder = Recorder("run", QA.record_id, reading_into(events))
+    plan = SessionPlan("run", QA.record_id, QA, Timeline(QA.record_id, "qa", ()), frames)  # type: ignore[arg-type]
+    waits = Waits(timeout_s)
+    streams.append(SessionStream(ws, plan, recorder, protocol, waits, VideoClock(), messages))  # type: ignore[arg-type]
+    return streams[0], ws, events
+
+
+async def in_memory(tmp_path: Path, count: int) -> tuple[CountingFrames, FrameMessages]:
+    """Frames whose messages are all in memory already."""
+    frames = CountingFrames(tmp_path, count)
+    messages = FrameMessages()
+    await asyncio.gather(*(messages.get(frames, ref) for ref in frames.frames))
+    return frames, messages
+
+
+def frame_items(frames: CountingFrames) -> list[TimelineItem]:
+    return [TimelineItem("frame", ref.t, ref) for ref in frames.frames]
+
+
+async def test_a_run_of_frames_in_memory_is_sent_from_the_acks(tmp_path):
+    frames, messages = await in_memory(tmp_path, 6)
+    stream, ws, events = await chained_session(frames, messages)
+    await stream.play_frames(frame_items(frames))
+
+    assert ws.paths == [(0, "awaited")] + [(k, "at once") for k in range(1, 6)]
+    assert [(e.kind, e.payload.index) for e in events] == [
+        (kind, k) for k in range(6) for kind in (EventKind.FRAME_SENT, EventKind.FRAME_ACK)
+    ]
+    assert [e.seq for e in events] == list(range(12))
+    assert [e.payload.bytes for e in events[::2]] == [ref.nbytes for ref in frames.frames]
+    assert stream.protocol.sent_frames == set(range(6))
+    assert (stream.clock.current_t, stream.last_frame) == (5.0, frames.frames[5])
+
+
+async def test_a_frame_that_cannot_go_at_once_is_sent_by_the_session_and_the_run_goes_on(
+    tmp_path,
+):
+    frames = CountingFrames(tmp_path, 7)
+    messages = FrameMessages(prefetch=0)
+    for ref in frames.frames:
+        if ref.index != 4:
+            await messages.get(frames, ref)  # frame 4 is not in memory
+    stream, ws, events = await chained_session(frames, messages)
+    ws.full_at = {5}
+    items = frame_items(frames)
+    items[2] = TimelineItem("frame", 2.5, frames.frames[2])  # retimed: its own message
+    await stream.play_frames(items)
+
+    assert ws.paths == [
+        (0, "awaited"),
+        (1, "at once"),
+        (2, "awaited"),  # retimed
+        (3, "at once"),
+        (4, "awaited"),  # read from the frame cache first
+        (5, "awaited"),  # the write buffer was full
+        (6, "at once"),
+    ]
+    assert [(e.kind, e.payload.index) for e in events] == [
+        (kind, k) for k in range(7) for kind in (EventKind.FRAME_SENT, EventKind.FRAME_ACK)
+    ]
+    retimed = events[4].payload
+    assert (retimed.t, retimed.source_t) == (2.5, 2.0)
+    assert frames.reads[4] == 1
+
+
+async def test_each_frame_of_a_run_gets_a_whole_timeout_and_a_silence_names_its_frame(tmp_path):
+    frames, messages = await in_memory(tmp_path, 8)
+    # Each ack takes half the timeout: the run outlasts several timeouts, no frame does.
+    stream, ws, events = await chained_session(frames, messages, delay_s=0.03, timeout_s=0.06)
+    ws.silent_from = 6
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(SessionFailure) as timed_out:
+        await stream.play_frames(frame_items(frames))
+    assert loop.time() - started >= 6 * 0.03
+    assert (timed_out.value.stage, timed_out.value.reason) == (
+        FailureStage.RESPONSE,
+        "no frame 6 acknowledgement within 0.06s",
+    )
+    assert [index for index, _ in ws.paths] == list(range(7))  # nothing after the silence
+    assert events[-1].kind == EventKind.FRAME_SENT and events[-1].payload.index == 6
+    stream.waits.close()
+
+
+async def test_a_session_that_fails_during_a_run_sends_nothing_more(tmp_path):
+    frames, messages = await in_memory(tmp_path, 6)
+    stream, ws, _ = await chained_session(frames, messages, delay_s=0.01)
+    ws.silent_from = 3
+    failure = SessionFailure(FailureStage.STREAMING, "adapter closed the connection", "adapter")
+    asyncio.get_running_loop().call_later(0.05, stream.waits.fail, failure)
+    with pytest.raises(SessionFailure) as failed:
+        await stream.play_frames(frame_items(frames))
+    assert failed.value is failure
+    assert [index for index, _ in ws.paths] == [0, 1, 2, 3]
+    assert stream.waits.then is None  # the hook does not outlive the run
+    stream.waits.close()
 
 
 # ------------------------------------------------------------------ the response timer
