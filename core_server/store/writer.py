@@ -70,13 +70,20 @@ class EventWriterFailed(StoreError):
 
 _Item = EventRow | _StatusChange | _Flush | _Stop
 
+# A batch is one transaction. SQLite rewrites every page a transaction touched, and with many
+# sessions each appends to its own pages: batches of 5,000 rows cost 35% less CPU per row than
+# batches of 500 (bench/BENCHMARKS.md, "Logical pacing"). A quarter of a second is how long
+# an event may wait to be committed; a session's status change ends the batch at once.
+BATCH_SIZE = 5000
+MAX_DELAY_S = 0.25
+
 
 class EventWriter:
     def __init__(
         self,
         store: Store,
-        batch_size: int = 500,
-        max_delay_s: float = 0.05,
+        batch_size: int = BATCH_SIZE,
+        max_delay_s: float = MAX_DELAY_S,
         owner: str | None = None,
     ) -> None:
         """`owner`: the worker whose session leases fence every write (store/queue.py)."""
