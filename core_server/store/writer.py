@@ -71,9 +71,9 @@ class EventWriterFailed(StoreError):
 _Item = EventRow | _StatusChange | _Flush | _Stop
 
 # A batch is one transaction. SQLite rewrites every page a transaction touched, and with many
-# sessions each appends to its own pages: batches of 5,000 rows cost 35% less CPU per row than
-# batches of 500 (bench/BENCHMARKS.md, "Logical pacing"). A quarter of a second is how long
-# an event may wait to be committed; a session's status change ends the batch at once.
+# sessions each appends to its own pages: batches of 5,000 rows cost 35% less CPU per row
+# than batches of 500 (BENCHMARKS.md, "Logical pacing, third round"). A quarter of a second
+# is how long an event may wait to be committed; a session's status change ends the batch.
 BATCH_SIZE = 5000
 MAX_DELAY_S = 0.25
 
