@@ -354,8 +354,9 @@ def bench_throughput(repeat: int = 5) -> str:
     def ratio(round_: tuple[dict, dict, dict]) -> float:
         return rate(round_[2]) / rate(round_[0])
 
-    raw, recorded, core = sorted(rounds, key=ratio)[len(rounds) // 2]  # the median round
-    median = ratio((raw, recorded, core))
+    median_round = sorted(rounds, key=ratio)[len(rounds) // 2]
+    raw, recorded, core = median_round
+    median = ratio(median_round)
 
     def rates(which: int) -> str:
         return ", ".join(f"{rate(r[which]):,.0f}" for r in rounds)
