@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from streameval.core.frames import FrameRef, FramesError
+from streameval.core.recorder import frame_sent_payload
 from streameval.protocol import FrameHeader, encode_frame
 
 # 128 MiB holds a one-hour 1 fps video of 320-wide frames, or about 1,000 frames of 960-wide
@@ -52,6 +53,9 @@ class FrameMessage:
     ref: FrameRef
     data: bytes  # the whole binary WebSocket message: header length, header, JPEG
     nbytes: int  # of the JPEG alone, as the frame_sent event records it
+    # The frame_sent payload of this message delivered at its sample's own time with no
+    # schedule (logical pacing), made once with the message instead of at every send.
+    sent_as_sampled: str
 
 
 _Key = tuple[Path, int]  # (frame cache entry folder, sample index): one JPEG file
@@ -70,7 +74,18 @@ def build_message(ref: FrameRef, payload: bytes, t: float | None = None) -> Fram
         height=ref.height,
         nbytes=len(payload),
     )
-    return FrameMessage(ref, encode_frame(header, payload), len(payload))
+    sent = frame_sent_payload(
+        index=ref.index,
+        frame_id=ref.frame_id,
+        t=ref.t,
+        source_t=None,
+        scheduled_ns=None,
+        lag_ns=None,
+        nbytes=len(payload),
+        width=ref.width,
+        height=ref.height,
+    )
+    return FrameMessage(ref, encode_frame(header, payload), len(payload), sent)
 
 
 def retimed(message: FrameMessage, t: float) -> FrameMessage:

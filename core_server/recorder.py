@@ -16,10 +16,10 @@ class Recorder:
     """Numbers a session's events and hands their rows to the run's single writer.
 
     `record` validates the payload as an `Event` does. The two events of every frame,
-    `frame_sent` and `frame_ack`, have their own methods that write the row's JSON text
-    directly from values the Core made itself (typed, and checked where they came from):
-    building and serialising a validated event for them was a tenth of the Core's time per
-    frame. tests/test_send_path.py checks that their text reads back as the same payload.
+    `frame_sent` and `frame_ack`, have their own methods that store JSON text made directly
+    from values the Core made itself (typed, and checked where they came from): building
+    and serialising a validated event for them was a tenth of the Core's time per frame.
+    tests/test_send_path.py checks that their text reads back as the same payload.
     """
 
     def __init__(self, run_id: str, session_id: str, sink: Callable[[EventRow], None]) -> None:
@@ -27,6 +27,9 @@ class Recorder:
         self.session_id = session_id
         self.sink = sink
         self.seq = 0
+        # Whether a task (question, instruction or step) was recorded as sent: from then on
+        # the session's outcome is the model's (SessionOutcome.before_first_task).
+        self.task_recorded = False
 
     def record(
         self, kind: EventKind, runtime_ns: int, video_t: float | None, /, **payload: Any
@@ -35,30 +38,12 @@ class Recorder:
         event = Event(self.run_id, self.session_id, self.seq, kind, runtime_ns, video_t, payload)
         self.sink(event_row(event))
         self.seq += 1
+        if kind in TASK_EVENTS:
+            self.task_recorded = True
 
-    def frame_sent(
-        self,
-        runtime_ns: int,
-        video_t: float,
-        *,
-        index: int,
-        frame_id: str,
-        t: float,
-        source_t: float | None,
-        scheduled_ns: int | None,
-        lag_ns: int | None,
-        nbytes: int,
-        width: int,
-        height: int,
-    ) -> None:
-        if not (math.isfinite(t) and (source_t is None or math.isfinite(source_t))):
-            raise ValueError(f"frame {index} has no finite time stamp (t={t}, source_t={source_t})")
-        payload = (
-            f'{{"index":{int(index)},"frame_id":{encode_basestring(frame_id)},'
-            f'"t":{float(t)!r},"source_t":{_number(source_t)},'
-            f'"scheduled_ns":{_integer(scheduled_ns)},"lag_ns":{_integer(lag_ns)},'
-            f'"bytes":{int(nbytes)},"width":{int(width)},"height":{int(height)}}}'
-        )
+    def frame_sent(self, runtime_ns: int, video_t: float, payload: str) -> None:
+        """A frame_sent whose payload is `frame_sent_payload`'s text: made for this send,
+        or made once for a shared frame message delivered as sampled (FrameMessage)."""
         self._put(EventKind.FRAME_SENT, runtime_ns, video_t, payload)
 
     def frame_ack(self, runtime_ns: int, video_t: float | None, index: int) -> None:
@@ -69,6 +54,34 @@ class Recorder:
             (self.run_id, self.session_id, self.seq, kind.value, runtime_ns, video_t, payload)
         )
         self.seq += 1
+
+
+# The events of a task reaching the adapter (the frame events have methods of their own).
+TASK_EVENTS = frozenset({EventKind.QUESTION_SENT, EventKind.INSTRUCTION_SENT, EventKind.STEP_SENT})
+
+
+def frame_sent_payload(
+    *,
+    index: int,
+    frame_id: str,
+    t: float,
+    source_t: float | None,
+    scheduled_ns: int | None,
+    lag_ns: int | None,
+    nbytes: int,
+    width: int,
+    height: int,
+) -> str:
+    """frame_sent's payload as JSON text, from the Core's own typed values (what
+    `record` would store after validating them: tests/test_send_path.py checks it)."""
+    if not (math.isfinite(t) and (source_t is None or math.isfinite(source_t))):
+        raise ValueError(f"frame {index} has no finite time stamp (t={t}, source_t={source_t})")
+    return (
+        f'{{"index":{int(index)},"frame_id":{encode_basestring(frame_id)},'
+        f'"t":{float(t)!r},"source_t":{_number(source_t)},'
+        f'"scheduled_ns":{_integer(scheduled_ns)},"lag_ns":{_integer(lag_ns)},'
+        f'"bytes":{int(nbytes)},"width":{int(width)},"height":{int(height)}}}'
+    )
 
 
 def _number(value: float | None) -> str:

@@ -19,7 +19,7 @@ from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
-from streameval.core.recorder import Recorder
+from streameval.core.recorder import Recorder, frame_sent_payload
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
 from streameval.events import EventKind, probe_task_id
@@ -159,19 +159,21 @@ class SessionStream:
     ) -> None:
         ref = message.ref
         moved = item.t != ref.t
-        self.recorder.frame_sent(
-            time.monotonic_ns(),
-            ref.t,
-            index=ref.index,
-            frame_id=ref.frame_id,
-            t=item.t,
-            source_t=ref.t if moved else None,
-            scheduled_ns=scheduled_ns,
-            lag_ns=lag_ns,
-            nbytes=message.nbytes,
-            width=ref.width,
-            height=ref.height,
-        )
+        if moved or scheduled_ns is not None or lag_ns is not None:
+            payload = frame_sent_payload(
+                index=ref.index,
+                frame_id=ref.frame_id,
+                t=item.t,
+                source_t=ref.t if moved else None,
+                scheduled_ns=scheduled_ns,
+                lag_ns=lag_ns,
+                nbytes=message.nbytes,
+                width=ref.width,
+                height=ref.height,
+            )
+        else:
+            payload = message.sent_as_sampled
+        self.recorder.frame_sent(time.monotonic_ns(), ref.t, payload)
 
     async def _read(self, ref: FrameRef) -> FrameMessage:
         """The sample's message, its JPEG read from the Core's frame cache off the event

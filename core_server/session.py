@@ -92,10 +92,6 @@ class SessionOutcome:
         )
 
 
-# What counts as a delivered task: once one is sent, the session's outcome is the model's.
-TASK_EVENTS = frozenset({EventKind.QUESTION_SENT, EventKind.INSTRUCTION_SENT, EventKind.STEP_SENT})
-
-
 class SessionDriver:
     """One session: connect, handshake, play the timeline, end; record every step."""
 
@@ -118,14 +114,7 @@ class SessionDriver:
         self.profile = profile
         self.connect_timeout_s = connect_timeout_s
         self.ready_timeout_s = ready_timeout_s
-        self.task_sent = False
-
-        def watching(row: EventRow) -> None:
-            if row[3] in TASK_EVENTS:
-                self.task_sent = True
-            sink(row)
-
-        self.recorder = Recorder(plan.run_id, plan.session_id, watching)
+        self.recorder = Recorder(plan.run_id, plan.session_id, sink)
         self.protocol = ProtocolState(response_limits)
         self.waits = Waits(response_timeout_s)
         self.clock = VideoClock(conditions.speed)
@@ -321,7 +310,7 @@ class SessionDriver:
             failure.reason,
             failure.cause,
             self.hello,
-            task_sent=self.task_sent,
+            task_sent=self.recorder.task_recorded,
         )
 
 

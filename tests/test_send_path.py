@@ -23,17 +23,18 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
+from streameval import fast_send
 from streameval.core.api import AdapterRegistration
 from streameval.core.capacity import slots_per_endpoint
 from streameval.core.collector import fewer_pauses
 from streameval.core.config import EndpointConfig
 from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.frame_messages import FrameMessages
+from streameval.core.frame_messages import FrameMessages, build_message, retimed
 from streameval.core.frames import FrameCacheError, FrameRef
 from streameval.core.pacing import VideoClock, WallClockPacing, _NextFrame
 from streameval.core.plan import SessionPlan
 from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
-from streameval.core.recorder import Recorder
+from streameval.core.recorder import Recorder, frame_sent_payload
 from streameval.core.sender import SessionStream
 from streameval.core.session import SessionOutcome
 from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost, event_row
@@ -778,7 +779,7 @@ def test_a_frame_sent_row_is_the_row_of_the_validated_event(fields):
     recorder = Recorder("run", "s", rows.append)
     recorder.seq = 4
     sizes = dict(nbytes=14_000, width=320, height=180)
-    recorder.frame_sent(123, 9.5, **fields, **sizes)
+    recorder.frame_sent(123, 9.5, frame_sent_payload(**fields, **sizes))
     (row,) = rows
     payload = {**fields, "bytes": 14_000, "width": 320, "height": 180}
     expected = event_row(Event("run", "s", 4, EventKind.FRAME_SENT, 123, 9.5, payload))
@@ -794,17 +795,67 @@ def test_a_frame_ack_row_is_the_row_of_the_validated_event():
 
 
 def test_a_frame_without_a_finite_time_is_refused_not_stored():
-    rows: list = []
     with pytest.raises(ValueError, match="frame 2 has no finite time stamp"):
-        Recorder("run", "s", rows.append).frame_sent(
-            1,
-            0.0,
-            **FRAME_SENT_CASES[0] | {"index": 2, "t": float("nan")},
-            nbytes=1,
-            width=1,
-            height=1,
+        frame_sent_payload(
+            **FRAME_SENT_CASES[0] | {"index": 2, "t": float("nan")}, nbytes=1, width=1, height=1
         )
-    assert rows == []
+
+
+def test_a_shared_message_carries_the_frame_sent_payload_of_its_plain_delivery():
+    """Made once with the message, read by every session that sends it as sampled."""
+    ref = FrameRef(
+        index=7, source_index=7, t=3.5, frame_id='clip "a":7', width=320, height=180, nbytes=6
+    )
+    message = build_message(ref, b"\xff\xd8jpeg")
+    plain = dict(index=7, frame_id='clip "a":7', t=3.5, source_t=None)
+    unscheduled = dict(scheduled_ns=None, lag_ns=None, nbytes=6, width=320, height=180)
+    assert message.sent_as_sampled == frame_sent_payload(**plain, **unscheduled)
+    # A retimed copy keeps it (it is never sent as sampled) and carries the new time.
+    moved = retimed(message, 4.0)
+    assert moved.sent_as_sampled == message.sent_as_sampled
+    assert decode_frame(moved.data)[0].t == 4.0
+
+
+async def test_a_clients_binary_messages_framed_here_reach_a_websockets_server_intact():
+    """The Core's frames are framed and masked by fast_send, not by websockets: a plain
+    websockets server reads every length class (7-bit, 16-bit and 64-bit) back intact,
+    between text messages that go through the protocol."""
+    sizes = [0, 1, 125, 126, 14_000, 65_535, 65_536, 300_000]
+    messages: list[str | bytes] = [random.Random(size).randbytes(size) for size in sizes]
+    messages.insert(3, "text between")
+    received: list[str | bytes] = []
+    done = asyncio.Event()
+
+    async def handler(ws) -> None:
+        async for message in ws:
+            received.append(message)
+            if len(received) == len(messages):
+                done.set()
+
+    async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+            for message in messages:
+                await send_message(ws, message)
+            await asyncio.wait_for(done.wait(), 10)
+    assert received == messages
+
+
+def test_masking_keys_are_four_bytes_drawn_a_block_at_a_time(monkeypatch):
+    draws: list[int] = []
+
+    def urandom(size: int) -> bytes:
+        draws.append(size)
+        return bytes(range(len(draws) * 16, len(draws) * 16 + size))
+
+    monkeypatch.setattr(fast_send.os, "urandom", urandom)
+    keys = fast_send.MaskingKeys(block=8)
+    assert [keys.next() for _ in range(3)] == [
+        bytes([16, 17, 18, 19]),
+        bytes([20, 21, 22, 23]),
+        bytes([32, 33, 34, 35]),
+    ]
+    assert draws == [8, 8]
 
 
 async def test_a_frame_sent_to_a_peer_that_stops_reading_waits_like_send_does():

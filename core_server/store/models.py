@@ -126,7 +126,8 @@ events = Table(
         ["sessions.run_id", "sessions.session_id"],
         name="fk_events_session",
     ),
-    Index("ix_events_run_id_kind", "run_id", "kind"),
+    # No index on kind: every reader selects a run or a session in (session_id, seq) order,
+    # which the primary key serves (migration 0008).
 )
 
 # Endpoints registered with the control API (POST /adapters), kept across Core restarts.
