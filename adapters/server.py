@@ -29,7 +29,9 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
+from streameval.adapters.inbox import Inbox
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
+from streameval.delivery import Arrival, Delivering
 from streameval.fast_send import send_message
 from streameval.open_files import raise_open_file_limit
 from streameval.protocol import (
@@ -123,10 +125,15 @@ class _Shelf:
         ending.add_done_callback(self._ending.discard)
 
 
+class CoreConnection(Delivering, ServerConnection):
+    """A server connection that hands each of the Core's messages to the session's
+    `Inbox` as soon as it is parsed (delivery.py)."""
+
+
 class _Connection:
     """The adapter side of one session: the Core's messages in order, hooks called inline."""
 
-    def __init__(self, adapter: Adapter, ws: ServerConnection, shelf: _Shelf) -> None:
+    def __init__(self, adapter: Adapter, ws: CoreConnection, shelf: _Shelf) -> None:
         self.adapter = adapter
         self.ws = ws
         self.shelf = shelf
@@ -149,11 +156,12 @@ class _Connection:
             resume=self.resumable,
         )
         await self.send(hello.model_dump_json())
+        inbox = Inbox(self.handle)
+        self.ws.deliver_to(inbox.arrived, inbox.closed)
         lost = False
         try:
-            async for raw in self.ws:
-                if not await self.handle(raw):
-                    return
+            while await inbox.handle_next():
+                pass
         except ProtocolViolation as exc:
             await self.send(ProtocolError(code=exc.code, message=exc.message).model_dump_json())
             await self.ws.close(1002, exc.code)
@@ -180,11 +188,14 @@ class _Connection:
             self.ended = True
             await self.adapter.on_session_end(self.session)
 
-    async def handle(self, raw: str | bytes) -> bool:
+    async def handle(self, raw: Arrival) -> bool:
         """Dispatch one message; False once the session is over."""
         if isinstance(raw, bytes):
             await self.on_frame(raw)
             return True
+        if isinstance(raw, UnicodeDecodeError):
+            reason = f"text message is not UTF-8: {raw.reason} at position {raw.start}"
+            raise ProtocolViolation("malformed", reason)
         message = parse_core_message(raw)
         if isinstance(message, ProtocolError):
             log.warning("core reported a protocol error: %s", message.message)
@@ -339,6 +350,7 @@ async def serve(
     shelf = _Shelf(adapter)
 
     async def handler(ws: ServerConnection) -> None:
+        assert isinstance(ws, CoreConnection)
         await _Connection(adapter, ws, shelf).run()
 
     async with ws_serve(
@@ -350,6 +362,7 @@ async def serve(
         ping_interval=HEARTBEAT_INTERVAL_S,
         ping_timeout=HEARTBEAT_TIMEOUT_S,
         process_request=_http_routes(adapter),
+        create_connection=CoreConnection,
     ) as server:
         bound = server.sockets[0].getsockname()[1]
         if ready is not None:

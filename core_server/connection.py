@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from http import HTTPStatus
-from typing import NoReturn
 from urllib.parse import urlsplit
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.frames import CloseCode, Frame, Opcode
-from websockets.protocol import CLOSED, Event
 
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.readiness import AdapterNotReady, wait_until_ready
+from streameval.delivery import Delivering, ignore
 from streameval.events import FailureCause
 from streameval.fast_send import send_message, writable, write
 from streameval.protocol import (
@@ -27,45 +24,17 @@ from streameval.protocol import (
     WS_PATH,
 )
 
-# An adapter's messages are small JSON objects; thousands of fragments are an attack on the
-# Core's memory (each fragment is an object), not a message.
-MAX_FRAGMENTS = 1024
 
-
-class AdapterConnection(ClientConnection):
-    """A client connection that hands each adapter message to a callback as soon as its
-    last frame is parsed, with its arrival time, and tells another when it is gone.
-
-    The session's receive side is then a plain function run inside `data_received`: no
-    task waking up, no queue and no future per message (with `recv()` those were a third of
-    the Core's cost per frame). Text arrives as `str`, binary as `bytes`; a text message
-    that is not UTF-8 arrives as the UnicodeDecodeError. What arrives before `deliver_to`
-    (the hello may come with the handshake's response) is held and handed over then.
-    `recv()` is not used on it: it would wait for messages that never reach its queue."""
-
-    _on_message: Callable[[Arrival, int], None] | None = None
-    _on_closed: Callable[[ConnectionClosed], None] | None = None
-    _held: list[tuple[Arrival, int]] | None = None
-    _fragments: list[Frame] | None = None
-    _refused = False  # a message was refused and the connection is closing
-
-    def deliver_to(
-        self,
-        on_message: Callable[[Arrival, int], None],
-        on_closed: Callable[[ConnectionClosed], None],
-    ) -> None:
-        self._on_message, self._on_closed = on_message, on_closed
-        held, self._held = self._held or [], None
-        for raw, arrived in held:
-            on_message(raw, arrived)
-        if self.protocol.state is CLOSED:
-            on_closed(self.protocol.close_exc)
+class AdapterConnection(Delivering, ClientConnection):
+    """A client connection that hands each adapter message to a callback as soon as it is
+    parsed, with its arrival time, and tells another when it is gone (delivery.py): the
+    session's receive side is a plain function run inside `data_received`."""
 
     async def cut(self) -> None:
         """Drop the connection as a network failure would: no close handshake, and
         nothing the adapter still sends is delivered (it is lost with the connection).
         Returns once the socket is closed."""
-        self.deliver_to(_ignore, _ignore)
+        self.deliver_to(ignore, ignore)
         self.transport.abort()
         await self.wait_closed()
 
@@ -80,66 +49,6 @@ class AdapterConnection(ClientConnection):
     def send_now(self, data: bytes) -> None:
         """Write a frame's message at once; only when `can_send_now`."""
         write(self, data)
-
-    async def recv(self, *_args: object, **_kwargs: object) -> NoReturn:
-        raise TypeError("an AdapterConnection hands each message to deliver_to's callback")
-
-    def process_event(self, event: Event) -> None:
-        if self.response is None or not isinstance(event, Frame):
-            super().process_event(event)
-            return
-        if event.opcode is Opcode.PONG:
-            self.acknowledge_pings(bytes(event.data))
-        if event.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT) or self._refused:
-            return
-        arrived = time.monotonic_ns()
-        if not event.fin or self._fragments is not None:
-            if self._fragments is None:
-                self._fragments = []
-            self._fragments.append(event)
-            if len(self._fragments) > MAX_FRAGMENTS:
-                # The frames parsed with this one still come here: none is a message.
-                self._fragments, self._refused = None, True
-                self.protocol.fail(CloseCode.MESSAGE_TOO_BIG, "too many fragments")
-                self.send_data()
-                return
-            if not event.fin:
-                return
-            first, data = self._fragments[0], b"".join(f.data for f in self._fragments)
-            self._fragments = None
-        else:
-            first, data = event, event.data
-        self._deliver(_decoded(first.opcode, data), arrived)
-
-    def _deliver(self, raw: Arrival, arrived: int) -> None:
-        if self._on_message is not None:
-            self._on_message(raw, arrived)
-        else:
-            if self._held is None:
-                self._held = []
-            self._held.append((raw, arrived))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        if self._on_closed is not None:
-            self._on_closed(self.protocol.close_exc)
-
-
-# What the connection hands over: a message, or a text message that was not UTF-8.
-Arrival = str | bytes | UnicodeDecodeError
-
-
-def _ignore(*_args: object) -> None:
-    """Where a cut connection's messages and close go."""
-
-
-def _decoded(opcode: Opcode, data: bytes | bytearray | memoryview) -> Arrival:
-    if opcode is Opcode.BINARY:
-        return bytes(data)
-    try:
-        return bytes(data).decode()
-    except UnicodeDecodeError as exc:
-        return exc
 
 
 async def connect_adapter(

@@ -28,7 +28,6 @@ from streameval.core.benchmark.records import ProactiveRecord
 from streameval.core.config import ProtocolProfile
 from streameval.core.connection import (
     AdapterConnection,
-    Arrival,
     closed_failure,
     closed_reason,
     connect_adapter,
@@ -50,6 +49,7 @@ from streameval.core.sender import SessionStream
 from streameval.core.store.store import EventRow, StoreError
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
+from streameval.delivery import Arrival
 from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
     Hello,

@@ -1,0 +1,118 @@
+"""The Core's messages on one connection, handled in order, each at once where it can be.
+
+A message that arrives while the session's task waits for one is handled right there, in
+the connection's `data_received`, as the task would handle it: the handler (the adapter's
+hooks) runs as that task (`asyncio.current_task()` is it, so `asyncio.timeout` and friends
+work), and when it finishes without waiting for anything, as a frame's hook usually does, no
+queue, future or task wake-up was spent on the message. A handler that does wait goes on in
+the task from where it stopped (`_Resumed`); messages arriving meanwhile wait their turn.
+Hooks therefore still run one at a time, in the order the Core sent the messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
+
+from websockets.exceptions import ConnectionClosed
+
+from streameval.delivery import Arrival
+
+# Handles one message: False once the session is over.
+Handler = Callable[[Arrival], Coroutine[Any, Any, bool]]
+_Outcome = bool | Awaitable[bool]
+
+
+class Inbox:
+    """Feed it with `arrived` and `closed` (the connection's callbacks, delivery.py); the
+    session's task calls `handle_next` until it returns False."""
+
+    def __init__(self, handle: Handler) -> None:
+        self._handle = handle
+        self._queued: collections.deque[Arrival] = collections.deque()
+        self._waiter: asyncio.Future[_Outcome] | None = None
+        self._task: asyncio.Task[Any] | None = None  # the session's, while it waits
+        self._closed: ConnectionClosed | None = None
+
+    def arrived(self, raw: Arrival, _arrived_ns: int = 0) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._queued:
+            self._queued.append(raw)
+        elif asyncio.current_task() is not None:
+            # Delivered from inside a task: the handler cannot run as the session's here.
+            waiter.set_result(self._handle(raw))
+        else:
+            self._handle_now(raw, waiter)
+
+    def closed(self, exc: ConnectionClosed) -> None:
+        self._closed = exc
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+
+    async def handle_next(self) -> bool:
+        """Handle the next message, waiting for one if none is queued; False once the
+        session is over. Raises what handling raised, or ConnectionClosed once the
+        connection ended and every message that came before was handled."""
+        if self._queued:
+            return await self._handle(self._queued.popleft())
+        if self._closed is not None:
+            raise self._closed
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        self._task = asyncio.current_task()
+        try:
+            outcome = await self._waiter
+        finally:
+            self._waiter = self._task = None
+        return outcome if isinstance(outcome, bool) else await outcome
+
+    def _handle_now(self, raw: Arrival, waiter: asyncio.Future[_Outcome]) -> None:
+        """Run the handler as the waiting task until it finishes or waits for something."""
+        task = self._task
+        assert task is not None
+        loop = task.get_loop()
+        handling = self._handle(raw)
+        asyncio.tasks._enter_task(loop, task)
+        try:
+            yielded = handling.send(None)
+        except StopIteration as stop:
+            if not stop.value:
+                waiter.set_result(False)  # the session is over
+            # else handled: the task keeps waiting for the next message
+        except Exception as exc:  # the task raises it, as if it had handled the message
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(_Resumed(handling, yielded))
+        finally:
+            asyncio.tasks._leave_task(loop, task)
+
+
+class _Resumed:
+    """A coroutine started outside any task and suspended on `yielded` (a future, or None
+    for a bare yield): awaiting this goes on with it in the awaiting task, which waits for
+    `yielded` first, exactly as if it had run the coroutine from the start."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, bool], yielded: Any) -> None:
+        self.coroutine = coroutine
+        self.yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, bool]:
+        coroutine, yielded = self.coroutine, self.yielded
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # cancellation included: the coroutine sees it
+                try:
+                    yielded = coroutine.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coroutine.send(sent)
+                except StopIteration as stop:
+                    return stop.value
