@@ -44,16 +44,19 @@ class Recorder:
     def frame_sent(self, runtime_ns: int, video_t: float, payload: str) -> None:
         """A frame_sent whose payload is `frame_sent_payload`'s text: made for this send,
         or made once for a shared frame message delivered as sampled (FrameMessage)."""
-        self._put(EventKind.FRAME_SENT, runtime_ns, video_t, payload)
+        self._put(_FRAME_SENT, runtime_ns, video_t, payload)
 
     def frame_ack(self, runtime_ns: int, video_t: float | None, index: int) -> None:
-        self._put(EventKind.FRAME_ACK, runtime_ns, video_t, f'{{"index":{int(index)}}}')
+        self._put(_FRAME_ACK, runtime_ns, video_t, f'{{"index":{int(index)}}}')
 
-    def _put(self, kind: EventKind, runtime_ns: int, video_t: float | None, payload: str) -> None:
-        self.sink(
-            (self.run_id, self.session_id, self.seq, kind.value, runtime_ns, video_t, payload)
-        )
+    def _put(self, kind: str, runtime_ns: int, video_t: float | None, payload: str) -> None:
+        self.sink((self.run_id, self.session_id, self.seq, kind, runtime_ns, video_t, payload))
         self.seq += 1
+
+
+# The kinds' values, read once: an enum member's `.value` is a descriptor call.
+_FRAME_SENT = EventKind.FRAME_SENT.value
+_FRAME_ACK = EventKind.FRAME_ACK.value
 
 
 # The events of a task reaching the adapter (the frame events have methods of their own).

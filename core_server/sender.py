@@ -18,10 +18,10 @@ from streameval.core.frame_messages import SHARED, FrameMessage, FrameMessages, 
 from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
 from streameval.core.plan import SessionPlan
-from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
+from streameval.core.protocol_state import Awaited, ProtocolState
 from streameval.core.recorder import Recorder, frame_sent_payload
 from streameval.core.timeline import TimelineItem
-from streameval.core.waiting import Waits
+from streameval.core.waiting import Waits, ack_wait
 from streameval.events import EventKind, probe_task_id
 from streameval.protocol import Instruction, Question, Step
 
@@ -39,11 +39,6 @@ class Socket(Protocol):
 # The session driver's reconnect at a `cut` item: given the item and the last frame sent
 # before it, it drops the socket and returns the new one, the session started again.
 Reconnect = Callable[[TimelineItem, FrameRef | None], Awaitable[Socket]]
-
-
-def ack_wait(index: int) -> str:
-    """What a frame's ack wait is called in a timeout's reason."""
-    return f"frame {index} acknowledgement"
 
 
 class _FrameChain:
@@ -139,7 +134,7 @@ class SessionStream:
         message = self.messages.cached(self.plan.frames, ref)
         if message is None:
             return False
-        self.waits.move_on(Resolution(Awaited.ACK, ref.index), ack_wait(ref.index))
+        self.waits.move_on_to_ack(ref.index)
         self._sending(ref)
         self.ws.send_now(message.data)
         self._sent(item, message, None, None)

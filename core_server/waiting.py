@@ -15,6 +15,11 @@ from streameval.core.protocol_state import Awaited, Resolution
 from streameval.events import FailureCause
 
 
+def ack_wait(index: int) -> str:
+    """What a frame's ack wait is called in a timeout's reason."""
+    return f"frame {index} acknowledgement"
+
+
 class Waits:
     """The current wait (a future and what resolves it) and the first failure."""
 
@@ -23,12 +28,14 @@ class Waits:
         self.failure: SessionFailure | None = None
         self._future: asyncio.Future[None] | None = None
         self._expected: Resolution | None = None
-        self._waiting: tuple[asyncio.Future[None], str] | None = None
+        # The future waited for and its name in a timeout's reason (None: the ack of the
+        # frame `_expected` names, see `move_on_to_ack`).
+        self._waiting: tuple[asyncio.Future[None], str | None] | None = None
         self._deadline = 0.0  # loop time at which the current wait times out
         self._timer: asyncio.TimerHandle | None = None
         self._running_loop: asyncio.AbstractEventLoop | None = None
         # Called when the current wait is answered, before its future is: True when it sent
-        # what comes next and moved the wait on to that (`move_on`) instead.
+        # what comes next and moved the wait on to that (`move_on_to_ack`) instead.
         self.then: Callable[[], bool] | None = None
 
     @property
@@ -55,14 +62,14 @@ class Waits:
                 return
             future.set_result(None)
 
-    def move_on(self, expected: Resolution, what: str) -> None:
-        """Let the current wait's future stand for `expected` now, with a new deadline: the
-        `then` hook sent what comes next. Called before that is sent, as `expect` is."""
-        loop = self._loop
-        self._expected = expected
-        self._deadline = loop.time() + self.response_timeout_s
+    def move_on_to_ack(self, index: int) -> None:
+        """Let the current wait's future stand for frame `index`'s ack now, with a new
+        deadline: the `then` hook sent that frame. Called before it is sent, as `expect`
+        is. The wait's name (`ack_wait`) is made only if it times out."""
+        self._expected = Resolution(Awaited.ACK, index)
+        self._deadline = self._loop.time() + self.response_timeout_s
         if self._waiting is not None:
-            self._waiting = (self._waiting[0], what)
+            self._waiting = (self._waiting[0], None)
 
     async def wait(self, future: asyncio.Future[None], what: str) -> None:
         """Wait for `future` up to the response timeout; `what` names it in the reason."""
@@ -86,6 +93,9 @@ class Waits:
             self._timer = loop.call_at(self._deadline, self._expire)
             return
         future, what = self._waiting
+        if what is None:
+            assert self._expected is not None and self._expected.key is not None
+            what = ack_wait(self._expected.key)
         if not future.done():
             reason = f"no {what} within {self.response_timeout_s:g}s"
             failure = SessionFailure(FailureStage.RESPONSE, reason, FailureCause.INFRASTRUCTURE)
