@@ -14,7 +14,8 @@ try:
 except ImportError:  # websockets built without its C extension
     from websockets.utils import apply_mask
 
-# RFC 6455 section 5.2: FIN with the binary opcode; the MASK bit on the length byte.
+# RFC 6455 section 5.2: FIN with the text or binary opcode; the MASK bit on the length byte.
+_FIN_TEXT = 0x81
 _FIN_BINARY = 0x82
 _MASKED = 0x80
 
@@ -41,15 +42,20 @@ class MaskingKeys:
 _KEYS = MaskingKeys()
 
 
-def binary_frame(data: bytes, key: bytes) -> bytes:
-    """A whole binary message as one masked WebSocket frame (a client's), with `key`."""
+def data_frame(data: bytes, *, text: bool, key: bytes | None) -> bytes:
+    """A whole message as one WebSocket frame: text (UTF-8 `data`) or binary, masked with
+    `key` (a client's frames) or not (a server's)."""
+    head1 = _FIN_TEXT if text else _FIN_BINARY
+    mask = 0 if key is None else _MASKED
     length = len(data)
     if length < 126:
-        head = struct.pack("!BB", _FIN_BINARY, _MASKED | length)
+        head = struct.pack("!BB", head1, mask | length)
     elif length < 65536:
-        head = struct.pack("!BBH", _FIN_BINARY, _MASKED | 126, length)
+        head = struct.pack("!BBH", head1, mask | 126, length)
     else:
-        head = struct.pack("!BBQ", _FIN_BINARY, _MASKED | 127, length)
+        head = struct.pack("!BBQ", head1, mask | 127, length)
+    if key is None:
+        return head + data
     return head + key + apply_mask(data, key)
 
 
@@ -65,21 +71,17 @@ def writable(connection: Connection) -> bool:
 
 
 def write(connection: Connection, message: str | bytes) -> None:
-    """Write a message through the connection's protocol; only when `writable`.
+    """Write a message to the connection's transport at once; only when `writable`.
 
-    A client's binary message (the Core's frames) is framed here, with a key from
-    `MaskingKeys`, and written to the transport: what `protocol.send_binary` writes, less
-    a frame object, a buffer and a copy. The protocol keeps no state of an unfragmented
-    data frame it sends, and `writable` rules out a fragmented one in progress."""
-    protocol = connection.protocol
-    if isinstance(message, str):
-        protocol.send_text(message.encode())
-    elif protocol.side is Side.CLIENT:
-        connection.transport.write(binary_frame(message, _KEYS.next()))
-        return
-    else:
-        protocol.send_binary(message)
-    connection.send_data()
+    The message is framed here (`data_frame`, with a key from `MaskingKeys` on a client):
+    the bytes `protocol.send_text` / `send_binary` would write, less a frame object, a
+    buffer, a copy and a pass through the protocol's output queue. The protocol keeps no
+    state of an unfragmented data frame it sends, and `writable` rules out a fragmented
+    one in progress."""
+    text = isinstance(message, str)
+    data = message.encode() if text else message
+    key = _KEYS.next() if connection.protocol.side is Side.CLIENT else None
+    connection.transport.write(data_frame(data, text=text, key=key))
 
 
 async def send_message(connection: Connection, message: str | bytes) -> None:

@@ -816,13 +816,20 @@ def test_a_shared_message_carries_the_frame_sent_payload_of_its_plain_delivery()
     assert decode_frame(moved.data)[0].t == 4.0
 
 
-async def test_a_clients_binary_messages_framed_here_reach_a_websockets_server_intact():
-    """The Core's frames are framed and masked by fast_send, not by websockets: a plain
-    websockets server reads every length class (7-bit, 16-bit and 64-bit) back intact,
-    between text messages that go through the protocol."""
-    sizes = [0, 1, 125, 126, 14_000, 65_535, 65_536, 300_000]
-    messages: list[str | bytes] = [random.Random(size).randbytes(size) for size in sizes]
-    messages.insert(3, "text between")
+FRAMED_SIZES = [0, 1, 125, 126, 14_000, 65_535, 65_536, 300_000]
+
+
+def framed_messages() -> list[str | bytes]:
+    """Text and binary messages of every length class (7-bit, 16-bit and 64-bit)."""
+    binary: list[str | bytes] = [random.Random(size).randbytes(size) for size in FRAMED_SIZES]
+    text: list[str | bytes] = ["é" * (size // 2) + "x" * (size % 2) for size in FRAMED_SIZES]
+    return [message for pair in zip(binary, text, strict=True) for message in pair]
+
+
+async def test_messages_a_client_frames_here_reach_a_websockets_server_intact():
+    """The Core's messages are framed and masked by fast_send, not by websockets: a plain
+    websockets server reads every one back intact."""
+    messages = framed_messages()
     received: list[str | bytes] = []
     done = asyncio.Event()
 
@@ -838,6 +845,23 @@ async def test_a_clients_binary_messages_framed_here_reach_a_websockets_server_i
             for message in messages:
                 await send_message(ws, message)
             await asyncio.wait_for(done.wait(), 10)
+    assert received == messages
+
+
+async def test_messages_a_server_frames_here_reach_a_websockets_client_intact():
+    """An adapter's messages (unmasked, as a server's are) read back by a plain client."""
+    messages = framed_messages()
+
+    async def handler(ws) -> None:
+        for message in messages:
+            await send_message(ws, message)
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        url = f"ws://127.0.0.1:{port}"
+        async with connect(url, compression=None, max_size=None) as ws:
+            received = [await asyncio.wait_for(ws.recv(), 10) for _ in messages]
     assert received == messages
 
 
