@@ -14,6 +14,7 @@ from typing import Protocol
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.failures import FailureStage, SessionFailure
+from streameval.core.frame_chain import FrameChain, FrameOutbox, running_outbox
 from streameval.core.frame_messages import SHARED, FrameMessage, FrameMessages, retimed
 from streameval.core.frames import FrameRef, FramesError
 from streameval.core.pacing import VideoClock
@@ -41,24 +42,6 @@ class Socket(Protocol):
 Reconnect = Callable[[TimelineItem, FrameRef | None], Awaitable[Socket]]
 
 
-class _FrameChain:
-    """The rest of a run of frames, sent from each ack's handler (`Waits.then`)."""
-
-    def __init__(self, stream: SessionStream, items: Sequence[TimelineItem], position: int):
-        self.stream = stream
-        self.items = items
-        self.position = position  # the next frame to send
-
-    def send_next(self) -> bool:
-        """Send the next frame if it can go at once (`SessionStream.send_frame_now`)."""
-        if self.position == len(self.items):
-            return False
-        if not self.stream.send_frame_now(self.items[self.position]):
-            return False
-        self.position += 1
-        return True
-
-
 class SessionStream:
     """Implements `pacing.Stream` over one connected socket."""
 
@@ -83,6 +66,7 @@ class SessionStream:
         self.waits = waits
         self.clock = clock
         self.task_id: str = plan.record.record_id
+        self._outbox: FrameOutbox | None = None  # the loop's, found at the first chain
 
     # ------------------------------------------------------------------ sending
 
@@ -105,18 +89,18 @@ class SessionStream:
         """Logical pacing's consecutive frames: each sent once the one before it is
         acknowledged, and each ack waited for up to the response timeout.
 
-        After the first frame, each ack's handler sends the next frame itself (`_FrameChain`)
-        while this coroutine waits once for the whole chain, so a frame costs no future, no
-        task wake-up and no coroutines (about 8% more frames per second, BENCHMARKS.md). A
-        frame the handler cannot send at once (not in memory, retimed, a full write buffer)
-        ends the chain and is sent from here like the first."""
+        After the first frame, each ack's handler sends the next frame on itself
+        (frame_chain.py) while this coroutine waits once for the whole chain, so a frame
+        costs no future, no task wake-up and no coroutines. A frame the handler cannot send
+        at once (not in memory, retimed, a full write buffer) ends the chain and is sent
+        from here like the first."""
         position = 0
         while position < len(items):
             item = items[position]
             assert item.frame is not None
             waiter = self.expect(Awaited.ACK, item.frame.index)
             await self.send_frame(item, scheduled_ns=None, lag_ns=None)
-            chain = _FrameChain(self, items, position + 1)
+            chain = FrameChain(self, items, position + 1)
             self.waits.then = chain.send_next
             try:
                 await self.wait(waiter, ack_wait(item.frame.index))
@@ -124,21 +108,35 @@ class SessionStream:
                 self.waits.then = None
             position = chain.position
 
-    def send_frame_now(self, item: TimelineItem) -> bool:
-        """Send a frame at once if nothing has to be waited for: its message is in memory
-        with its own time stamp and the socket's write buffer has room. False otherwise."""
+    def ready_message(self, item: TimelineItem) -> FrameMessage | None:
+        """A frame's message if the frame can go without waiting: the message is in memory
+        with the sample's own time stamp and the socket's write buffer has room."""
         ref = item.frame
         assert ref is not None
         if item.t != ref.t or not self.ws.can_send_now():
+            return None
+        return self.messages.cached(self.plan.frames, ref)
+
+    def write_queued(self, item: TimelineItem, message: FrameMessage) -> bool:
+        """Write a frame a chain queued (`ready_message` gave its message); False when the
+        socket can no longer take it at once: the wait is answered, and `play_frames` sends
+        the frame itself. Nothing is written to a session that failed meanwhile."""
+        if self.waits.failure is not None:
             return False
-        message = self.messages.cached(self.plan.frames, ref)
-        if message is None:
+        if not self.ws.can_send_now():
+            self.waits.settle()
             return False
-        self.waits.move_on_to_ack(ref.index)
-        self._sending(ref)
+        assert item.frame is not None
+        self._sending(item.frame)
         self.ws.send_now(message.data)
         self._sent(item, message, None, None)
         return True
+
+    @property
+    def outbox(self) -> FrameOutbox:
+        if self._outbox is None:
+            self._outbox = running_outbox()
+        return self._outbox
 
     def _sending(self, ref: FrameRef) -> None:
         self.protocol.frame_sent(ref.index)

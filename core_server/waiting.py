@@ -35,7 +35,7 @@ class Waits:
         self._timer: asyncio.TimerHandle | None = None
         self._running_loop: asyncio.AbstractEventLoop | None = None
         # Called when the current wait is answered, before its future is: True when it sent
-        # what comes next and moved the wait on to that (`move_on_to_ack`) instead.
+        # what comes next on (frame_chain.py) and moved the wait on to that instead.
         self.then: Callable[[], bool] | None = None
 
     @property
@@ -62,10 +62,16 @@ class Waits:
                 return
             future.set_result(None)
 
+    def settle(self) -> None:
+        """Answer the current wait without the `then` hook, which moved it on to something
+        it then could not send: the waiter sends that itself."""
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
     def move_on_to_ack(self, index: int) -> None:
         """Let the current wait's future stand for frame `index`'s ack now, with a new
-        deadline: the `then` hook sent that frame. Called before it is sent, as `expect`
-        is. The wait's name (`ack_wait`) is made only if it times out."""
+        deadline: the `then` hook sent that frame on. Called before it is written, as
+        `expect` is. The wait's name (`ack_wait`) is made only if it times out."""
         self._expected = Resolution(Awaited.ACK, index)
         self._deadline = self._loop.time() + self.response_timeout_s
         if self._waiting is not None:

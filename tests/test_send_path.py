@@ -372,6 +372,100 @@ async def test_a_session_that_fails_during_a_run_sends_nothing_more(tmp_path):
     stream.waits.close()
 
 
+class LoggingSocket(AckingSocket):
+    """An AckingSocket that logs each write by session name, acked only when the test says."""
+
+    def __init__(self, name: str, log: list[str], stream_of: list[SessionStream]) -> None:
+        super().__init__(stream_of)
+        self.name, self.log = name, log
+        self.silent_from = 0  # no automatic acks
+        self.closed_at: set[int] = set()  # frame indices at which the socket cannot write
+
+    def can_send_now(self) -> bool:
+        return len(self.paths) not in self.closed_at
+
+    def _arrived(self, data: bytes, path: str) -> None:
+        super()._arrived(data, path)
+        self.log.append(f"write {self.name} {decode_frame(data)[0].index} {path}")
+
+    def ack(self, index: int) -> None:
+        self.log.append(f"ack {self.name} {index}")
+        self._ack(index)
+
+
+async def logged_sessions(tmp_path: Path, names: str, log: list[str]):
+    frames, messages = await in_memory(tmp_path, 4)
+    sessions = []
+    for name in names:
+        stream, _, events = await chained_session(frames, messages)
+        ws = LoggingSocket(name, log, [stream])
+        stream.ws = ws
+        sessions.append((stream, ws, events))
+    return frames, sessions
+
+
+async def test_frames_sent_on_from_acks_are_written_together_after_the_loops_turn(tmp_path):
+    """Acks handled in one turn of the event loop each queue their session's next frame;
+    the frames are written once every ack of the turn was handled, in that order."""
+    log: list[str] = []
+    frames, sessions = await logged_sessions(tmp_path, "ab", log)
+    plays = [asyncio.ensure_future(s.play_frames(frame_items(frames))) for s, _, _ in sessions]
+    await asyncio.sleep(0)
+    assert log == ["write a 0 awaited", "write b 0 awaited"]
+    for index in range(3):
+        log.clear()
+        for _, ws, _ in sessions:
+            ws.ack(index)
+        assert log == [f"ack a {index}", f"ack b {index}"]  # nothing written yet
+        await asyncio.sleep(0)
+        assert log == [*log[:2], f"write a {index + 1} at once", f"write b {index + 1} at once"]
+    for _, ws, _ in sessions:
+        ws.ack(3)
+    await asyncio.wait_for(asyncio.gather(*plays), 1)
+    for _, _, events in sessions:
+        assert [(e.kind, e.payload.index) for e in events] == [
+            (kind, k) for k in range(4) for kind in (EventKind.FRAME_SENT, EventKind.FRAME_ACK)
+        ]
+
+
+async def test_a_queued_frame_the_socket_cannot_take_at_its_turn_is_sent_by_the_session(
+    tmp_path,
+):
+    log: list[str] = []
+    frames, [(stream, ws, events)] = await logged_sessions(tmp_path, "a", log)
+    play = asyncio.ensure_future(stream.play_frames(frame_items(frames)))
+    await asyncio.sleep(0)
+    ws.ack(0)  # frame 1 is queued while the socket can write ...
+    ws.closed_at = {1}  # ... and at the outbox's turn it cannot
+    await asyncio.sleep(0.01)
+    ws.closed_at = set()
+    ws.silent_from = None  # from here on, acked at once
+    ws.ack(1)
+    await asyncio.wait_for(play, 1)
+    assert [line for line in log if line.startswith("write")] == [
+        "write a 0 awaited",
+        "write a 1 awaited",
+        "write a 2 at once",
+        "write a 3 at once",
+    ]
+    assert [e.payload.index for e in events if e.kind == EventKind.FRAME_SENT] == [0, 1, 2, 3]
+
+
+async def test_a_session_that_fails_before_its_queued_frame_is_written_writes_nothing(tmp_path):
+    log: list[str] = []
+    frames, [(stream, ws, events)] = await logged_sessions(tmp_path, "a", log)
+    play = asyncio.ensure_future(stream.play_frames(frame_items(frames)))
+    await asyncio.sleep(0)
+    ws.ack(0)  # frame 1 is queued ...
+    failure = SessionFailure(FailureStage.STREAMING, "adapter closed the connection", "adapter")
+    stream.waits.fail(failure)  # ... and the session fails in the same turn
+    with pytest.raises(SessionFailure):
+        await asyncio.wait_for(play, 1)
+    assert log == ["write a 0 awaited", "ack a 0"]
+    assert [e.kind for e in events] == [EventKind.FRAME_SENT, EventKind.FRAME_ACK]
+    stream.waits.close()
+
+
 # ------------------------------------------------------------------ the response timer
 
 
