@@ -2,9 +2,9 @@
 
 Every reader of events (the scorer, exports, `iter_events`, `count_events`) selects a run,
 or a session of it, in (session_id, seq) order: the primary key serves all of them. The
-second index was only written, at two of every event's three B-tree inserts besides the
-primary key's: storing an event cost 27% less SQLite CPU without it (BENCHMARKS.md, "The
-Core's send path").
+second index was only ever written, one more B-tree insert for every event: storing the
+throughput benchmark's events costs a fifth less CPU without it (bench/bench_store_inserts.py,
+BENCHMARKS.md "The Core's send path").
 
 Revision ID: 0008
 Revises: 0007
