@@ -7,6 +7,11 @@ work), and when it finishes without waiting for anything, as a frame's hook usua
 queue, future or task wake-up was spent on the message. A handler that does wait goes on in
 the task from where it stopped (`_Resumed`); messages arriving meanwhile wait their turn.
 Hooks therefore still run one at a time, in the order the Core sent the messages.
+
+Messages waiting their turn are bounded as websockets bounds its own queue: above
+`high_water` the connection stops reading (`pause`), below `low_water` it reads again
+(`resume`), so a slow adapter pushes back on the Core through TCP, where a wall-clock run
+sees it as lag and dropped frames, instead of piling frames up in its memory.
 """
 
 from __future__ import annotations
@@ -23,14 +28,31 @@ from streameval.delivery import Arrival
 # Handles one message: False once the session is over.
 Handler = Callable[[Arrival], Coroutine[Any, Any, bool]]
 _Outcome = bool | Awaitable[bool]
+# websockets' own defaults for its message queue (`max_queue`).
+HIGH_WATER = 16
+LOW_WATER = HIGH_WATER // 4
+# Private to asyncio but what its own eager tasks (3.12) use to run a coroutine as a task;
+# without them every message waits for the task, as it would with `recv()`.
+_enter_task = getattr(asyncio.tasks, "_enter_task", None)
+_leave_task = getattr(asyncio.tasks, "_leave_task", None)
 
 
 class Inbox:
     """Feed it with `arrived` and `closed` (the connection's callbacks, delivery.py); the
     session's task calls `handle_next` until it returns False."""
 
-    def __init__(self, handle: Handler) -> None:
+    def __init__(
+        self,
+        handle: Handler,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+        high_water: int = HIGH_WATER,
+        low_water: int = LOW_WATER,
+    ) -> None:
         self._handle = handle
+        self._pause, self._resume = pause, resume
+        self._high, self._low = high_water, low_water
+        self._paused = False
         self._queued: collections.deque[Arrival] = collections.deque()
         self._waiter: asyncio.Future[_Outcome] | None = None
         self._task: asyncio.Task[Any] | None = None  # the session's, while it waits
@@ -40,7 +62,10 @@ class Inbox:
         waiter = self._waiter
         if waiter is None or waiter.done() or self._queued:
             self._queued.append(raw)
-        elif asyncio.current_task() is not None:
+            if len(self._queued) > self._high and not self._paused:
+                self._paused = True
+                self._pause()
+        elif asyncio.current_task() is not None or _enter_task is None:
             # Delivered from inside a task: the handler cannot run as the session's here.
             waiter.set_result(self._handle(raw))
         else:
@@ -56,7 +81,11 @@ class Inbox:
         session is over. Raises what handling raised, or ConnectionClosed once the
         connection ended and every message that came before was handled."""
         if self._queued:
-            return await self._handle(self._queued.popleft())
+            raw = self._queued.popleft()
+            if self._paused and len(self._queued) < self._low:
+                self._paused = False
+                self._resume()
+            return await self._handle(raw)
         if self._closed is not None:
             raise self._closed
         loop = asyncio.get_running_loop()
@@ -74,7 +103,8 @@ class Inbox:
         assert task is not None
         loop = task.get_loop()
         handling = self._handle(raw)
-        asyncio.tasks._enter_task(loop, task)
+        assert _enter_task is not None and _leave_task is not None
+        _enter_task(loop, task)
         try:
             yielded = handling.send(None)
         except StopIteration as stop:
@@ -86,7 +116,7 @@ class Inbox:
         else:
             waiter.set_result(_Resumed(handling, yielded))
         finally:
-            asyncio.tasks._leave_task(loop, task)
+            _leave_task(loop, task)
 
 
 class _Resumed:

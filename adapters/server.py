@@ -156,7 +156,8 @@ class _Connection:
             resume=self.resumable,
         )
         await self.send(hello.model_dump_json())
-        inbox = Inbox(self.handle)
+        transport = self.ws.transport
+        inbox = Inbox(self.handle, pause=transport.pause_reading, resume=transport.resume_reading)
         self.ws.deliver_to(inbox.arrived, inbox.closed)
         lost = False
         try:

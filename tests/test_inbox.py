@@ -7,12 +7,20 @@ Messages are fed the way a connection feeds them: from a plain event-loop callba
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 
 import pytest
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
-from streameval.adapters.inbox import Inbox
+from streameval.adapters.baselines import AlwaysAdapter
+from streameval.adapters.inbox import HIGH_WATER, LOW_WATER, Inbox
+from streameval.adapters.server import serve
+from streameval.fast_send import send_message
+from streameval.protocol import WS_PATH, FrameHeader, SessionStart, encode_frame
+from tests.test_protocol import CONDITIONS
 
 
 class Session:
@@ -20,7 +28,11 @@ class Session:
 
     def __init__(self) -> None:
         self.log: list[str] = []
-        self.inbox = Inbox(self.handle)
+        self.inbox = Inbox(
+            self.handle,
+            pause=lambda: self.log.append("pause"),
+            resume=lambda: self.log.append("resume"),
+        )
         self.task = asyncio.ensure_future(self.run())
         self.slow: dict[str, asyncio.Future[None]] = {}
 
@@ -138,3 +150,72 @@ async def test_a_message_delivered_from_inside_a_task_is_handled_by_the_session_
     await session.feed("end")
     await asyncio.wait_for(session.task, 1)
     assert session.log == ["start a", "end a", "start end", "end end"]
+
+
+async def test_messages_waiting_their_turn_pause_the_connection_past_the_high_water_mark():
+    """As websockets' own queue does: the Core is pushed back through TCP, not buffered."""
+    session = Session()
+    session.slow["slow"] = asyncio.get_running_loop().create_future()
+    await asyncio.sleep(0)
+    waiting = [f"m{k}" for k in range(HIGH_WATER + 2)] + ["end"]
+    await session.feed("slow", *waiting)
+    assert session.log == ["start slow", "pause"]  # once, past HIGH_WATER waiting
+    session.slow["slow"].set_result(None)
+    await asyncio.wait_for(session.task, 1)
+    started = [line.removeprefix("start ") for line in session.log if line.startswith("start")]
+    assert started == ["slow", *waiting]
+    # Reading resumes once fewer than LOW_WATER wait: after handing out all but that many.
+    resumed_at = session.log.index("resume")
+    handed_out = [line for line in session.log[:resumed_at] if line.startswith("start m")]
+    assert len(handed_out) == len(waiting) - LOW_WATER
+    assert session.log.count("pause") == session.log.count("resume") == 1
+
+
+class Stalled(AlwaysAdapter):
+    """Its frame hook waits until the test lets it go: a model slower than the stream."""
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.frames = 0
+
+    async def on_frame(self, session, frame) -> None:
+        await self.go.wait()
+        self.frames += 1
+
+
+async def test_an_adapter_slower_than_the_stream_pushes_back_on_the_core_through_tcp():
+    """Against the SDK's server, a sender of frames the adapter has not handled yet ends up
+    waiting on a full socket, as with websockets' own queue, instead of every frame piling
+    up in the adapter's memory; once the hook goes on, every frame is handled in order."""
+    adapter = Stalled()
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    server = asyncio.ensure_future(serve(adapter, port=0, ready=bound.set_result))
+    port = await asyncio.wait_for(bound, 10)
+    payload = bytes(256 * 1024)
+    header = FrameHeader(index=0, frame_id="v:0", t=0.0, width=4, height=2, nbytes=len(payload))
+    message = encode_frame(header, payload)
+    try:
+        async with connect(f"ws://127.0.0.1:{port}{WS_PATH}", compression=None) as ws:
+            await ws.recv()  # the hello
+            start = SessionStart(
+                run_id="r", session_id="s", record_ids=["q"], conditions=CONDITIONS
+            )
+            await ws.send(start.model_dump_json())
+            sent = 0
+            while True:
+                sending = asyncio.ensure_future(send_message(ws, message))
+                done, _ = await asyncio.wait({sending}, timeout=0.5)
+                if not done:
+                    break
+                sent += 1
+                assert sent < 150, "the adapter never stopped reading"
+            assert sent >= HIGH_WATER  # the inbox's share, then the sockets' buffers
+            adapter.go.set()
+            await asyncio.wait_for(sending, 10)
+            acks = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(sent + 1)]
+            assert [ack["type"] for ack in acks] == ["frame_ack"] * (sent + 1)
+            assert adapter.frames == sent + 1
+    finally:
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
