@@ -17,24 +17,36 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.frame_messages import FrameMessage
 from streameval.core.store.store import StoreError
 from streameval.core.timeline import TimelineItem
+from streameval.core.waiting import Waits
 from streameval.events import FailureCause
 
-if TYPE_CHECKING:
-    from streameval.core.sender import SessionStream
-
 log = logging.getLogger("streameval.core")
+
+
+class ChainedStream(Protocol):
+    """What a chain needs of its session's send path (`sender.SessionStream`)."""
+
+    waits: Waits
+    task_id: str
+
+    @property
+    def outbox(self) -> FrameOutbox: ...
+
+    def ready_message(self, item: TimelineItem) -> FrameMessage | None: ...
+
+    def write_queued(self, item: TimelineItem, message: FrameMessage) -> bool: ...
 
 
 class FrameChain:
     """The rest of a run of frames: `position` is the next one to send."""
 
-    def __init__(self, stream: SessionStream, items: Sequence[TimelineItem], position: int):
+    def __init__(self, stream: ChainedStream, items: Sequence[TimelineItem], position: int):
         self.stream = stream
         self.items = items
         self.position = position
