@@ -19,12 +19,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
-from streameval.core.failures import FailureStage, SessionFailure
 from streameval.core.frame_messages import FrameMessage
+from streameval.core.recorder import streaming_failure
 from streameval.core.store.store import StoreError
 from streameval.core.timeline import TimelineItem
 from streameval.core.waiting import Waits
-from streameval.events import FailureCause
 
 log = logging.getLogger("streameval.core")
 
@@ -92,14 +91,10 @@ class FrameOutbox:
             try:
                 chain.write(message)
             except StoreError as exc:
-                chain.stream.waits.fail(_failure(str(exc)))
+                chain.stream.waits.fail(streaming_failure(exc))
             except Exception as exc:  # a bug here must fail the session, never hang it
                 log.exception("session %s: error writing a frame", chain.stream.task_id)
-                chain.stream.waits.fail(_failure(f"core error: {exc!r}"))
-
-
-def _failure(reason: str) -> SessionFailure:
-    return SessionFailure(FailureStage.STREAMING, reason, FailureCause.INFRASTRUCTURE)
+                chain.stream.waits.fail(streaming_failure(exc))
 
 
 _OUTBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FrameOutbox] = (

@@ -63,17 +63,8 @@ _Outcome = FrameMessage | FramesError | ValueError
 _Batch = Future[dict[int, _Outcome]]
 
 
-def build_message(ref: FrameRef, payload: bytes, t: float | None = None) -> FrameMessage:
-    """The sample's message; its header's time stamp is the sample's own unless `t` is
-    given (a frame delivered at another time: a robustness run's jitter)."""
-    header = FrameHeader(
-        index=ref.index,
-        frame_id=ref.frame_id,
-        t=ref.t if t is None else t,
-        width=ref.width,
-        height=ref.height,
-        nbytes=len(payload),
-    )
+def build_message(ref: FrameRef, payload: bytes) -> FrameMessage:
+    """The sample's message, stamped with the sample's own time."""
     sent = frame_sent_payload(
         index=ref.index,
         frame_id=ref.frame_id,
@@ -85,14 +76,29 @@ def build_message(ref: FrameRef, payload: bytes, t: float | None = None) -> Fram
         width=ref.width,
         height=ref.height,
     )
-    return FrameMessage(ref, encode_frame(header, payload), len(payload), sent)
+    return FrameMessage(ref, _encoded(ref, payload, ref.t), len(payload), sent)
 
 
 def retimed(message: FrameMessage, t: float) -> FrameMessage:
-    """The message with time stamp `t` in its header. Built per send and never kept: the
-    shared map holds only messages stamped with their sample's own time, so a session
-    that delivers a sample at another time can never hand its copy to a clean one."""
-    return build_message(message.ref, message.data[len(message.data) - message.nbytes :], t)
+    """The message with time stamp `t` in its header (a frame delivered at another time: a
+    robustness run's jitter). Built per send and never kept: the shared map holds only
+    messages stamped with their sample's own time, so a session that delivers a sample at
+    another time can never hand its copy to a clean one."""
+    payload = message.data[len(message.data) - message.nbytes :]
+    data = _encoded(message.ref, payload, t)
+    return FrameMessage(message.ref, data, message.nbytes, message.sent_as_sampled)
+
+
+def _encoded(ref: FrameRef, payload: bytes, t: float) -> bytes:
+    header = FrameHeader(
+        index=ref.index,
+        frame_id=ref.frame_id,
+        t=t,
+        width=ref.width,
+        height=ref.height,
+        nbytes=len(payload),
+    )
+    return encode_frame(header, payload)
 
 
 class FrameMessages:

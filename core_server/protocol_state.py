@@ -60,8 +60,8 @@ class Awaited(StrEnum):
 
 class Resolution(NamedTuple):
     """One thing waited for or delivered; `key` None matches any key (see `satisfies`).
-    A tuple, not a frozen dataclass: two are made per frame, and a frozen dataclass's
-    `__init__` costs three times as much."""
+    A tuple, not a frozen dataclass: two are made per frame, and a frozen dataclass takes
+    half as long again to make (340 ns against 220 ns here)."""
 
     awaited: Awaited
     key: int | None = None

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
 
-from streameval.core.store.store import EventRow, event_row
-from streameval.events import Event, EventKind
+from streameval.core.failures import SessionFailure
+from streameval.core.store.store import EventRow, StoreError, event_row
+from streameval.events import Event, EventKind, FailureCause, FailureStage
 
 
 class Recorder:
@@ -52,6 +53,14 @@ class Recorder:
     def _put(self, kind: str, runtime_ns: int, video_t: float | None, payload: str) -> None:
         self.sink((self.run_id, self.session_id, self.seq, kind, runtime_ns, video_t, payload))
         self.seq += 1
+
+
+def streaming_failure(exc: Exception) -> SessionFailure:
+    """What fails a session when handling its stream raised: the store failed for good while
+    recording (a StoreError: the worker stops the run, in one line) or the Core's own code
+    did (a bug, which the caller logs). Infrastructure either way, at stage streaming."""
+    reason = str(exc) if isinstance(exc, StoreError) else f"core error: {exc!r}"
+    return SessionFailure(FailureStage.STREAMING, reason, FailureCause.INFRASTRUCTURE)
 
 
 # The kinds' values, read once: an enum member's `.value` is a descriptor call.

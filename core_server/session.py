@@ -44,7 +44,7 @@ from streameval.core.protocol_state import (
     ResponseLimits,
     hello_payload,
 )
-from streameval.core.recorder import Recorder
+from streameval.core.recorder import Recorder, streaming_failure
 from streameval.core.sender import SessionStream
 from streameval.core.store.store import EventRow, StoreError
 from streameval.core.timeline import TimelineItem
@@ -388,15 +388,11 @@ class _Receiver:
             self._stopped = True
             self._reporting = asyncio.ensure_future(self.report(violation))
         except StoreError as exc:
-            # The store failed: the worker stops the run (one line, not one traceback per
-            # session); this session just stops waiting.
-            stage = FailureStage.STREAMING
-            self._stop_with(SessionFailure(stage, str(exc), FailureCause.INFRASTRUCTURE))
+            # The store failed: the worker stops the run; this session just stops waiting.
+            self._stop_with(streaming_failure(exc))
         except Exception as exc:  # a bug here must fail the session, never hang it
             log.exception("session %s: error handling an adapter message", self.session_id)
-            stage = FailureStage.STREAMING
-            reason = f"core error: {exc!r}"
-            self._stop_with(SessionFailure(stage, reason, FailureCause.INFRASTRUCTURE))
+            self._stop_with(streaming_failure(exc))
 
     def _stop_with(self, failure: SessionFailure) -> None:
         self._stopped = True

@@ -18,9 +18,9 @@ from websockets.frames import Close
 from streameval.adapters.baselines import AlwaysAdapter
 from streameval.adapters.inbox import HIGH_WATER, LOW_WATER, Inbox
 from streameval.adapters.server import serve
-from streameval.fast_send import send_message
 from streameval.protocol import WS_PATH, FrameHeader, SessionStart, encode_frame
 from tests.test_protocol import CONDITIONS
+from tests.test_send_path import sent_until_one_waits
 
 
 class Session:
@@ -201,14 +201,7 @@ async def test_an_adapter_slower_than_the_stream_pushes_back_on_the_core_through
                 run_id="r", session_id="s", record_ids=["q"], conditions=CONDITIONS
             )
             await ws.send(start.model_dump_json())
-            sent = 0
-            while True:
-                sending = asyncio.ensure_future(send_message(ws, message))
-                done, _ = await asyncio.wait({sending}, timeout=0.5)
-                if not done:
-                    break
-                sent += 1
-                assert sent < 150, "the adapter never stopped reading"
+            sent, sending = await sent_until_one_waits(ws, message, 0.5, limit=150)
             assert sent >= HIGH_WATER  # the inbox's share, then the sockets' buffers
             adapter.go.set()
             await asyncio.wait_for(sending, 10)

@@ -416,9 +416,10 @@ async def test_frames_sent_on_from_acks_are_written_together_after_the_loops_tur
         log.clear()
         for _, ws, _ in sessions:
             ws.ack(index)
-        assert log == [f"ack a {index}", f"ack b {index}"]  # nothing written yet
+        acks = [f"ack a {index}", f"ack b {index}"]
+        assert log == acks  # nothing written yet
         await asyncio.sleep(0)
-        assert log == [*log[:2], f"write a {index + 1} at once", f"write b {index + 1} at once"]
+        assert log == [*acks, f"write a {index + 1} at once", f"write b {index + 1} at once"]
     for _, ws, _ in sessions:
         ws.ack(3)
     await asyncio.wait_for(asyncio.gather(*plays), 1)
@@ -976,6 +977,21 @@ def test_masking_keys_are_four_bytes_drawn_a_block_at_a_time(monkeypatch):
     assert draws == [8, 8]
 
 
+async def sent_until_one_waits(
+    ws, message: bytes, wait_s: float, limit: int
+) -> tuple[int, asyncio.Future[None]]:
+    """Send `message` with send_message until one send has not returned within `wait_s`:
+    how many went through, and the one still waiting. Fails past `limit` sends."""
+    sent = 0
+    while True:
+        pending = asyncio.ensure_future(send_message(ws, message))
+        done, _ = await asyncio.wait({pending}, timeout=wait_s)
+        if not done:
+            return sent, pending
+        sent += 1
+        assert sent < limit, "the writes never waited"
+
+
 async def test_a_frame_sent_to_a_peer_that_stops_reading_waits_like_send_does():
     """send_message writes at once only while the connection's buffer has room: against
     an adapter that stops reading it waits, as `send` does, instead of buffering every
@@ -992,14 +1008,7 @@ async def test_a_frame_sent_to_a_peer_that_stops_reading_waits_like_send_does():
     async with serve(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
         port = server.sockets[0].getsockname()[1]
         async with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
-            sent = 0
-            while True:
-                pending = asyncio.ensure_future(send_message(ws, message))
-                done, _ = await asyncio.wait({pending}, timeout=0.3)
-                if not done:
-                    break
-                sent += 1
-                assert sent < 200, "the writes never waited"
+            sent, pending = await sent_until_one_waits(ws, message, 0.3, limit=200)
             assert ws.paused
             assert ws.transport.get_write_buffer_size() < 4 * len(message)
             reading.set()
