@@ -4,7 +4,8 @@ last frame is parsed, instead of queueing it for `recv()`.
 Both ends of a session use it: the Core's connection to an adapter and the SDK's connection
 to the Core. With `recv()` every message cost a queue, a future and a task waking up in the
 next turn of the event loop (a third of the Core's cost per frame); here the receiving side
-is a plain function run inside `data_received`.
+is a plain function run inside `data_received`, and a whole data frame does not even pass
+through websockets' parser (fast_receive.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import NoReturn
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode, Frame, Opcode
-from websockets.protocol import CLOSED, Event
+from websockets.protocol import CLOSED, OPEN, Event, Side
+
+from streameval.fast_receive import FrameReader
 
 # The other end's messages are JSON objects and frames; thousands of fragments are an
 # attack on the receiver's memory (each fragment is an object), not a message.
@@ -38,6 +41,7 @@ class Delivering(Connection):
     _held: list[tuple[Arrival, int]] | None = None
     _fragments: list[Frame] | None = None
     _refused = False  # a message was refused and the connection is closing
+    _reader: FrameReader | None = None
 
     def deliver_to(
         self,
@@ -80,6 +84,48 @@ class Delivering(Connection):
         else:
             first, data = event, event.data
         self._deliver(_decoded(first.opcode, data), arrived)
+
+    # The connection's bytes go through a FrameReader (fast_receive.py), which gives
+    # websockets everything but whole data frames.
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        if reader is None:
+            protocol = self.protocol
+            limits = [protocol.max_message_size, protocol.max_fragment_size]
+            reader = self._reader = FrameReader(
+                self,
+                masked=protocol.side is Side.SERVER,
+                limit=min((size for size in limits if size is not None), default=None),
+            )
+        reader.feed(data)
+
+    def eof_received(self) -> None:
+        if self._reader is not None:
+            self._reader.flush()
+        super().eof_received()
+
+    def pass_on(self, data: bytes) -> None:
+        super().data_received(data)
+
+    def frames_follow(self) -> bool:
+        # A server's parser reads frames right after the request's head; a client's only
+        # once the response accepted the connection.
+        return self.protocol.side is Side.SERVER or self.protocol.state is OPEN
+
+    def takes_messages(self) -> bool:
+        protocol = self.protocol
+        return (
+            protocol.state is OPEN
+            and protocol.current_size is None
+            and not protocol.extensions
+            and self._fragments is None
+            and not self._refused
+        )
+
+    def message(self, data: bytes, text: bool) -> None:
+        arrived = time.monotonic_ns()
+        self._deliver(_decoded(Opcode.TEXT if text else Opcode.BINARY, data), arrived)
 
     def _deliver(self, raw: Arrival, arrived: int) -> None:
         if self._on_message is not None:
