@@ -140,9 +140,7 @@ class FrameReader:
             end = start + length
             if size < end:
                 break
-            plain = (first == _FIN_BINARY or first == _FIN_TEXT) and (
-                bool(second & _MASKED) is masked
-            )
+            plain = first in (_FIN_BINARY, _FIN_TEXT) and (bool(second & _MASKED) is masked)
             if plain and connection.takes_messages():
                 payload = data[start:end]
                 if masked:
