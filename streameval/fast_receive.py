@@ -117,55 +117,39 @@ class FrameReader:
         masked, limit = self.masked, self.limit
         size = len(data)
         at = 0
-        while size - at >= 2:
+        while at < size:
+            # Bytes the frame at `at` needs before it can be read, as far as known so far.
+            wanted = at + 2
+            if size < wanted:
+                break
             first, second = data[at], data[at + 1]
             length = second & 0x7F
-            start = at + 2
-            if length == 126:
-                start += 2
-                if size < start:
+            if length >= 126:
+                wanted += 2 if length == 126 else 8
+                if size < wanted:
                     break
-                length = int.from_bytes(data[at + 2 : start])
-            elif length == 127:
-                start += 8
-                if size < start:
-                    break
-                length = int.from_bytes(data[at + 2 : start])
+                length = int.from_bytes(data[at + 2 : wanted])
             if limit is not None and length > limit:
                 self._hand_over(data[at:])
                 return
-            key_at = start
+            key_at = wanted
             if second & _MASKED:
-                start += 4
-            end = start + length
-            if size < end:
+                wanted += 4
+            start, wanted = wanted, wanted + length
+            if size < wanted:
                 break
             plain = first in (_FIN_BINARY, _FIN_TEXT) and (bool(second & _MASKED) is masked)
             if plain and connection.takes_messages():
-                payload = data[start:end]
+                payload = data[start:wanted]
                 if masked:
                     payload = apply_mask(payload, data[key_at:start])
                 connection.message(payload, first == _FIN_TEXT)
             else:
-                connection.pass_on(data[at:end])
-            at = end
-        if at < size:
-            self._hold(data[at:], self._frame_size(data, at))
-
-    @staticmethod
-    def _frame_size(data: bytes, at: int) -> int:
-        """How many bytes the frame at `at` needs to be parsed (at least its header)."""
-        left = len(data) - at
-        if left < 2:
-            return 2
-        second = data[at + 1]
-        length = second & 0x7F
-        header = 2 + (2 if length == 126 else 8 if length == 127 else 0)
-        if left < header:
-            return header
-        if length >= 126:
-            length = int.from_bytes(data[at + 2 : at + header])
-        return header + (4 if second & _MASKED else 0) + length
+                connection.pass_on(data[at:wanted])
+            at = wanted
+        else:
+            return
+        self._hold(data[at:], wanted - at)
 
     def _hold(self, rest: bytes, wanted: int) -> None:
         self._held += rest
@@ -173,4 +157,5 @@ class FrameReader:
 
     def _hand_over(self, rest: bytes) -> None:
         self.handed_over = True
-        self.connection.pass_on(rest)
+        if rest:
+            self.connection.pass_on(rest)
