@@ -21,15 +21,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # websockets built without its C extension
-    from websockets.utils import apply_mask
+from streameval.fast_send import FIN_BINARY, FIN_TEXT, MASKED, apply_mask
 
-# RFC 6455 section 5.2: FIN with the text or binary opcode, and no reserved bits.
-_FIN_TEXT = 0x81
-_FIN_BINARY = 0x82
-_MASKED = 0x80
 _HEAD_END = b"\r\n\r\n"
 # websockets refuses a head past its own line and header limits; past this much without
 # an end, the reader stops looking and lets websockets say so.
@@ -81,7 +74,7 @@ class FrameReader:
             self._held.clear()
         if not self.head_read:
             data = self._read_head(data)
-            if not data or self.handed_over:
+            if not data:
                 return
         self._read_frames(data)
 
@@ -95,7 +88,8 @@ class FrameReader:
             self.connection.pass_on(held)
 
     def _read_head(self, data: bytes) -> bytes:
-        """Pass the handshake's head on; returns the bytes after it."""
+        """Pass the handshake's head on; returns the frames' bytes after it (empty when
+        there are none yet or websockets reads the rest itself)."""
         end = data.find(_HEAD_END)
         if end < 0:
             if len(data) > MAX_HEAD_BYTES:
@@ -133,23 +127,22 @@ class FrameReader:
                 self._hand_over(data[at:])
                 return
             key_at = wanted
-            if second & _MASKED:
+            if second & MASKED:
                 wanted += 4
             start, wanted = wanted, wanted + length
             if size < wanted:
                 break
-            plain = first in (_FIN_BINARY, _FIN_TEXT) and (bool(second & _MASKED) is masked)
+            plain = first in (FIN_BINARY, FIN_TEXT) and (bool(second & MASKED) is masked)
             if plain and connection.takes_messages():
                 payload = data[start:wanted]
                 if masked:
                     payload = apply_mask(payload, data[key_at:start])
-                connection.message(payload, first == _FIN_TEXT)
+                connection.message(payload, first == FIN_TEXT)
             else:
                 connection.pass_on(data[at:wanted])
             at = wanted
-        else:
-            return
-        self._hold(data[at:], wanted - at)
+        if at < size:  # the loop stopped on an incomplete frame
+            self._hold(data[at:], wanted - at)
 
     def _hold(self, rest: bytes, wanted: int) -> None:
         self._held += rest

@@ -14,10 +14,11 @@ try:
 except ImportError:  # websockets built without its C extension
     from websockets.utils import apply_mask
 
-# RFC 6455 section 5.2: FIN with the text or binary opcode; the MASK bit on the length byte.
-_FIN_TEXT = 0x81
-_FIN_BINARY = 0x82
-_MASKED = 0x80
+# RFC 6455 section 5.2: FIN with the text or binary opcode and no reserved bits; the MASK
+# bit on the length byte (fast_receive.py reads frames by the same bytes).
+FIN_TEXT = 0x81
+FIN_BINARY = 0x82
+MASKED = 0x80
 
 
 class MaskingKeys:
@@ -46,8 +47,8 @@ _KEYS = MaskingKeys()
 def data_frame(data: bytes, *, text: bool, key: bytes | None) -> bytes:
     """A whole message as one WebSocket frame: text (UTF-8 `data`) or binary, masked with
     `key` (a client's frames) or not (a server's)."""
-    head1 = _FIN_TEXT if text else _FIN_BINARY
-    mask = 0 if key is None else _MASKED
+    head1 = FIN_TEXT if text else FIN_BINARY
+    mask = 0 if key is None else MASKED
     length = len(data)
     if length < 126:
         head = struct.pack("!BB", head1, mask | length)
