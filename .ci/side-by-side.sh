@@ -16,9 +16,11 @@ pip="$work/venv/bin/pip"
 "$pip" install -q "$repo" adapters
 "$pip" install -q --no-build-isolation scorer
 
+# The demo from the repository's root, where the README's Quick start runs it: its folders
+# must not hide the installed package from the demo's child processes.
+(cd "$repo" && STREAMEVAL_CACHE_DIR="$work/cache" "$work/venv/bin/streameval" demo --json \
+    --store "sqlite:///$work/demo.db") > "$work/demo.json"
 cd "$work"  # away from the repository, whose folders would be importable from its root
-STREAMEVAL_CACHE_DIR="$work/cache" "$work/venv/bin/streameval" demo --json \
-    --store "sqlite:///$work/demo.db" > demo.json
 "$work/venv/bin/python" - <<'PY'
 import importlib.util
 import json

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -14,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from streameval.adapters.__main__ import READY_PREFIX
+from streameval.child_process import module_command
 from streameval.core.errors import CoreError
 from streameval.listening import listened_url
 from streameval.protocol import WS_PATH
@@ -52,16 +52,9 @@ class AdapterProcess:
         return f"ws://{self.host}:{self.port}{WS_PATH}"
 
     def command(self) -> list[str]:
-        command = [
-            sys.executable,
-            "-m",
-            "streameval.adapters",
-            self.name,
-            "--host",
-            self.host,
-            "--port",
-            "0",
-        ]
+        command = module_command(
+            "streameval.adapters", self.name, "--host", self.host, "--port", "0"
+        )
         if self.config is not None:
             command += ["--config", str(self.config)]
         for key, value in self.options.items():

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
+from streameval.child_process import module_command
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.capacity import session_capacity
@@ -269,7 +269,7 @@ def scored(store_url: str, run_id: str) -> dict[str, Any]:
     """The scorer's JSON for a run, from `streameval score RUN --json` in a child process
     (the store named in its environment: a password stays out of the process list)."""
     env = {**os.environ, "STREAMEVAL_STORE": store_url}
-    command = [sys.executable, "-m", "streameval.cli", "score", run_id, "--json"]
+    command = module_command("streameval.cli", "score", run_id, "--json")
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO, Any
 
+from streameval.child_process import module_command
 from streameval.core.store.store import EventRow, Store, StoreError, StoreLost
 
 # How long `close` waits for the child to store what it was sent and end.
@@ -46,7 +47,7 @@ class StoreProcess:
     def __init__(self, url: str) -> None:
         self._lock = threading.Lock()
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "streameval.core.store_process"],
+            module_command("streameval.core.store_process"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

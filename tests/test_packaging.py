@@ -6,8 +6,12 @@ editable install reads the repository, so the other tests cannot see a file left
 from __future__ import annotations
 
 import fnmatch
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+from streameval.child_process import module_command
 
 REPO = Path(__file__).resolve().parent.parent
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -61,3 +65,14 @@ def test_every_file_of_the_package_folders_ships() -> None:
         str(path.relative_to(REPO)) for path in _shipped_files() if not _ships(path, folders)
     )
     assert left_out == []
+
+
+def test_a_child_process_does_not_import_from_the_current_folder(tmp_path: Path) -> None:
+    """From a checkout's root, where the Quick start runs, its `streameval/` folder would
+    hide a non-editable install's package from `python -m`: the Core's children (adapter,
+    store writer, scorer) are started without the current folder on their path."""
+    (tmp_path / "only_here.py").write_text("print('imported from the current folder')\n")
+    plain = [sys.executable, "-m", "only_here"]
+    assert subprocess.run(plain, cwd=tmp_path, capture_output=True).returncode == 0
+    ours = subprocess.run(module_command("only_here"), cwd=tmp_path, capture_output=True, text=True)
+    assert ours.returncode != 0 and "No module named only_here" in ours.stderr
