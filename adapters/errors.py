@@ -6,3 +6,7 @@ from streameval.errors import UserError
 
 class AdapterSetupError(UserError):
     """An adapter that cannot be built or served as asked."""
+
+
+class ModelLoadError(AdapterSetupError):
+    """The configured model cannot be loaded or is not a supported kind."""

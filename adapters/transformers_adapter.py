@@ -28,6 +28,7 @@ from pydantic import Field, field_validator
 
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
+from streameval.adapters.errors import ModelLoadError
 from streameval.adapters.hf.chat import (
     AFTER_ANSWER,
     ASSISTANT_TURN,
@@ -180,7 +181,7 @@ class TransformersAdapter(Adapter):
     Config = TransformersAdapterConfig
 
     def __init__(self, config: TransformersAdapterConfig) -> None:
-        from streameval.adapters.hf.model import ModelLoadError, VisionLanguageModel
+        from streameval.adapters.hf.model import VisionLanguageModel
 
         self.config = config
         try:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streameval.adapters.config import AdapterConfigError
-from streameval.adapters.errors import AdapterSetupError
-from streameval.adapters.hf.model import ModelLoadError
+from streameval.adapters.errors import AdapterSetupError, ModelLoadError
 from streameval.adapters.registry import AdapterLoadError
 from streameval.core.adapter_process import AdapterProcessError
 from streameval.core.benchmark.importing import BenchmarkError, EntryError

@@ -28,12 +28,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from streameval.adapters.errors import AdapterSetupError
+from streameval.adapters.errors import ModelLoadError
 from streameval.adapters.hf.chat import TURN_END
-
-
-class ModelLoadError(AdapterSetupError):
-    """The configured model cannot be loaded or is not a supported kind."""
 
 
 @dataclass(frozen=True)
