@@ -4,19 +4,20 @@ adapter's conditions is one line naming it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
+from streameval.adapters.__main__ import READY_PREFIX
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import load_adapter
 from streameval.core.store.store import Store
@@ -60,41 +61,62 @@ def user_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def wait_until_serving(server: subprocess.Popen, healthz: str) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        if server.poll() is not None:
-            pytest.fail(f"the adapter exited {server.returncode}: {server.communicate()}")
-        try:
-            if httpx.get(healthz, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the guide's adapter did not start"
-        time.sleep(0.2)
+def serve_on_a_free_port(serve: list[str], folder: Path, env: dict[str, str]) -> tuple:
+    """The guide's serve command on port 0 instead of its fixed port (where a user's own adapter
+    may be listening): returns the process and the URL it printed once it accepted connections."""
+    port = serve.index("--port") + 1
+    server = subprocess.Popen(
+        [*serve[:port], "0", *serve[port + 1 :]],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in server.stdout:
+        if line.startswith(READY_PREFIX):
+            return server, line.split()[-1]
+    server.wait(timeout=30)
+    pytest.fail(f"the adapter exited {server.returncode}: {server.stderr.read()}")
+
+
+@contextlib.contextmanager
+def something_listening_on(port: int) -> Iterator[None]:
+    """Whatever a user left on the guide's port (another adapter, say) while the test runs."""
+    try:
+        listener = socket.create_server(("127.0.0.1", port))
+    except OSError:  # already taken: the situation this stands for
+        yield
+        return
+    with listener:
+        yield
 
 
 def test_the_guide_example_runs_as_written_from_a_fresh_folder(tmp_path):
     files = guide_files()
     assert list(files) == ["my_adapter.py"]
-    serve, run = guide_commands()
-    assert serve.startswith(SERVE) and run.startswith("streameval run ")
+    serve, run = (shlex.split(command) for command in guide_commands())
+    assert serve[:3] == ["streameval", "adapter", "serve"] and run[:2] == ["streameval", "run"]
+    # The run command targets the port the serve command asks for.
+    url = run.index("--adapter-url") + 1
+    assert run[url] == f"ws://127.0.0.1:{serve[serve.index('--port') + 1]}/ws"
     folder = fresh_folder(tmp_path, files)
     env = user_env(tmp_path)
-    adapter_url = shlex.split(run)[shlex.split(run).index("--adapter-url") + 1]
-    healthz = urlsplit(adapter_url)._replace(scheme="http", path="/healthz").geturl()
 
-    server = subprocess.Popen(
-        shlex.split(serve), cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    try:
-        wait_until_serving(server, healthz)
-        ran = subprocess.run(
-            shlex.split(run), cwd=folder, env=env, capture_output=True, text=True, timeout=600
-        )
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
+    with something_listening_on(int(serve[serve.index("--port") + 1])):
+        server, listening = serve_on_a_free_port(serve, folder, env)
+        try:
+            ran = subprocess.run(
+                [*run[:url], listening, *run[url + 1 :]],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.communicate(timeout=30)
     assert ran.returncode == 0, ran.stderr
     summary = re.search(r"run (\w+): (\d+) finished, 0 failed", ran.stderr)
     assert summary is not None, ran.stderr
