@@ -29,6 +29,7 @@ if os.environ.get("STREAMEVAL_REQUIRE_MODELS"):
     import transformers  # noqa: F401
 pytest.importorskip("torch", reason=f"torch is not installed ({EXTRA})")
 pytest.importorskip("transformers", reason=f"transformers is not installed ({EXTRA})")
+pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 import torch  # noqa: E402
 

@@ -22,6 +22,7 @@ if os.environ.get("STREAMEVAL_REQUIRE_MODELS"):
     import transformers  # noqa: F401
 pytest.importorskip("torch", reason=f"torch is not installed ({EXTRA})")
 pytest.importorskip("transformers", reason=f"transformers is not installed ({EXTRA})")
+pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 import av  # noqa: E402
 import numpy as np  # noqa: E402

@@ -23,6 +23,7 @@ from PIL import Image
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'streameval[test]')")
 pytest.importorskip("transformers", reason="transformers is not installed")
+pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
