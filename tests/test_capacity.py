@@ -1,6 +1,8 @@
 """`streameval capacity` against an adapter whose latency grows with load in a known way
-(tests/load_adapter.py, its own process): its time to first token is 0.2 s x the sessions
-open at once, so under `ttft_p95=0.9` four sessions pass (0.8 s) and five fail (1.0 s).
+(tests/load_adapter.py, its own process): its time to first token is 0.5 s x the sessions
+open at once, so under `ttft_p95=2.25` four sessions pass (2.0 s) and five fail (2.5 s). The
+quarter second either side is what the Core's lag and the round trip may add on a machine
+loaded several times over without moving the knee.
 
 The search is run once for the module (`streameval capacity --json`, a real Core process,
 real SQLite store): from 2 it doubles to 4 and 8 (breaks), then bisects 6 and 5 (both
@@ -39,14 +41,14 @@ from tests.timeline_fixtures import QA, write_video
 
 pytestmark = pytest.mark.timeout(240)
 REPO = Path(__file__).resolve().parent.parent
-TTFT_PER_SESSION_S = 0.2
-SLO = "ttft_p95=0.9"
+TTFT_PER_SESSION_S = 0.5
+SLO = "ttft_p95=2.25"
 KNEE = 4
 LEVELS = [2, 4, 5, 6, 8]  # the levels the search runs, in the order of sessions
 TRIED = {2: 1, 4: 2, 8: 3, 6: 4, 5: 5}  # ... and when each ran
-# What a level's TTFT may exceed the adapter's own delay by: the Core's lag and the
-# WebSocket round trip on a loaded 2-core machine.
-SLACK_S = 0.09
+# What a level's TTFT may exceed the adapter's own delay by (the Core's lag and the WebSocket
+# round trip on a loaded machine): half a step, so the SLO stays between two levels.
+SLACK_S = TTFT_PER_SESSION_S / 2
 
 
 def write_load_benchmark(root: Path) -> Path:
@@ -123,7 +125,7 @@ def test_capacity_finds_the_known_knee(search: Search) -> None:
         assert (metrics["frames_sent"], metrics["frames_dropped"]) == (3 * n, 0)
         assert metrics["drop_rate"] == 0.0 and metrics["qa_accuracy"] == 1.0
         assert 0 <= metrics["lag_p99_s"] < SLACK_S
-        broken = [] if point["passed"] else [f"ttft_p95 {metrics['ttft_p95_s']:.4g} > 0.9"]
+        broken = [] if point["passed"] else [f"ttft_p95 {metrics['ttft_p95_s']:.4g} > 2.25"]
         assert point["broken"] == broken
     assert [term["term"] for term in result["slo"]] == ["ttft_p95", "failed_rate"]
 
@@ -155,7 +157,7 @@ def test_every_point_records_the_servers_own_metrics(search: Search) -> None:
         n, server = point["sessions"], point["server"]
         assert server["error"] is None
         # Between levels nothing is in flight; over a level the server answered n questions,
-        # each after 0.2 s x n (its own TTFT histogram's sum over count).
+        # each after 0.5 s x n (its own TTFT histogram's sum over count).
         assert server["start"]["vllm:num_requests_running"] == 0.0
         assert server["end"]["vllm:num_requests_running"] == 0.0
         assert server["requests"] == n

@@ -525,12 +525,17 @@ class BatchLog:
 
 async def test_events_put_one_at_a_time_are_gathered_into_one_batch():
     store = BatchLog()
-    writer = EventWriter(store, batch_size=100, max_delay_s=0.3)  # type: ignore[arg-type]
+    # A delay far longer than the puts take even on a loaded machine, waited for by polling.
+    writer = EventWriter(store, batch_size=100, max_delay_s=2.0)  # type: ignore[arg-type]
     await writer.start()
     for seq in range(10):
         writer.put(ack("s", seq))
         await asyncio.sleep(0.001)  # the writer is woken by none of them
-    await asyncio.sleep(0.5)
+    assert store.batches == []
+    for _ in range(3000):
+        if store.batches:
+            break
+        await asyncio.sleep(0.01)
     assert store.batches == [[("s", seq) for seq in range(10)]]
     await writer.close()
 
