@@ -3,7 +3,8 @@
 A third-party package makes its adapter servable by name with an entry point in the
 `streameval.adapters` group (pyproject: `[project.entry-points."streameval.adapters"]`,
 `my-model = "my_pkg.adapter:MyAdapter"`). Nothing here imports an adapter's module until
-that adapter is served, so listing adapters never loads a model stack.
+that adapter is served or its options are listed, so listing adapters never loads a model
+stack (and the built-in model adapters import theirs in their constructors only).
 """
 
 from __future__ import annotations

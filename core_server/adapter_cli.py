@@ -21,7 +21,10 @@ from streameval.core.terminal import Column, print_table
 if TYPE_CHECKING:
     from streameval.adapters.options import OptionInfo
 
-adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
+adapter_app = typer.Typer(
+    help="Adapter services: serve one, list them, list an adapter's options.",
+    no_args_is_help=True,
+)
 
 NameArgument = Annotated[
     str, typer.Argument(help="A name from `streameval adapter list`, or module:Class.")
@@ -71,8 +74,9 @@ def adapter_list(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """The adapters this installation can serve: name, kind and what each is; with
-    --presets, each preset, the adapters it configures and its file."""
+    """The adapters this installation can serve: name, kind and what each is.
+
+    With --presets, each packaged model preset, the adapters it configures and its file."""
     if presets:
         _list_presets(as_json)
         return
@@ -117,8 +121,7 @@ def _list_presets(as_json: bool) -> None:
 
 @adapter_app.command("options")
 def adapter_options(name: NameArgument, as_json: JsonOption = False) -> None:
-    """The options an adapter takes (-A KEY=VALUE, or keys of a --config file): each key's
-    type, default and meaning."""
+    """An adapter's options (-A KEY=VALUE, --config keys): type, default and meaning."""
     from streameval.adapters.errors import AdapterSetupError
     from streameval.adapters.options import describe_options
     from streameval.adapters.registry import adapter_class, config_model
