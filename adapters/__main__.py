@@ -14,11 +14,12 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import build_adapter
 from streameval.adapters.server import serve
+from streameval.core.exit_codes import EXIT_CANNOT_START
 from streameval.listening import listening_line
 from streameval.protocol import WS_PATH
 
@@ -68,9 +69,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_adapter(args.name, args.host, args.port, args.config, args.options)
     except AdapterSetupError as exc:
-        sys.exit(f"error: {exc}")
+        _cannot_start(str(exc))
     except OSError as exc:
-        sys.exit(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}")
+        _cannot_start(f"cannot listen on {args.host}:{args.port}: {exc.strerror}")
+
+
+def _cannot_start(message: str) -> NoReturn:
+    """Exit 2 with one line, as every `streameval` command that could not start does."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_CANNOT_START)
 
 
 if __name__ == "__main__":

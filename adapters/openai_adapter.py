@@ -37,8 +37,10 @@ class OpenAIAdapterConfig(VideoChatConfig):
     api_key_env: str | None = Field(
         "OPENAI_API_KEY", description="environment variable holding the key (unset: no key)"
     )
-    deployment: Literal["local-service", "remote-api"] = "local-service"
-    connect_timeout_s: float = Field(10.0, gt=0)
+    deployment: Literal["local-service", "remote-api"] = Field(
+        "local-service", description="remote-api for a hosted model (recorded with results)"
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="longest wait for a connection")
     read_timeout_s: float = Field(
         60.0, gt=0, description="longest wait for the next bytes (covers prefill of all images)"
     )

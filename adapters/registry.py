@@ -3,7 +3,8 @@
 A third-party package makes its adapter servable by name with an entry point in the
 `streameval.adapters` group (pyproject: `[project.entry-points."streameval.adapters"]`,
 `my-model = "my_pkg.adapter:MyAdapter"`). Nothing here imports an adapter's module until
-that adapter is served, so listing adapters never loads a model stack.
+that adapter is served or its options are listed, so listing adapters never loads a model
+stack (and the built-in model adapters import theirs in their constructors only).
 """
 
 from __future__ import annotations
@@ -34,14 +35,50 @@ from streameval.protocol import AdapterConditions
 ENTRY_POINT_GROUP = "streameval.adapters"
 BUILT_IN = "built-in"
 
-ADAPTERS: dict[str, str] = {
-    "reference": "streameval.adapters.reference:ReferenceAdapter",
-    "silent": "streameval.adapters.baselines:SilentAdapter",
-    "always": "streameval.adapters.baselines:AlwaysAdapter",
-    "random-choice": "streameval.adapters.baselines:RandomChoiceAdapter",
-    "openai": "streameval.adapters.openai_adapter:OpenAIAdapter",
-    "transformers": "streameval.adapters.transformers_adapter:TransformersAdapter",
-    "vllm": "streameval.adapters.vllm_engine:VLLMEngineAdapter",
+
+@dataclass(frozen=True)
+class BuiltIn:
+    target: str  # module:Class
+    kind: str  # what it runs: no model, a baseline, or the stack that runs the model
+    description: str  # one line, for `streameval adapter list`
+
+
+ADAPTERS: dict[str, BuiltIn] = {
+    "reference": BuiltIn(
+        "streameval.adapters.reference:ReferenceAdapter",
+        "no model",
+        "Answers the synthetic benchmark from pixels alone (the demo's adapter)",
+    ),
+    "silent": BuiltIn(
+        "streameval.adapters.baselines:SilentAdapter",
+        "baseline",
+        "Never speaks: declines every question and stays silent at every step",
+    ),
+    "always": BuiltIn(
+        "streameval.adapters.baselines:AlwaysAdapter",
+        "baseline",
+        "Speaks at every step and always picks the first option",
+    ),
+    "random-choice": BuiltIn(
+        "streameval.adapters.baselines:RandomChoiceAdapter",
+        "baseline",
+        "Picks an option at random, seeded by the record so reruns agree",
+    ),
+    "openai": BuiltIn(
+        "streameval.adapters.openai_adapter:OpenAIAdapter",
+        "HTTP client",
+        "A chat VideoLLM behind an OpenAI-compatible server (vLLM, SGLang, an API)",
+    ),
+    "transformers": BuiltIn(
+        "streameval.adapters.transformers_adapter:TransformersAdapter",
+        "torch",
+        "A Hugging Face VideoLLM streaming natively on its own KV cache",
+    ),
+    "vllm": BuiltIn(
+        "streameval.adapters.vllm_engine:VLLMEngineAdapter",
+        "vLLM",
+        "A chat VideoLLM on a vLLM engine inside the adapter's process",
+    ),
 }
 
 # A missing module named on the left is installed by the extra on the right.
@@ -63,15 +100,27 @@ class AdapterEntry:
     name: str
     target: str  # module:Class
     origin: str  # "built-in" or the distribution that registered it
+    kind: str
+    description: str
 
 
 def available_adapters() -> dict[str, AdapterEntry]:
-    """Built-ins and entry points; a built-in name cannot be taken over by a package."""
-    found = {name: AdapterEntry(name, target, BUILT_IN) for name, target in ADAPTERS.items()}
+    """Built-ins and entry points; a built-in name cannot be taken over by a package.
+
+    An entry point's description is its distribution's summary: reading the adapter's own
+    docstring would import its module, and with it perhaps a model stack."""
+    found = {
+        name: AdapterEntry(name, b.target, BUILT_IN, b.kind, b.description)
+        for name, b in ADAPTERS.items()
+    }
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name not in found:
-            origin = point.dist.name if point.dist is not None else "entry point"
-            found[point.name] = AdapterEntry(point.name, point.value, origin)
+            dist = point.dist
+            origin = dist.name if dist is not None else "entry point"
+            summary = (dist.metadata.get("Summary") or "") if dist is not None else ""
+            found[point.name] = AdapterEntry(
+                point.name, point.value, origin, f"plugin ({origin})", summary
+            )
     return found
 
 
@@ -88,10 +137,38 @@ def adapter_class(name: str) -> type[Adapter]:
     if entry is None:
         _find_in_current_folder(module_name)
     module = _import_module(name, module_name)
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
-        raise AdapterLoadError(f"{target} is not an Adapter subclass")
-    return cls
+    if not hasattr(module, class_name):
+        raise AdapterLoadError(_no_attribute(name, module, class_name))
+    found = getattr(module, class_name)
+    if not (isinstance(found, type) and issubclass(found, Adapter)):
+        raise AdapterLoadError(
+            f"adapter {name!r}: {class_name} in module {module_name} is {_what(found)}, "
+            "not an Adapter subclass"
+        )
+    return found
+
+
+def _no_attribute(name: str, module: ModuleType, attribute: str) -> str:
+    """The attribute is not there: name the Adapter classes the module does define."""
+    defined = sorted(
+        key
+        for key, value in vars(module).items()
+        if isinstance(value, type)
+        and issubclass(value, Adapter)
+        and value.__module__ == module.__name__
+    )
+    defines = (
+        f"its Adapter classes: {', '.join(defined)}" if defined else "it defines no Adapter class"
+    )
+    return f"adapter {name!r}: module {module.__name__} has no attribute {attribute} ({defines})"
+
+
+def _what(value: object) -> str:
+    if isinstance(value, type):
+        return "a class"
+    if isinstance(value, ModuleType):
+        return "a module"
+    return "a function" if callable(value) else f"a {type(value).__name__} value"
 
 
 def _find_in_current_folder(module_name: str) -> None:

@@ -65,11 +65,13 @@ class TransformersAdapterConfig(AdapterConfig):
     model_name: str = Field("", description="declared model name; default: the last path part")
     model_version: str = Field("", description="a revision or date, recorded with results")
     visual_tokens: int = Field(768, ge=4, description="cap on visual tokens per frame")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights' dtype; auto: the checkpoint's"
+    )
     device: str = Field("auto", description="'auto' = cuda when available, else cpu")
     attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2")
-    max_tokens_qa: int = Field(32, ge=1)
-    max_tokens_proactive: int = Field(64, ge=1)
+    max_tokens_qa: int = Field(32, ge=1, description="answer length limit")
+    max_tokens_proactive: int = Field(64, ge=1, description="decision length limit")
     context_tokens: int | None = Field(
         None, ge=1, description="context budget; default: the model's maximum"
     )
@@ -92,12 +94,24 @@ class TransformersAdapterConfig(AdapterConfig):
     evict_frames: int = Field(
         1, ge=1, description="frame blocks evicted at least per eviction (more when needed)"
     )
-    frame_label: str | None = prompts.FRAME_LABEL
-    system_prompt: str | None = None
-    qa_prompt: str = prompts.QA_PROMPT
-    open_qa_prompt: str = prompts.OPEN_QA_PROMPT
-    instruction_prompt: str = INSTRUCTION_PROMPT
-    standby_prompt: str = STANDBY_PROMPT
+    frame_label: str | None = Field(
+        prompts.FRAME_LABEL,
+        description="text before each frame ({t}, {index}: its position among the committed "
+        "frames); null for none",
+    )
+    system_prompt: str | None = Field(None, description="a system turn")
+    qa_prompt: str = Field(
+        prompts.QA_PROMPT, description="multiple-choice question ({t}, {question}, {options})"
+    )
+    open_qa_prompt: str = Field(
+        prompts.OPEN_QA_PROMPT, description="question without options ({t}, {question})"
+    )
+    instruction_prompt: str = Field(
+        INSTRUCTION_PROMPT, description="a proactive instruction ({t}, {instruction}, {wait})"
+    )
+    standby_prompt: str = Field(
+        STANDBY_PROMPT, description="the first decision before any question or task ({wait})"
+    )
     wait_word: str = Field("<silent>", min_length=1, description="what the model says to wait")
     stop_words: list[str] = Field(
         default_factory=list,

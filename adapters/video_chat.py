@@ -77,18 +77,34 @@ class VideoChatConfig(AdapterConfig):
         description="video mode: send the frames' fps to the server (vLLM media_io_kwargs and "
         "mm_processor_kwargs) with every video",
     )
-    frame_label: str | None = prompts.FRAME_LABEL
-    video_label: str | None = prompts.VIDEO_LABEL
-    system_prompt: str | None = None
+    frame_label: str | None = Field(
+        prompts.FRAME_LABEL,
+        description="text before each image ({t}: video seconds, {index}); null for none",
+    )
+    video_label: str | None = Field(
+        prompts.VIDEO_LABEL,
+        description="video mode: text before the video ({start}, {end}, {frames}, {fps}); "
+        "null for none",
+    )
+    system_prompt: str | None = Field(None, description="a system message")
     # Unset: the images wording, or in video mode the video wording (chat_prompts.VIDEO_*).
-    qa_prompt: str = prompts.QA_PROMPT
-    open_qa_prompt: str = prompts.OPEN_QA_PROMPT
-    proactive_prompt: str = prompts.PROACTIVE_PROMPT
-    wait_word: str = Field("WAIT", min_length=1)
-    max_tokens_qa: int = Field(32, ge=1)
-    max_tokens_proactive: int = Field(64, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    seed: int | None = 0
+    qa_prompt: str = Field(
+        prompts.QA_PROMPT, description="multiple-choice question ({t}, {question}, {options})"
+    )
+    open_qa_prompt: str = Field(
+        prompts.OPEN_QA_PROMPT, description="question without options ({t}, {question})"
+    )
+    proactive_prompt: str = Field(
+        prompts.PROACTIVE_PROMPT,
+        description="proactive decision ({t}, {instruction}, {earlier}, {wait})",
+    )
+    wait_word: str = Field(
+        "WAIT", min_length=1, description='the reply that means "nothing to say now"'
+    )
+    max_tokens_qa: int = Field(32, ge=1, description="answer length limit")
+    max_tokens_proactive: int = Field(64, ge=1, description="proactive response length limit")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature")
+    seed: int | None = Field(0, description="sampling seed (null: none sent)")
     mm_processor_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="per-request multimodal processor options (vLLM)"
     )

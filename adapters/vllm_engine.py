@@ -76,11 +76,17 @@ class VLLMStartError(AdapterSetupError):
 
 
 class VLLMEngineConfig(VideoChatConfig):
-    tensor_parallel_size: int = Field(1, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    dtype: str = "auto"
-    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs the model is split over")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="share of each GPU's memory vLLM may take"
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="context length; default: the model's"
+    )
+    dtype: str = Field("auto", description="weights' dtype; auto: the checkpoint's")
+    enable_prefix_caching: bool = Field(
+        True, description="sliding windows share the cache of their prompt heads"
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="any further vLLM AsyncEngineArgs field; not one of the options above",

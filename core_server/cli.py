@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
+from streameval.core.adapter_cli import adapter_app
 from streameval.core.audit_cli import audit_app
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.capacity_cli import capacity
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from streameval.core.worker import WorkerSummary
 
 app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
-adapter_app = typer.Typer(help="Adapter services.", no_args_is_help=True)
 app.add_typer(adapter_app, name="adapter")
 app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
 app.add_typer(launch_app, name="launch")
@@ -781,64 +781,6 @@ def profiles(
         for profile in PROTOCOL_PROFILES.values()
     ]
     print_table(Console(), columns, rows)
-
-
-@adapter_app.command("serve")
-def adapter_serve(
-    name: Annotated[
-        str, typer.Argument(help="A name from `streameval adapter list`, or module:Class.")
-    ],
-    host: str = "127.0.0.1",
-    port: int = 8765,
-    config: Annotated[
-        str | None,
-        typer.Option("--config", help="YAML file of adapter options, or a preset name."),
-    ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option("-A", "--option", help="KEY=VALUE adapter option over --config (repeatable)."),
-    ] = None,
-) -> None:
-    """Serve an adapter as a WebSocket service (ws://HOST:PORT/ws, /healthz, /info)."""
-    from streameval.adapters.__main__ import main as adapter_main
-
-    argv = [name, "--host", host, "--port", str(port)]
-    if config is not None:
-        argv += ["--config", config]
-    for item in option or []:
-        argv += ["-A", item]
-    adapter_main(argv)
-
-
-@adapter_app.command("list")
-def adapter_list(
-    presets: Annotated[
-        bool, typer.Option("--presets", help="List the packaged model presets instead.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
-) -> None:
-    """The adapters this installation can serve: name, origin, module:Class (tab-separated);
-    with --presets, each preset, the adapters it configures and its file."""
-    from streameval.adapters.config import PRESET_DIR, preset_names
-    from streameval.adapters.registry import available_adapters, preset_adapters
-
-    if presets:
-        listed = [
-            {
-                "preset": preset,
-                "adapters": preset_adapters(preset),
-                "file": f"{PRESET_DIR / preset}.yaml",
-            }
-            for preset in preset_names()
-        ]
-        lines = [f"{p['preset']}\t{','.join(p['adapters'])}\t{p['file']}" for p in listed]
-    else:
-        listed = [
-            {"name": name, "origin": entry.origin, "target": entry.target}
-            for name, entry in sorted(available_adapters().items())
-        ]
-        lines = [f"{a['name']}\t{a['origin']}\t{a['target']}" for a in listed]
-    print(json.dumps(listed) if as_json else "\n".join(lines))
 
 
 @app.command("core-api")

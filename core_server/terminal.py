@@ -44,7 +44,7 @@ def print_table(
     if title:
         console.print(title, highlight=False)
     if _narrowest(columns, rows) <= console.width:
-        console.print(_table(columns, rows))
+        console.print(_table(columns, rows, console.width))
     else:
         console.print(_blocks(columns, rows))
 
@@ -65,39 +65,55 @@ def _widest_line(cell: Cell) -> int:
     return max(cell_len(line) for line in str(cell).split("\n"))
 
 
-def _narrowest(columns: Sequence[Column], rows: Sequence[Row | str]) -> int:
-    """The narrowest the table can print with every identifier whole and no other word cut:
-    each column at its widest identifier, longest word or min_width, plus its padding,
-    plus one divider between columns."""
-    width = len(columns) - 1
+def _cells(position: int, rows: Sequence[Row | str]) -> list[Cell]:
+    """A column's cells; the first column's include the headings, which sit there."""
+    cells = [row[position] for row in rows if not isinstance(row, str)]
+    if position == 0:
+        cells += [row for row in rows if isinstance(row, str)]
+    return cells
+
+
+def _needs(columns: Sequence[Column], rows: Sequence[Row | str]) -> list[int]:
+    """The narrowest each column prints with every identifier whole and no other word cut:
+    its widest identifier, or its longest word or min_width."""
+    needs = []
     for position, column in enumerate(columns):
-        cells = [str(row[position]) for row in rows if not isinstance(row, str)]
-        if position == 0:
-            cells += [row for row in rows if isinstance(row, str)]
+        cells = [str(cell) for cell in _cells(position, rows)] + [column.header]
         if column.key:
-            needed = max(_widest_line(cell) for cell in [*cells, column.header])
+            needs.append(max(_widest_line(cell) for cell in cells))
         else:
-            words = [word for cell in [*cells, column.header] for word in cell.split()]
-            needed = max([cell_len(word) for word in words] + [column.min_width or 1])
-        width += needed + _PADDING
-    return width
+            words = [word for cell in cells for word in cell.split()]
+            needs.append(max([cell_len(word) for word in words] + [column.min_width or 1]))
+    return needs
 
 
-def _table(columns: Sequence[Column], rows: Sequence[Row | str]) -> Table:
+def _narrowest(columns: Sequence[Column], rows: Sequence[Row | str]) -> int:
+    """The narrowest the table can print: each column at its need plus its padding, plus
+    one divider between columns."""
+    return sum(_needs(columns, rows)) + len(columns) * (_PADDING + 1) - 1
+
+
+def _widths(columns: Sequence[Column], rows: Sequence[Row | str], room: int) -> list[int]:
+    """Column widths that fill at most `room`: the widest column narrowed first, none below
+    its need. (rich narrows the widest columns below their longest word, then crops.)"""
+    needs = _needs(columns, rows)
+    widths = [
+        max([_widest_line(cell) for cell in _cells(position, rows)] + [cell_len(column.header)])
+        for position, column in enumerate(columns)
+    ]
+    widths = [max(width, need) for width, need in zip(widths, needs, strict=True)]
+    room -= len(columns) * (_PADDING + 1) - 1
+    while sum(widths) > room:
+        narrowable = [k for k, width in enumerate(widths) if width > needs[k]]
+        widths[max(narrowable, key=lambda k: widths[k])] -= 1
+    return widths
+
+
+def _table(columns: Sequence[Column], rows: Sequence[Row | str], room: int) -> Table:
     # Two spaces between columns: the divider and one space of padding.
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, _PADDING, 0, 0))
-    for position, column in enumerate(columns):
-        cells = [row[position] for row in rows if not isinstance(row, str)]
-        if position == 0:
-            cells += [row for row in rows if isinstance(row, str)]  # headings sit here
-        whole = max([_widest_line(cell) for cell in cells] + [cell_len(column.header)])
-        table.add_column(
-            column.header,
-            justify=column.justify,
-            no_wrap=column.key,
-            # rich never narrows a column below its min_width, so an identifier stays whole
-            min_width=whole if column.key else column.min_width,
-        )
+    for column, width in zip(columns, _widths(columns, rows, room), strict=True):
+        table.add_column(column.header, justify=column.justify, no_wrap=column.key, width=width)
     for row in rows:
         if isinstance(row, str):
             if table.row_count:

@@ -145,7 +145,7 @@ def test_a_required_condition_left_out_is_one_line_naming_it(tmp_path):
         shlex.split(serve), cwd=folder, env=user_env(tmp_path), capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: adapter {target!r} ({folder / name}, line {line}): conditions: the field "
         "'model_name' is required (AdapterConditions(model_name=...))"
@@ -159,7 +159,7 @@ def test_a_module_in_no_folder_says_where_it_was_looked_for(tmp_path):
         shlex.split(serve), cwd=tmp_path, env=user_env(tmp_path), capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"error: adapter {target!r}: no module 'my_adapter' on the Python path nor in the "
         f"current folder ({tmp_path}); run from the folder that holds my_adapter.py, or add "

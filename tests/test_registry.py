@@ -4,6 +4,7 @@ YAML file (or packaged preset) plus `-A key=value` overrides, and one-line error
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import signal
 import subprocess
@@ -69,7 +70,9 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "echo_plugin" / "__init__.py").write_text(PLUGIN)
     info = root / "echo_plugin-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-plugin\nVersion: 1.0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: echo-plugin\nVersion: 1.0\nSummary: Echoes the stream\n"
+    )
     (info / "entry_points.txt").write_text(
         "[streameval.adapters]\n"
         "echo = echo_plugin:EchoAdapter\n"
@@ -94,20 +97,37 @@ def streameval(*args: str) -> subprocess.CompletedProcess:
 
 def test_entry_points_are_discovered_and_cannot_take_built_in_names(plugin):
     adapters = available_adapters()
-    assert adapters["echo"] == AdapterEntry("echo", "echo_plugin:EchoAdapter", "echo-plugin")
+    assert adapters["echo"] == AdapterEntry(
+        "echo",
+        "echo_plugin:EchoAdapter",
+        "echo-plugin",
+        "plugin (echo-plugin)",
+        "Echoes the stream",
+    )
     assert adapters["reference"].origin == "built-in"
     assert adapters["openai"] == AdapterEntry(
-        "openai", "streameval.adapters.openai_adapter:OpenAIAdapter", "built-in"
+        "openai",
+        "streameval.adapters.openai_adapter:OpenAIAdapter",
+        "built-in",
+        "HTTP client",
+        "A chat VideoLLM behind an OpenAI-compatible server (vLLM, SGLang, an API)",
     )
     adapter = load_adapter("echo", {"model": "m", "times": 2})
     assert type(adapter).__module__ == "echo_plugin" and adapter.config.times == 2
 
-    listed = streameval("adapter", "list")
+    listed = streameval("adapter", "list", "--json")
     assert listed.returncode == 0, listed.stderr
-    lines = listed.stdout.splitlines()
-    assert "echo\techo-plugin\techo_plugin:EchoAdapter" in lines
-    assert "reference\tbuilt-in\tstreameval.adapters.reference:ReferenceAdapter" in lines
-    assert [line.split("\t")[0] for line in lines] == sorted(adapters)
+    entries = json.loads(listed.stdout)
+    assert [entry["name"] for entry in entries] == sorted(adapters)
+    assert {
+        "name": "echo",
+        "target": "echo_plugin:EchoAdapter",
+        "origin": "echo-plugin",
+        "kind": "plugin (echo-plugin)",
+        "description": "Echoes the stream",
+    } in entries
+    table = [line.split() for line in streameval("adapter", "list").stdout.splitlines()]
+    assert ["echo", "plugin", "(echo-plugin)", "Echoes", "the", "stream"] in table
 
 
 def test_a_plugin_is_served_with_its_config_file_and_overrides(plugin, tmp_path):
@@ -219,8 +239,11 @@ def test_missing_configs_unknown_names_and_missing_extras(tmp_path):
     with pytest.raises(UnknownAdapter) as unknown:
         load_adapter("nobody")
     assert str(unknown.value).startswith("unknown adapter 'nobody'; known: always, openai, ")
-    with pytest.raises(AdapterLoadError, match="^json:JSONDecoder is not an Adapter subclass$"):
+    with pytest.raises(AdapterLoadError) as not_adapter:
         load_adapter("json:JSONDecoder")
+    assert str(not_adapter.value) == (
+        "adapter 'json:JSONDecoder': JSONDecoder in module json is a class, not an Adapter subclass"
+    )
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(AdapterLoadError) as missing:
             load_adapter("vllm", {"model": "m"})
@@ -288,11 +311,11 @@ def test_the_presets_cover_the_common_backbones():
     models = {load_config("p", OpenAIAdapterConfig, p).model for p in CHAT_PRESETS}
     for family in ("Qwen2-VL", "Qwen2.5-VL", "Qwen3-VL", "InternVL3_5", "MiniCPM-V", "onevision"):
         assert any(family in model for model in models), family
-    listed = streameval("adapter", "list", "--presets")
-    rows = [line.split("\t") for line in listed.stdout.splitlines()]
-    assert [row[0] for row in rows] == preset_names()
-    assert {row[0]: row[1] for row in rows}["livecc-7b"] == "transformers"
-    assert {row[0]: row[1] for row in rows}["qwen2.5-vl-7b"] == "openai,vllm"
+    listed = json.loads(streameval("adapter", "list", "--presets", "--json").stdout)
+    assert [row["preset"] for row in listed] == preset_names()
+    adapters = {row["preset"]: row["adapters"] for row in listed}
+    assert adapters["livecc-7b"] == ["transformers"]
+    assert adapters["qwen2.5-vl-7b"] == ["openai", "vllm"]
 
 
 def test_every_option_of_the_model_adapters_is_documented():
