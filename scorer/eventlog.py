@@ -96,10 +96,17 @@ class SessionLog:
         return self
 
     def frame(
-        self, t: float, ns: int | None = None, scheduled_ns: int | None = None, ack: bool = False
+        self,
+        t: float,
+        ns: int | None = None,
+        scheduled_ns: int | None = None,
+        ack: bool = False,
+        again: bool = False,
     ) -> int:
-        index = self._frames
-        self._frames += 1
+        """A delivered frame; `again`: the frame before delivered a second time, as the
+        `duplicate` perturbation does (same index and id)."""
+        index = self._frames - 1 if again else self._frames
+        self._frames = index + 1
         self.video_t = t
         ns = self.clock + _TICK_NS if ns is None else ns
         sent = self._add(
