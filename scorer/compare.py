@@ -118,9 +118,9 @@ def compare_sources(
     notes, subtract = _comparability(source_a, source_b)
     if ids_a != ids_b:
         notes.append(
-            f"only {len(common)} records are in both runs and compared: "
-            f"{len(ids_a - ids_b)} of {len(ids_a)} of run {source_a.run_id} and "
-            f"{len(ids_b - ids_a)} of {len(ids_b)} of run {source_b.run_id} are left out"
+            f"the runs share {len(common)} of their records, which are compared; left out: "
+            f"{len(ids_a - ids_b)} of the {len(ids_a)} of run {source_a.run_id} and "
+            f"{len(ids_b - ids_a)} of the {len(ids_b)} of run {source_b.run_id}"
         )
     if run_a.judge.kind != run_b.judge.kind:
         notes.append("the two runs were judged differently")
