@@ -143,8 +143,11 @@ def compare_tables(
             a, b = statistic.estimate(table_a), statistic.estimate(table_b)
             diff = None if a is None or b is None or not subtract(name, metric) else b - a
             ci = None
-            videos = min(statistic.videos(table_a), statistic.videos(table_b))
-            if counts is not None and diff is not None and videos >= MIN_VIDEOS:
+            if (
+                counts is not None
+                and diff is not None
+                and _paired_videos(statistic, table_a, table_b)
+            ):
                 replicated = statistic.replicates(table_b, counts) - statistic.replicates(
                     table_a, counts
                 )
@@ -152,3 +155,8 @@ def compare_tables(
             diffs[metric] = Difference(a, b, diff, ci, population_a, population_b, statistic.unit)
         result[name] = diffs
     return result
+
+
+def _paired_videos(statistic: Statistic, table_a: FieldTable, table_b: FieldTable) -> bool:
+    """Whether the statistic draws on enough videos in both runs for a paired interval."""
+    return min(statistic.videos(table_a), statistic.videos(table_b)) >= MIN_VIDEOS
