@@ -1,8 +1,10 @@
 """Compare two runs record by record: B - A for every metric, with paired intervals.
 
-Only records present in both runs are compared (the counts of the others are reported).
-The bootstrap resamples videos once and applies the same resample to both runs, so the
-interval of a difference reflects the pairing.
+Only records present in both runs are compared: two runs that share no record (e.g. runs
+of different benchmarks) cannot be compared (a ScoreError), and where they share only some
+a note says how many of each run's records are left out. The bootstrap resamples videos
+once and applies the same resample to both runs, so the interval of a difference reflects
+the pairing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from rich.console import Console
 
 from streameval.core.store.store import Store
 from streameval.core.terminal import Column, print_table
+from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import Judge
 from streameval.scorer.metrics.aggregate import Difference, compare_tables, is_timing
 from streameval.scorer.metrics.record import fields
@@ -96,11 +99,16 @@ def compare_sources(
     judge: Judge | None = None,
 ) -> Comparison:
     profile = get_profile(profile)
+    ids_a = {data["record_id"] for data in source_a.records}
+    ids_b = {data["record_id"] for data in source_b.records}
+    common = sorted(ids_a & ids_b)
+    if not common:
+        raise ScoreError(
+            f"runs {_described(source_a)} and {_described(source_b)} share no record: "
+            "nothing to compare"
+        )
     run_a = evaluate_source(source_a, profile, judge)
     run_b = evaluate_source(source_b, profile, judge)
-    ids_a = {e.record.record_id for e in run_a.evaluations}
-    ids_b = {e.record.record_id for e in run_b.evaluations}
-    common = sorted(ids_a & ids_b)
     table_a, types = _paired_table(run_a, common)
     table_b, _ = _paired_table(run_b, common)
     families = profile.families
@@ -108,6 +116,12 @@ def compare_sources(
     for position, task_type in enumerate(types):
         by_type.setdefault(task_type, []).append(position)
     notes, subtract = _comparability(source_a, source_b)
+    if ids_a != ids_b:
+        notes.append(
+            f"the runs share {len(common)} of their records, which are compared; left out: "
+            f"{len(ids_a - ids_b)} of the {len(ids_a)} of run {source_a.run_id} and "
+            f"{len(ids_b - ids_a)} of the {len(ids_b)} of run {source_b.run_id}"
+        )
     if run_a.judge.kind != run_b.judge.kind:
         notes.append("the two runs were judged differently")
     if run_a.judge.incomplete or run_b.judge.incomplete:
@@ -135,6 +149,10 @@ def compare_sources(
             for name, rows in sorted(by_type.items())
         },
     )
+
+
+def _described(source: RunSource) -> str:
+    return f"{source.run_id} (benchmark {source.run['benchmark']})"
 
 
 def _comparability(a: RunSource, b: RunSource) -> tuple[list[str], Callable[[str, str], bool]]:

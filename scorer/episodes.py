@@ -122,6 +122,8 @@ class SessionTrace:
     probes: dict[str, int] = field(default_factory=dict)  # probe task id -> when it was sent
     frame_t: list[float] = field(default_factory=list)  # delivered frames, in order
     frame_ns: list[int] = field(default_factory=list)
+    distinct_frames: int = 0  # delivered frames, each counted once (a duplicate is not new)
+    last_frame_index: int = -1
     schedule: tuple[int, float] | None = None  # (scheduled_ns, t) of one scheduled frame
     core_dropped: int = 0
     step_t: list[float] = field(default_factory=list)
@@ -208,6 +210,10 @@ def _add(trace: SessionTrace, row: EventRow) -> None:
     if type(payload) is FrameSentPayload:
         trace.frame_t.append(video_t)
         trace.frame_ns.append(runtime_ns)
+        # Frames go out in index order; only a duplicate repeats an index already sent.
+        if payload.index > trace.last_frame_index:
+            trace.distinct_frames += 1
+            trace.last_frame_index = payload.index
         if trace.schedule is None and trace.wall_clock:
             _note_schedule(trace, payload)
     elif type(payload) is FrameAckPayload:

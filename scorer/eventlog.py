@@ -96,10 +96,17 @@ class SessionLog:
         return self
 
     def frame(
-        self, t: float, ns: int | None = None, scheduled_ns: int | None = None, ack: bool = False
+        self,
+        t: float,
+        ns: int | None = None,
+        scheduled_ns: int | None = None,
+        ack: bool = False,
+        again: bool = False,
     ) -> int:
-        index = self._frames
-        self._frames += 1
+        """A delivered frame; `again`: the frame before delivered a second time, as the
+        `duplicate` perturbation does (same index and id)."""
+        index = self._frames - 1 if again else self._frames
+        self._frames = index + 1
         self.video_t = t
         ns = self.clock + _TICK_NS if ns is None else ns
         sent = self._add(
@@ -306,12 +313,13 @@ def store_run(
     logs: Sequence[SessionLog],
     config: dict[str, Any] | None = None,
     status: str = "finished",
+    benchmark: str = "handwritten",
 ) -> None:
     """Create a run holding these records and sessions' events, as the Core would."""
     strays = sorted({log.run_id for log in logs} - {run_id})
     if strays:
         raise ValueError(f"logs of run(s) {strays} cannot be stored in run {run_id!r}")
-    store.create_run(run_id, "handwritten", config or {"profile": "trace", "pacing": "logical"})
+    store.create_run(run_id, benchmark, config or {"profile": "trace", "pacing": "logical"})
     store.add_records(run_id, [record.model_dump(mode="json") for record in records])
     store.add_sessions(run_id, [(record.record_id, [record.record_id]) for record in records])
     for log in logs:

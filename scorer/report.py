@@ -98,7 +98,8 @@ class MetricValue(BaseModel):
     observed: int = Field(description="units with an observed value")
     coverage: float | None = Field(description="observed / population")
     ci95: tuple[float, float] | None = Field(
-        description="bootstrap interval clustered by video (None: fewer than two videos)"
+        description="bootstrap interval clustered by video (None: the value draws on fewer "
+        "than two videos)"
     )
     unit: str
 

@@ -52,6 +52,10 @@ def test_the_report_holds_what_the_api_serves(url: str) -> None:
         run = api.get("/runs/run-a").json()
         assert data["run"] == run
         assert data["metrics"] == api.get("/runs/run-a/metrics").json()
+        # The proactive records are all on one video: no interval; the QA ones on two.
+        overall = data["metrics"]["overall"]
+        assert overall["proactive"]["in_window_accuracy"]["ci95"] is None
+        assert overall["qa"]["accuracy"]["ci95"] == [0.0, 0.5]
         records = api.get("/runs/run-a/records").json()["items"]
         assert data["records"] == records
         assert set(data["timelines"]) == {r["record_id"] for r in records}

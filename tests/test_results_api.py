@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from streameval.core.benchmark.records import QARecord
 from streameval.core.store.store import Store
+from streameval.scorer.eventlog import store_run
 from streameval.scorer.metrics.explain import explain
 from streameval.scorer.service.api import create_app
 from tests.test_scorer_report import mixed_run
@@ -101,6 +103,51 @@ def test_compare_and_profiles(client: TestClient) -> None:
         "streamingbench",
     ]
     assert profiles[0]["constants"]["tolerance_s"] == 5.0
+
+
+def test_metrics_drawn_from_one_video_have_no_interval(client: TestClient) -> None:
+    # The proactive records are all on one video; the QA records on two.
+    overall = client.get("/runs/run-a/metrics").json()["overall"]
+    assert overall["qa"]["accuracy"]["ci95"] == [0.5, 1.0]
+    assert overall["proactive"]["in_window_accuracy"]["ci95"] is None
+    compared = client.get("/compare", params={"run_a": "run-a", "run_b": "run-b"}).json()
+    assert compared["overall"]["proactive"]["in_window_accuracy"]["ci95"] is None
+
+
+def other_question() -> QARecord:
+    return QARecord(
+        record_id="other-1",
+        source_id="w",
+        source_benchmark="other",
+        task_type="OCR",
+        video_path="w.mp4",
+        question="Which digit?",
+        options=("A. 1", "B. 2"),
+        answer="A",
+        question_time_s=3.0,
+        evidence_anchor_s=2.0,
+    )
+
+
+def test_compare_of_runs_sharing_no_record_is_a_422_naming_both(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        mixed_run(store, "run-a")
+        mixed_run(store, "run-c", keep={"qa-0"})
+        store_run(store, "other", [other_question()], [], benchmark="other@2")
+    with TestClient(create_app(url)) as client:
+        refused = client.get("/compare", params={"run_a": "run-a", "run_b": "other"})
+        assert refused.status_code == 422
+        assert refused.json() == {
+            "detail": "runs run-a (benchmark handwritten) and other (benchmark other@2) share "
+            "no record: nothing to compare"
+        }
+        partial = client.get("/compare", params={"run_a": "run-a", "run_b": "run-c"}).json()
+    assert partial["paired_records"] == 1
+    assert partial["notes"] == [
+        "the runs share 1 of their records, which are compared; left out: 4 of the 5 of run "
+        "run-a and 0 of the 1 of run run-c"
+    ]
 
 
 def test_metric_help_explains_every_metric_a_profile_reports(client: TestClient) -> None:

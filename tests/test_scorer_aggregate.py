@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streameval.scorer.metrics.aggregate import bootstrap_counts, summarise
+from streameval.scorer.metrics.aggregate import bootstrap_counts, statistic_interval, summarise
 from streameval.scorer.metrics.statistic import (
+    Combined,
     FieldTable,
+    MacroMean,
     Mean,
     Quantile,
     Ratio,
@@ -57,6 +59,26 @@ def test_no_interval_with_one_video_or_no_resamples() -> None:
     table = qa_table([1, 0], ["v1", "v2"])
     none = PROFILE.with_overrides(bootstrap_resamples=0)
     assert summarise(table, ["qa"], none, "overall")["qa"]["accuracy"].ci95 is None
+
+
+def test_no_interval_for_a_value_drawn_from_one_video_of_several() -> None:
+    # v1: two records with a value; v2: a member without one; v3: outside the population.
+    rows = [{"n": 1.0, "x": 2.0, "m/a/t": 1.0}, {"n": 1.0, "x": 4.0}, {"n": 1.0}, {}]
+    lists = [{"d": [1.0, 2.0]}, {}, {"d": [3.0]}, {}]
+    table = FieldTable(rows, lists, ["v1", "v1", "v2", "v3"])
+    mean = Mean("x", "n", "records")
+    ratio = Ratio("x", "n", "records")
+    median = Quantile("d", 0.5, "n", "s")
+    assert [s.videos(table) for s in (mean, ratio, median)] == [1, 2, 2]
+    assert MacroMean("m/", ("a",), "%").videos(table) == 1
+    assert Combined(ratio, mean, "*", like=ratio).videos(table) == 1
+    counts = bootstrap_counts(table.clusters, PROFILE, "overall")
+    # The mean's resamples repeat v1's 3.0 or leave v1 out: no interval, not [3, 3].
+    replicates = mean.replicates(table, counts)
+    assert np.unique(replicates[np.isfinite(replicates)]).tolist() == [3.0]
+    assert statistic_interval(mean, table, counts, 0.95) is None
+    assert statistic_interval(ratio, table, counts, 0.95) == (0.0, 3.0)
+    assert statistic_interval(median, table, counts, 0.95) == (1.5, 3.0)
 
 
 def test_families_without_records_are_left_out() -> None:

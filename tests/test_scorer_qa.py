@@ -177,6 +177,29 @@ def test_workload_counts_replays_and_drops() -> None:
     assert (result.output_tokens, result.input_tokens, result.model_calls) == (7, 300, 3)
 
 
+@pytest.mark.parametrize(("skipped", "dropped"), [(None, 0), (3, 1), (1, 1)])
+def test_a_duplicated_frame_is_delivered_twice_but_never_a_drop(
+    skipped: int | None, dropped: int
+) -> None:
+    """Frames 0..3, frames 1 and 2 sent twice (the `duplicate` perturbation); the adapter
+    takes each copy it gets except those of frame `skipped`."""
+    log = SessionLog("run", "q1").start()
+    for index in range(4):
+        copies = 2 if index in (1, 2) else 1
+        for copy in range(copies):
+            log.frame(float(26 + index), again=copy == 1)
+            if index != skipped:
+                log.workload([log.frame_id(index)])
+    log.question(question())
+    log.respond("B")
+    log.finish()
+    result = evaluate_workload(assemble_one("q1", log.rows()), PAPER.submission_kinds)
+    assert result.delivered_frames == 6
+    assert result.unique_submitted_frames == (4 if skipped is None else 3)
+    assert result.replayed_occurrences == (1 if skipped == 1 else 2)
+    assert result.dropped_frames == dropped
+
+
 def test_evictions_are_counted_apart_from_drops_with_their_reprefill_tokens() -> None:
     rec = question()
     log = SessionLog("run", "q1").start()

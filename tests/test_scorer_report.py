@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from streameval.cli import app
-from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
+from streameval.core.benchmark.loader import import_path
+from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord, Trigger
+from streameval.core.benchmark.synthetic import generate
 from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.scorer.compare import compare_runs, compare_sources
@@ -17,6 +19,7 @@ from streameval.scorer.errors import ScoreError
 from streameval.scorer.eventlog import SessionLog, asked_session, memory_source, store_run
 from streameval.scorer.profiles import SCORING_PROFILES, ProfileError, get_profile
 from streameval.scorer.report import evaluate_source, score_exported, score_run, scores_of
+from tests.test_import_ovo import OVO_FILE
 
 runner = CliRunner()
 
@@ -93,9 +96,23 @@ def mixed_logs(run_id: str, records, answers: tuple[str, str, str], said: str) -
     return logs
 
 
-def mixed_run(store: Store, run_id: str, answers=("B", "The answer is B", ""), said="1") -> None:
+def mixed_run(
+    store: Store,
+    run_id: str,
+    answers=("B", "The answer is B", ""),
+    said="1",
+    keep: set[str] | None = None,
+    video: str | None = None,
+) -> None:
+    """The mixed records run; only the records `keep` names, if given; all on one `video`,
+    if given."""
     records = mixed_records()
+    if video is not None:
+        records = [record.model_copy(update={"video_path": video}) for record in records]
     logs = mixed_logs(run_id, records, answers, said)
+    if keep is not None:
+        records = [record for record in records if record.record_id in keep]
+        logs = [log for log in logs if log.session_id in keep]
     store_run(
         store,
         run_id,
@@ -258,6 +275,99 @@ def test_cli_compare(sqlite_store: Store, tmp_path: Path) -> None:
     assert json.loads(result.stdout)["overall"]["proactive"]["in_window_accuracy"]["diff"] == -0.5
     shown = runner.invoke(app, ["compare", "run-a", "run-b", "--store", url])
     assert "5 paired records" in shown.stdout
+
+
+def ci_cells(table: str) -> dict[str, str]:
+    """The 95% CI cell of each metric row of a score table (one line per row at 120
+    columns; the cell after the unit)."""
+    cells = {}
+    for line in table.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0].islower() and words[2] in ("0-1", "count", "s", "tokens"):
+            cells[words[0]] = " ".join(words[3:5]) if words[3].startswith("[") else words[3]
+    return cells
+
+
+def test_a_metric_drawn_from_one_video_has_no_interval_in_table_or_json(
+    sqlite_store: Store, tmp_path: Path, monkeypatch
+) -> None:
+    # QA records on videos v0 and v1, proactive ones on v2 only: the proactive metrics draw
+    # on one video, though the slice holds three (once shown as a degenerate [1, 1]).
+    mixed_run(sqlite_store, "run-a")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("COLUMNS", "120")
+    body = json.loads(runner.invoke(app, ["score", "run-a", "--store", url, "--json"]).stdout)
+    overall = body["overall"]
+    # Accuracy 2/3 over two videos: resamples give 1/2 (v0 twice), 2/3 or 1 (v1 twice).
+    assert overall["qa"]["accuracy"]["ci95"] == [0.5, 1.0]
+    assert overall["workload"]["submitted_images"]["ci95"] == [33.0, 90.0]
+    proactive = overall["proactive"]
+    assert proactive["in_window_accuracy"]["value"] == 1.0
+    assert {name: metric["ci95"] for name, metric in proactive.items()} == dict.fromkeys(
+        proactive, None
+    )
+    table = runner.invoke(app, ["score", "run-a", "--store", url]).stdout
+    cells = ci_cells(table)
+    assert (cells["accuracy"], cells["in_window_accuracy"], cells["miss_rate"]) == (
+        "[0.5, 1]",
+        "-",
+        "-",
+    )
+    # A run of one video: no metric has an interval.
+    mixed_run(sqlite_store, "one-video", video="v0.mp4")
+    body = json.loads(runner.invoke(app, ["score", "one-video", "--store", url, "--json"]).stdout)
+    assert body["overall"]["qa"]["accuracy"]["value"] == pytest.approx(2 / 3)
+    intervals = [m["ci95"] for family in body["overall"].values() for m in family.values()]
+    assert intervals == [None] * 26
+
+
+def test_a_difference_drawn_from_one_video_has_no_interval(sqlite_store: Store) -> None:
+    mixed_run(sqlite_store, "run-a")
+    mixed_run(sqlite_store, "run-b", answers=("C", "The answer is B", "B"), said="one")
+    overall = compare_runs(sqlite_store, "run-a", "run-b").overall
+    assert overall["qa"]["completion_rate"].ci95 == (0.0, 0.5)
+    in_window = overall["proactive"]["in_window_accuracy"]
+    assert (in_window.diff, in_window.ci95) == (-0.5, None)
+
+
+def benchmark_run(store: Store, run_id: str, benchmark: Benchmark) -> None:
+    """A run of every record of a benchmark, named as the Core names it; no session ran."""
+    records = list(benchmark.records)
+    store_run(store, run_id, records, [], benchmark=f"{benchmark.name}@{benchmark.version}")
+
+
+def test_compare_refuses_runs_that_share_no_record_in_one_line(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    benchmark_run(sqlite_store, "synth", generate(tmp_path / "synthetic"))
+    benchmark_run(sqlite_store, "ovo", import_path(OVO_FILE).benchmark)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    for shape in ([], ["--json"]):
+        result = runner.invoke(app, ["compare", "synth", "ovo", "--store", url, *shape])
+        assert result.exit_code == 2
+        assert result.output.splitlines() == [
+            "error: runs synth (benchmark synthetic@1+seed.0) and ovo (benchmark "
+            "ovo_bench@sha256:04b496ebccd0c154) share no record: nothing to compare"
+        ]
+
+
+def test_compare_of_runs_sharing_some_records_says_how_many_are_left_out(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    mixed_run(sqlite_store, "run-a")
+    mixed_run(sqlite_store, "run-c", keep={"qa-2", "pro-REC", "pro-SSR"})
+    comparison = compare_runs(sqlite_store, "run-a", "run-c")
+    assert (comparison.paired_records, comparison.only_in_a, comparison.only_in_b) == (3, 2, 0)
+    note = (
+        "the runs share 3 of their records, which are compared; left out: 2 of the 5 of run "
+        "run-a and 0 of the 3 of run run-c"
+    )
+    assert comparison.notes == [note]
+    assert comparison.overall["qa"]["accuracy"].population_a == 1
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    shown = runner.invoke(app, ["compare", "run-a", "run-c", "--store", url])
+    assert shown.exit_code == 0
+    assert f"note: {note}" in " ".join(shown.stdout.split())
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,26 @@ from rich.cells import cell_len
 from rich.console import Console
 from typer.testing import CliRunner
 
+from streameval.adapters.reference import ReferenceAdapter
+from streameval.adapters.sdk import Frame, Session
 from streameval.cli import app
+from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.core.store.store import Store
+from streameval.events import EventKind
 from streameval.scorer.eventlog import SessionLog
 from streameval.scorer.metrics.explain import explain
 from streameval.scorer.profiles import SCORING_PROFILES, get_profile
 from streameval.scorer.report import score_run
 from streameval.scorer.service.api import create_app
-from streameval.variants import CONDITION_KEY, RobustnessCondition, Variant, variant_record_id
+from streameval.variants import (
+    CONDITION_KEY,
+    RobustnessCondition,
+    Variant,
+    read_condition,
+    variant_record_id,
+)
+from tests.test_cli import streameval
 
 SEED = 11
 DROP = "drop:p=0.5"
@@ -289,3 +300,53 @@ def test_score_json_and_the_results_api_carry_variants_and_negative_streams(
     assert ("negative_streams", "false_alarms_per_hour") in helps
     for name in ("sessions", "hours", "false_alarms", "false_alarms_per_hour"):
         assert explain(f"negative_streams.{name}") is not None
+
+
+class OddFramesSkipped(ReferenceAdapter):
+    """The reference adapter, which never takes a frame of an odd index."""
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        if frame.index % 2 == 0:
+            await super().on_frame(session, frame)
+
+
+DUPLICATE = "duplicate:p=0.5"
+
+
+@pytest.mark.parametrize(
+    ("adapter", "dropped"),
+    [("reference", 0), ("tests.test_scorer_robustness:OddFramesSkipped", 19)],
+)
+def test_duplicated_frames_are_not_dropped_frames_in_a_real_run(
+    adapter: str, dropped: int, benchmark_path: Path, tmp_path: Path, adapter_env: Path
+) -> None:
+    """`streameval run --perturb duplicate:p=0.5` through the Core: the copies of the
+    duplicated frames count as deliveries, and as drops only when the adapter skipped them."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with AdapterProcess(adapter) as process:
+        ran = streameval(
+            "run", "--adapter-url", process.url, "--benchmark", str(benchmark_path),
+            "--perturb", DUPLICATE, "--json", "--store", url,
+        )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(ran.stdout)["run_id"]
+    scored = streameval("score", run_id, "--json", "--store", url)
+    assert scored.returncode == 0, scored.stderr
+    workload = json.loads(scored.stdout)["by_variant"][DUPLICATE]["workload"]
+    # Expected from what the Core recorded: each duplicate session's frames, and which
+    # of them the adapter never took (the odd ones, for the skipping adapter).
+    with Store(url) as store:
+        labels = read_condition(store.get_run(run_id).conditions).labels(
+            [session.session_id for session in store.sessions(run_id)]
+        )
+        sent = [
+            (event.session_id, event.payload.index)
+            for event in store.iter_events(run_id)
+            if event.kind == EventKind.FRAME_SENT and labels[event.session_id] == DUPLICATE
+        ]
+    frames = set(sent)
+    skipped = {frame for frame in frames if frame[1] % 2} if dropped else set()
+    assert (len(sent), len(frames), len(skipped)) == (58, 38, dropped)
+    assert workload["delivered_frames"]["value"] == len(sent)
+    assert workload["unique_submitted_frames"]["value"] == len(frames) - len(skipped)
+    assert workload["dropped_frames"]["value"] == len(skipped)

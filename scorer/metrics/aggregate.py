@@ -5,7 +5,9 @@ by video.
 The metrics are the statistics each family declares (registry.py); a slice reports a family
 only when some record of the slice is its member. The bootstrap resamples videos with
 replacement, seeded per slice, so a slice's interval does not depend on what else was
-scored; every statistic computes its replicates from the same resample counts.
+scored; every statistic computes its replicates from the same resample counts. A metric
+whose value draws on fewer than two videos has no interval, whatever the slice holds: a
+resample would either repeat its one video's value or leave it out.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from streameval.scorer.metrics.registry import family
-from streameval.scorer.metrics.statistic import FieldTable
+from streameval.scorer.metrics.statistic import FieldTable, Statistic
 from streameval.scorer.profiles import ScoringProfile
 
 # The profile constants aggregation reads (the families declare their own).
 CONSTANTS = ("bootstrap_resamples", "bootstrap_seed", "ci_level")
+MIN_VIDEOS = 2  # an interval clustered by video needs at least this many videos
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class Metric:
 def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.ndarray | None:
     """How often each video is drawn in each resample (resamples x videos), or None when
     an interval cannot be formed (fewer than two videos, or no resamples asked for)."""
-    if clusters < 2 or profile.bootstrap_resamples == 0:
+    if clusters < MIN_VIDEOS or profile.bootstrap_resamples == 0:
         return None
     rng = np.random.default_rng([profile.bootstrap_seed, zlib.crc32(key.encode("utf-8"))])
     resamples = profile.bootstrap_resamples
@@ -45,6 +48,16 @@ def bootstrap_counts(clusters: int, profile: ScoringProfile, key: str) -> np.nda
     flat = draws + np.arange(resamples)[:, None] * clusters
     counts = np.bincount(flat.ravel(), minlength=resamples * clusters)
     return counts.reshape(resamples, clusters).astype(float)
+
+
+def statistic_interval(
+    statistic: Statistic, table: FieldTable, counts: np.ndarray | None, level: float
+) -> tuple[float, float] | None:
+    """The interval of a statistic that has a value, over the resamples `counts` (None: no
+    resamples, or a value that draws on fewer than two videos)."""
+    if counts is None or statistic.videos(table) < MIN_VIDEOS:
+        return None
+    return interval(statistic.replicates(table, counts), level)
 
 
 def interval(replicates: np.ndarray, level: float) -> tuple[float, float] | None:
@@ -73,8 +86,8 @@ def summarise(
             observed = statistic.observed(table)
             value = statistic.estimate(table)
             ci = None
-            if counts is not None and value is not None:
-                ci = interval(statistic.replicates(table, counts), profile.ci_level)
+            if value is not None:
+                ci = statistic_interval(statistic, table, counts, profile.ci_level)
             metrics[metric] = Metric(
                 value=value,
                 population=population,
@@ -130,7 +143,11 @@ def compare_tables(
             a, b = statistic.estimate(table_a), statistic.estimate(table_b)
             diff = None if a is None or b is None or not subtract(name, metric) else b - a
             ci = None
-            if counts is not None and diff is not None:
+            if (
+                counts is not None
+                and diff is not None
+                and _paired_videos(statistic, table_a, table_b)
+            ):
                 replicated = statistic.replicates(table_b, counts) - statistic.replicates(
                     table_a, counts
                 )
@@ -138,3 +155,8 @@ def compare_tables(
             diffs[metric] = Difference(a, b, diff, ci, population_a, population_b, statistic.unit)
         result[name] = diffs
     return result
+
+
+def _paired_videos(statistic: Statistic, table_a: FieldTable, table_b: FieldTable) -> bool:
+    """Whether the statistic draws on enough videos in both runs for a paired interval."""
+    return min(statistic.videos(table_a), statistic.videos(table_b)) >= MIN_VIDEOS

@@ -146,7 +146,7 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
                 "submitted again (history replays)",
                 "delivered_frames": "frames the Core sent to the adapter",
                 "dropped_frames": "delivered frames the model never took as input "
-                "(delivered - unique submitted)",
+                "(distinct delivered - unique submitted: a duplicated frame counts once)",
                 "core_dropped_frames": "frames the Core skipped while lagging behind the wall "
                 "clock (wall-clock pacing only)",
                 "evicted_frames": "frames a native adapter removed from its state to bound "
@@ -351,7 +351,8 @@ COLUMNS: list[MetricHelp] = [
         "95% CI",
         "",
         "same unit as the value",
-        "bootstrap interval clustered by video (none with fewer than two videos, or for a maximum)",
+        "bootstrap interval clustered by video (none where the value draws on fewer than two "
+        "videos, or for a maximum)",
     ),
     MetricHelp(
         "coverage",

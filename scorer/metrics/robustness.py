@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from streameval.scorer.episodes import SessionTrace
-from streameval.scorer.metrics.aggregate import bootstrap_counts, interval
+from streameval.scorer.metrics.aggregate import bootstrap_counts, statistic_interval
 from streameval.scorer.metrics.family import NOT_RUN, RecordEvaluation
 from streameval.scorer.metrics.statistic import FieldTable, Ratio
 from streameval.scorer.profiles import ScoringProfile
@@ -68,7 +68,8 @@ class NegativeStreams(BaseModel):
     )
     false_alarms_per_hour: float | None = Field(description="false_alarms / hours")
     ci95: tuple[float, float] | None = Field(
-        description="bootstrap interval clustered by video (None: fewer than two videos)"
+        description="bootstrap interval clustered by video (None: the value draws on fewer "
+        "than two videos)"
     )
 
 
@@ -110,8 +111,8 @@ def negative_streams(
     rate = _RATE.estimate(table)
     counts = bootstrap_counts(table.clusters, profile, _KEY)
     ci = None
-    if counts is not None and rate is not None:
-        ci = interval(_RATE.replicates(table, counts), profile.ci_level)
+    if rate is not None:
+        ci = statistic_interval(_RATE, table, counts, profile.ci_level)
     return NegativeStreams(
         records=len(evaluations),
         sessions=sum(1 for e in evaluations if e.status != NOT_RUN),

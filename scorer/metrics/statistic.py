@@ -5,9 +5,10 @@ lists (e.g. the response delays of its windows); a `FieldTable` holds them for o
 records, with each record's video. A statistic is a ratio of sums over those (`Ratio`), a
 mean or sum over observed records (`Mean`, `Sum`), a quantile (`Quantile`), a mean of group
 means (`MacroMean`, OVO-Bench's total), or a product/quotient of two statistics
-(`Combined`). Each gives its estimate, its population and observed count, and its bootstrap
-replicates: every statistic that is a sum over records is one matrix product over per-video
-sums (aggregate.py draws the resamples).
+(`Combined`). Each gives its estimate, its population and observed count, the number of
+videos its estimate draws on (an interval needs two), and its bootstrap replicates: every
+statistic that is a sum over records is one matrix product over per-video sums (aggregate.py
+draws the resamples).
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class FieldTable:
     def per_cluster(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.cluster, weights=values, minlength=self.clusters)
 
+    def count_videos(self, rows: np.ndarray) -> int:
+        """The distinct videos of some rows (a boolean mask or row indices)."""
+        return int(np.count_nonzero(np.bincount(self.cluster[rows], minlength=self.clusters)))
+
 
 def _total(values: np.ndarray) -> float:
     return float(values.sum()) if values.size else 0.0
@@ -104,6 +109,9 @@ class Ratio:
         return round(_total(self._parts(table)[1]))
 
     observed = population
+
+    def videos(self, table: FieldTable) -> int:
+        return table.count_videos(self._parts(table)[1] != 0)
 
     def estimate(self, table: FieldTable) -> float | None:
         num, den = self._parts(table)
@@ -137,6 +145,9 @@ class _OverObserved:
     def observed(self, table: FieldTable) -> int:
         weight, observed, _ = self._parts(table)
         return round(_total(weight[observed]))
+
+    def videos(self, table: FieldTable) -> int:
+        return table.count_videos(self._parts(table)[1])
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,9 @@ class Quantile:
 
     def observed(self, table: FieldTable) -> int:
         return len(table.values(self.field)[0])
+
+    def videos(self, table: FieldTable) -> int:
+        return table.count_videos(table.values(self.field)[1])
 
     def estimate(self, table: FieldTable) -> float | None:
         values, _ = table.values(self.field)
@@ -263,6 +277,13 @@ class MacroMean:
 
     observed = population
 
+    def videos(self, table: FieldTable) -> int:
+        present = np.zeros(len(table), dtype=bool)
+        for columns in self._columns(table):
+            for column in columns:
+                present |= ~np.isnan(column)
+        return table.count_videos(present)
+
     def estimate(self, table: FieldTable) -> float | None:
         means = [
             float(np.mean([np.nanmean(column) for column in columns]))
@@ -304,6 +325,10 @@ class Combined:
 
     def observed(self, table: FieldTable) -> int:
         return self.like.observed(table)
+
+    def videos(self, table: FieldTable) -> int:
+        """Both parts need their videos: the fewer of the two."""
+        return min(self.a.videos(table), self.b.videos(table))
 
     def _apply(self, a, b):
         if self.op == "*":

@@ -2,7 +2,9 @@
 
 Submitted images count every image occurrence of the submission kinds (replays included);
 unique frames are the distinct frame ids among them; replayed occurrences the difference;
-dropped frames = delivered frames - unique submitted frames. Evicted frames are those a
+dropped frames = distinct delivered frames - unique submitted frames: a frame delivered twice
+(the `duplicate` perturbation) is two deliveries but one frame, and taking it once drops
+nothing. Evicted frames are those a
 native adapter removed from its state to bound memory (`evict` records; they were submitted
 first, so they are not dropped), and re-prefill tokens what it recomputed to do so (also
 counted in input tokens). A count the adapter did not report is missing (None), never zero.
@@ -54,7 +56,7 @@ def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) ->
         submitted_images=submitted,
         unique_submitted_frames=unique,
         replayed_occurrences=None if unique is None else submitted - unique,
-        dropped_frames=None if unique is None else max(0, delivered - unique),
+        dropped_frames=None if unique is None else max(0, trace.distinct_frames - unique),
         output_tokens=_output_tokens(trace),
         input_tokens=_input_tokens(trace),
         evicted_frames=None if tally.uncounted.get("evict") else tally.occurrences.get("evict", 0),

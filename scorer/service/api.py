@@ -384,7 +384,8 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
 
     @app.get("/compare", response_model=Comparison, tags=["metrics"])
     def compare(run_a: str, run_b: str, profile: ProfileParam = DEFAULT_PROFILE) -> Comparison:
-        """B - A for every metric over the records both runs share, with paired intervals."""
+        """B - A for every metric over the records both runs share, with paired intervals
+        (`notes` says how many records each run leaves out; 422 when they share none)."""
         return compare_runs(store, run_a, run_b, profile, judge)
 
     @app.get("/", include_in_schema=False)
