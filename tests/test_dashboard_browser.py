@@ -796,7 +796,7 @@ def test_quality_chart_draws_each_runs_interval_as_an_error_bar(page, server, ru
     title = page.eval_on_selector(
         f'{chart} .point[data-label="{runs.single_id}"] title', "t => t.textContent"
     )
-    assert title.endswith("no interval (fewer than two videos)")
+    assert title.endswith(" · no 95% interval")
 
 
 @pytest.mark.parametrize("profile", [PROFILE, "realstream"])

@@ -186,7 +186,7 @@ function scatterChart(name, title, xAxis, yAxis, series) {
       dot.setAttribute("class", "point");
       dot.setAttribute("data-label", point.label);
       dot.setAttribute("data-series", serie.name);
-      const interval = point.yci ? `95% CI ${fmtCI(point.yci)}` : "no interval (fewer than two videos)";
+      const interval = point.yci ? `95% CI ${fmtCI(point.yci)}` : "no 95% interval";
       dot.append(svg("title", {}, `${point.label} · ${serie.name}: ${fmt(point.x)}, ${fmt(point.y)} · ${interval}`));
       chart.append(dot);
       const text = truncate(point.label, 18);
