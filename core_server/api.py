@@ -15,7 +15,7 @@ adapter endpoints and read benchmark files, so it can do exactly that and no mor
   run's connect timeout, whatever the reason (refused, filtered, not ready, not an
   adapter): the API is not a port scanner.
 - The OpenAPI schema, /docs and /redoc are not served unless `STREAMEVAL_API_DOCS=1`
-  (`docs_line` says so on start-up, with how to turn them on).
+  (`docs_line`, printed when the server starts, says so and how to turn them on).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import secrets
+import sys
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -144,6 +145,8 @@ def create_app(store_url: str, token: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Once serving (after the listening line; a port that cannot be bound stays one line).
+        print(docs_line(), file=sys.stderr, flush=True)
         yield
         for task in tasks.values():
             task.cancel()

@@ -848,7 +848,7 @@ def core_api(
     store: StoreOption = None,
 ) -> None:
     """Serve the control API (start runs, run status, adapter registry) behind a bearer token."""
-    from streameval.core.api import create_app, docs_line, resolve_token
+    from streameval.core.api import create_app, resolve_token
     from streameval.listening import serve_app
 
     try:
@@ -856,7 +856,6 @@ def core_api(
         served = create_app(resolve_store_url(store), token)
         if generated:
             console.print(f"control API token (set STREAMEVAL_API_TOKEN to choose one): {token}")
-        console.print(docs_line())
         serve_app(served, host, port, "control API")
     except UserError as exc:  # a guessable token, a store that cannot be opened, a busy port
         raise fail(str(exc)) from None
