@@ -14,7 +14,8 @@ adapter endpoints and read benchmark files, so it can do exactly that and no mor
 - An endpoint that cannot be used is reported with one message, and no sooner than the
   run's connect timeout, whatever the reason (refused, filtered, not ready, not an
   adapter): the API is not a port scanner.
-- The OpenAPI schema, /docs and /redoc are not served unless `STREAMEVAL_API_DOCS=1`.
+- The OpenAPI schema, /docs and /redoc are not served unless `STREAMEVAL_API_DOCS=1`
+  (`docs_line`, printed when the server starts, says so and how to turn them on).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import logging
 import os
 import secrets
+import sys
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -33,7 +35,7 @@ from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
 
-from streameval.api_docs import add_offline_docs
+from streameval.api_docs import Health, add_offline_docs
 from streameval.core.capacity import MAX_ENDPOINT_CONCURRENCY
 from streameval.core.config import (
     EndpointConfig,
@@ -87,6 +89,16 @@ def docs_enabled() -> bool:
     return os.environ.get(DOCS_ENV, "") == "1"
 
 
+def docs_line() -> str:
+    """Where the API docs are, or how to serve them: printed when the API starts."""
+    if docs_enabled():
+        return "control API docs at /docs and /redoc (schema at /openapi.json)"
+    return (
+        f"control API docs are off (the schema maps what a token holder can do): "
+        f"set {DOCS_ENV}=1 to serve /docs, /redoc and /openapi.json"
+    )
+
+
 class AdapterRegistration(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     url: str
@@ -133,6 +145,8 @@ def create_app(store_url: str, token: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # Once serving (after the listening line; a port that cannot be bound stays one line).
+        print(docs_line(), file=sys.stderr, flush=True)
         yield
         for task in tasks.values():
             task.cancel()
@@ -153,13 +167,20 @@ def create_app(store_url: str, token: str) -> FastAPI:
         add_offline_docs(app)
     authorized = [Depends(authorize)]
 
-    @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    def healthz() -> Health:
         """Liveness for health checks, without the token; says nothing about the server."""
-        return {"status": "ok"}
+        return Health()
 
-    @app.post("/adapters", status_code=201, dependencies=authorized)
+    @app.post(
+        "/adapters",
+        status_code=201,
+        response_model=AdapterRegistration,
+        dependencies=authorized,
+        tags=["adapters"],
+    )
     def register_adapter(registration: AdapterRegistration) -> AdapterRegistration:
+        """Register (or replace) an adapter endpoint by name; its host must be allowed."""
         endpoint = _allowed_endpoint(registration.url, registration.concurrency)
         try:
             store.register_adapter_endpoint(registration.name, endpoint.url, endpoint.concurrency)
@@ -167,15 +188,24 @@ def create_app(store_url: str, token: str) -> FastAPI:
             raise _unavailable(exc) from None
         return registration
 
-    @app.get("/adapters", dependencies=authorized)
+    @app.get(
+        "/adapters",
+        response_model=list[AdapterRegistration],
+        dependencies=authorized,
+        tags=["adapters"],
+    )
     def list_adapters() -> list[AdapterRegistration]:
+        """The registered adapter endpoints."""
         return [
             AdapterRegistration(name=name, url=e.url, concurrency=e.concurrency)
             for name, e in _registered(store).items()
         ]
 
-    @app.post("/runs", status_code=202, dependencies=authorized)
+    @app.post(
+        "/runs", status_code=202, response_model=RunStatus, dependencies=authorized, tags=["runs"]
+    )
     async def start_run(request: RunRequest) -> RunStatus:
+        """Start a run on registered adapters (or a full config); it runs in the background."""
         config = _config_for(request, store)
         executor = RunExecutor(config, store)
         started = time.monotonic()
@@ -190,8 +220,9 @@ def create_app(store_url: str, token: str) -> FastAPI:
         tasks[run_id] = task
         return _status(store, run_id, crashes)
 
-    @app.get("/runs/{run_id}", dependencies=authorized)
+    @app.get("/runs/{run_id}", response_model=RunStatus, dependencies=authorized, tags=["runs"])
     def run_status(run_id: str) -> RunStatus:
+        """A run's status, its sessions per status and why it ended with an error, if it did."""
         try:
             return _status(store, run_id, crashes)
         except StoreError:

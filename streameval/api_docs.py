@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 ASSETS_PACKAGE = "fastapi_offline"
 ASSETS_URL = "/docs-assets"
@@ -27,6 +29,12 @@ DOCS_CSP = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; worker-src 'self' blob:"
 )
+
+
+class Health(BaseModel):
+    """What `GET /healthz` of either API answers: that it serves, nothing about the server."""
+
+    status: Literal["ok"] = "ok"
 
 
 def assets_dir() -> Path:

@@ -1,8 +1,10 @@
 """The dashboard in a real headless browser: Debian's chromium driven by Playwright, against
 the results API served by `streameval results-api` (a real uvicorn process) over a SQLite
 store filled by real runs: `streameval demo` (the reference adapter), the `always` baseline
-served by `streameval adapter serve`, and a wall-clock run still in progress for the live
-view. Numbers on the pages are checked against `streameval demo --json` and the API;
+served by `streameval adapter serve`, a wall-clock run still in progress for the live
+view, and two QA runs of an adapter that reports a workload but answers every question with
+its first option (tests/dashboard_adapters.py): 16 records with an accuracy interval, and one
+record, without. Numbers on the pages are checked against `streameval demo --json` and the API;
 screenshots land in tests/artifacts/.
 
 Needs chromium and Playwright (tests/browser.py); without them these tests skip and say so,
@@ -74,12 +76,20 @@ def free_port() -> int:
 class Runs:
     """The store and the runs the tests look at."""
 
-    def __init__(self, url: str, demo: dict, baseline: str, live: str) -> None:
+    def __init__(
+        self, url: str, demo: dict, baseline: str, live: str, guess: str, single: str
+    ) -> None:
         self.url = url
         self.demo = demo
         self.demo_id = demo["run_id"]
         self.baseline_id = baseline
         self.live_id = live
+        self.guess_id = guess  # 16 QA records, a workload, an accuracy between 0 and 1
+        self.single_id = single  # the same adapter on one QA record: no interval
+
+    @property
+    def all_ids(self) -> set[str]:
+        return {self.demo_id, self.baseline_id, self.live_id, self.guess_id, self.single_id}
 
 
 def _wait_for_new_run(url: str, known: set[str], timeout_s: float = 60.0) -> str:
@@ -117,7 +127,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             baseline = streameval(
                 "run", "--adapter-url", adapter.url, "--json", "--store", url, env=env
             )
-            yield Runs(url, demo, baseline["run_id"], live_id)
+            with AdapterProcess("tests.dashboard_adapters:FirstOptionReference") as guessing:
+                qa = ["run", "--adapter-url", guessing.url, "--task", "qa", "--json"]
+                guess = streameval(*qa, "--store", url, env=env)
+                single = streameval(*qa, "--limit", "1", "--store", url, env=env)
+            yield Runs(url, demo, baseline["run_id"], live_id, guess["run_id"], single["run_id"])
         finally:
             live.terminate()
             live.wait(timeout=30)
@@ -224,6 +238,8 @@ def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -
     assert {row[4] for row in running_rows} == {worker["worker_id"]}
     workers_rows = table_cells(page, f"workers-{runs.live_id}")
     assert [row[:2] for row in workers_rows] == [[worker["worker_id"], worker["host"]]]
+    assert page.inner_text(f'[data-table="workers-{runs.live_id}"] .title') == "1 worker"
+    assert singular_after_one(page) == []
     events = int(page.inner_text('[data-metric="events"] .value'))
     time.sleep(1.5)  # the page polls again: the count grows while the run streams
     assert int(page.inner_text('[data-metric="events"] .value')) > events
@@ -233,26 +249,32 @@ def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -
 def test_run_list_shows_runs_with_their_declared_conditions(page, server, runs, api) -> None:
     open_page(page, server, "#/")
     rows = {row[1].split("\n")[0]: row for row in table_cells(page, "runs")}
-    assert set(rows) == {runs.demo_id, runs.baseline_id, runs.live_id}
+    assert set(rows) == runs.all_ids
     listed = {run["run_id"]: run for run in api.get("/runs").json()["items"]}
     for run_id, cells in rows.items():
         adapter = listed[run_id]["conditions"]["adapters"][0]
         conditions = adapter["conditions"]
         assert cells[1].split("\n")[1] == listed[run_id]["benchmark"]
-        assert cells[3] == f"{adapter['adapter']} ({conditions['model_name']})"
-        assert cells[4] == (
+        assert cells[4] == f"{adapter['adapter']} ({conditions['model_name']})"
+        assert cells[5] == (
             f"{conditions['state']} · {conditions['initiation']}\n"
             f"{conditions['boundary']} · {conditions['deployment']}"
         )
-    assert rows[runs.demo_id][3] == "reference (reference-pixel-policy)"
-    assert rows[runs.demo_id][4].startswith("native · polled")
-    assert rows[runs.baseline_id][4].startswith("non-native · polled")
-    assert rows[runs.live_id][5] == "trace · wall clock ×1 · 1 fps"
+    assert rows[runs.demo_id][4] == "reference (reference-pixel-policy)"
+    assert rows[runs.demo_id][5].startswith("native · polled")
+    assert rows[runs.baseline_id][5].startswith("non-native · polled")
+    assert rows[runs.live_id][6] == "trace · wall clock ×1 · 1 fps"
     accuracy = runs.demo["metrics"]["overall"]["qa"]["accuracy"]["value"]
     headers = page.eval_on_selector_all(
         '[data-table="runs"] th', "ths => ths.map(t => t.innerText)"
     )
     assert rows[runs.demo_id][headers.index("QA accuracy")] == shown(accuracy)
+    # How many records each run's numbers stand on, beside them.
+    counts = {run_id: cells[headers.index("records")] for run_id, cells in rows.items()}
+    for run_id, count in counts.items():
+        assert count == str(api.get(f"/runs/{run_id}/metrics").json()["records_scored"])
+    ids = [runs.demo_id, runs.baseline_id, runs.live_id, runs.guess_id, runs.single_id]
+    assert [counts[run_id] for run_id in ids] == ["20", "20", "2", "16", "1"]
     screenshot(page, "runs.png", full_page=True)
 
 
@@ -461,6 +483,15 @@ def test_two_runs_are_compared_record_by_record(page, server, runs, api) -> None
     differing = table_cells(page, f"paired-records-{runs.demo_id}-{runs.baseline_id}")
     assert len(differing) == sum(a != b for a, b in pairs)
     assert page.locator('[data-chart="compare-false_alarm_rate"] rect.bar').count() == 2
+    # Whether they differ, readably: yes / no, not true / false.
+    cells = page.eval_on_selector_all("table.data td", "tds => tds.map(td => td.innerText.trim())")
+    assert "true" not in cells and "false" not in cells
+    page.uncheck("[data-filter=differs]")
+    paired = table_cells(page, f"paired-records-{runs.demo_id}-{runs.baseline_id}")
+    assert [row[-1] for row in paired] == ["yes" if a != b else "no" for a, b in pairs]
+    conditions = table_cells(page, f"conditions-{runs.demo_id}-{runs.baseline_id}")
+    differing = [row[-1] == "yes" for row in conditions]
+    assert differing == [row[1] != row[2] for row in conditions] and any(differing)
     screenshot(page, "compare.png", full_page=True)
 
 
@@ -549,7 +580,7 @@ def help_text(entry: dict) -> str:
 
 def test_runs_page_fits_1400_px_without_horizontal_scrolling(page, server, runs) -> None:
     open_page(page, server, "#/")
-    assert len(table_cells(page, "runs")) == 3
+    assert len(table_cells(page, "runs")) == len(runs.all_ids)
     widths = page.evaluate(
         """() => {
             const wrap = document.querySelector('[data-table="runs"] .table-wrap');
@@ -612,7 +643,7 @@ def test_quality_chart_labels_never_overlap(page, server, runs, api) -> None:
                 expected.append(run["run_id"])
     # The reference run's QA and proactive accuracies are both 1: two points in one spot,
     # whose labels would smear into one another.
-    assert expected == [runs.demo_id, runs.demo_id]
+    assert expected == [runs.single_id, runs.guess_id, runs.demo_id, runs.demo_id]
     points = page.eval_on_selector_all(
         f"{chart} .point",
         "ps => ps.map(p => [p.dataset.label, p.querySelector('title').textContent])",
@@ -623,10 +654,10 @@ def test_quality_chart_labels_never_overlap(page, server, runs, api) -> None:
     texts = page.eval_on_selector_all(
         f"{chart} text.point-label", "ts => ts.map(t => t.textContent)"
     )
-    assert texts == [runs.demo_id]
+    assert sorted(texts) == sorted(set(expected))  # the run in one spot twice, named once
     unlabelled = page.get_attribute(f"{chart} [data-unlabelled]", "data-unlabelled")
     assert len(labels) + int(unlabelled) == len(points)
-    markers = boxes(page, f"{chart} .point")
+    markers = boxes(page, f"{chart} .point, {chart} .error-bar")
     for i, label in enumerate(labels):
         assert not any(intersect(label, other) for other in labels[i + 1 :]), labels
         assert not any(intersect(label, marker) for marker in markers), (label, markers)
@@ -707,3 +738,126 @@ def test_judge_line_says_no_judge_was_called_for_exact_matching(page, server, ru
         "none (exact match)",
         f"no judge calls · {judge['unique']} answers compared",
     ]
+
+
+# ------------------------------------------------------------ first contact (issue 30)
+
+# A count of one followed by a plural noun ("1 workers", "n=1 records").
+ONE_PLURAL = re.compile(
+    r"(?<![\d.,])1 (?:[a-z-]+ )?(?:workers|runs|records|windows|sessions|events|calls|answers"
+    r"|targets|frames|images|points|episodes|steps|tokens)\b"
+)
+
+
+def singular_after_one(page) -> list[str]:
+    """Every "1 <plural>" on the page: a count of one takes the singular."""
+    return ONE_PLURAL.findall(page.inner_text("body"))
+
+
+def test_quality_chart_draws_each_runs_interval_as_an_error_bar(page, server, runs, api) -> None:
+    open_page(page, server, "#/")
+    chart = '[data-chart="runs-quality-vs-workload"]'
+    expected = {}
+    for run_id in (runs.single_id, runs.guess_id, runs.demo_id):
+        overall = api.get(f"/runs/{run_id}/metrics").json()["overall"]
+        for family, metric, series in [
+            ("qa", "accuracy", "QA accuracy"),
+            ("proactive", "in_window_accuracy", "proactive in-window accuracy"),
+        ]:
+            if metric in overall.get(family, {}):
+                expected[run_id, series] = overall[family][metric]["ci95"]
+    # One record is one video: no interval there; 16 records answered A: a real one.
+    assert expected[runs.single_id, "QA accuracy"] is None
+    low, high = expected[runs.guess_id, "QA accuracy"]
+    assert low < high
+    bars = page.eval_on_selector_all(
+        f"{chart} .error-bar",
+        """gs => gs.map(g => {
+            const r = g.getBoundingClientRect();
+            return {label: g.dataset.label, series: g.dataset.series, low: Number(g.dataset.low),
+                    high: Number(g.dataset.high), top: r.top, bottom: r.bottom};
+        })""",
+    )
+    drawn = {(bar["label"], bar["series"]): [bar["low"], bar["high"]] for bar in bars}
+    assert len(drawn) == len(bars)
+    assert drawn == {key: ci for key, ci in expected.items() if ci is not None}
+    # The bar spans its interval on the axis: the point (the accuracy) lies inside it.
+    points = page.eval_on_selector_all(
+        f"{chart} .point",
+        """ps => ps.map(p => {
+            const r = p.getBoundingClientRect();
+            return [p.dataset.label, p.dataset.series, (r.top + r.bottom) / 2];
+        })""",
+    )
+    centre = {(label, series): y for label, series, y in points}
+    (bar,) = [b for b in bars if (b["label"], b["series"]) == (runs.guess_id, "QA accuracy")]
+    assert bar["top"] < centre[runs.guess_id, "QA accuracy"] < bar["bottom"]
+    assert bar["bottom"] - bar["top"] > 20  # [0, 0.16] of a 0-1 axis about 240 px tall
+    title = page.eval_on_selector(
+        f'{chart} .point[data-label="{runs.single_id}"] title', "t => t.textContent"
+    )
+    assert title.endswith(" · no 95% interval")
+
+
+@pytest.mark.parametrize("profile", [PROFILE, "realstream"])
+def test_run_page_tables_fit_1400_px(page, server, runs, profile) -> None:
+    open_page(page, server, f"#/runs/{runs.demo_id}?profile={profile}")
+    widths = page.evaluate(
+        """() => {
+            const root = document.documentElement;
+            const slices = [...document.querySelectorAll(
+                '[data-table^="by-task-type-"], [data-table^="by-source-"]')];
+            return {
+                page: [root.scrollWidth, root.clientWidth],
+                slices: slices.map(block => {
+                    const wrap = block.querySelector('.table-wrap');
+                    return [block.dataset.table, wrap.scrollWidth, wrap.clientWidth];
+                }),
+            };
+        }"""
+    )
+    assert widths["page"][0] <= widths["page"][1], widths
+    assert len(widths["slices"]) >= 5
+    assert [s for s in widths["slices"] if s[1] > s[2]] == []
+    # Wrapped at its underscores only: the header still reads as the metric's name.
+    header = page.inner_text(f'[data-table="by-task-type-workload-{runs.demo_id}"] thead')
+    assert "unique_submitted_frames" in header.replace("\n", "")
+
+
+def test_timeline_labels_stay_inside_the_plot_and_off_the_evidence(page, server, runs, api):
+    records = api.get(f"/runs/{runs.demo_id}/records").json()["items"]
+    checked = 0
+    for record in records:
+        open_page(page, server, f"#/runs/{runs.demo_id}/records/{rid(record['record_id'])}")
+        svg = "svg.timeline"
+        (plot,) = boxes(page, f'{svg} rect.lane[data-lane="responses"]')
+        labels = boxes(page, f"{svg} text.task-label, {svg} text.response-label")
+        assert labels, record["record_id"]
+        for label in labels:
+            inside = plot["x"] - 0.5 <= label["x"]
+            inside = inside and label["x"] + label["width"] <= plot["x"] + plot["width"] + 0.5
+            assert inside, (record["record_id"], label, plot)
+        evidence = boxes(page, f"{svg} rect.evidence, {svg} path.anchor")
+        (task,) = boxes(page, f"{svg} text.task-label")
+        assert not any(intersect(task, mark) for mark in evidence), (record["record_id"], task)
+        responses = boxes(page, f"{svg} text.response-label")
+        for i, label in enumerate(responses):
+            assert not any(intersect(label, other) for other in responses[i + 1 :])
+        checked += bool(evidence)
+    # QA records mark their evidence; a question at the end of its video sat on it.
+    assert checked == sum(r["task"] == "qa" for r in records) > 0
+
+
+def test_counts_of_one_are_singular(page, server, runs, api) -> None:
+    open_page(page, server, f"#/runs/{runs.single_id}")
+    accuracy = api.get(f"/runs/{runs.single_id}/metrics").json()["overall"]["qa"]["accuracy"]
+    assert (accuracy["population"], accuracy["unit"]) == (1, "records")
+    overall = {(r[0], r[1]): r for r in table_cells(page, f"metrics-{runs.single_id}-{PROFILE}")}
+    assert overall["qa", "accuracy"][4] == "1 record"
+    assert page.inner_text(f'[data-table="records-{runs.single_id}"] .title') == "1 record"
+    assert singular_after_one(page) == []
+    record = api.get(f"/runs/{runs.single_id}/records").json()["items"][0]["record_id"]
+    open_page(page, server, f"#/runs/{runs.single_id}/records/{rid(record)}")
+    assert singular_after_one(page) == []
+    open_page(page, server, "#/")
+    assert singular_after_one(page) == []

@@ -26,7 +26,8 @@ from pydantic import BaseModel
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from streameval.api_docs import add_offline_docs
+from streameval.api_docs import Health, add_offline_docs
+from streameval.core.benchmark.records import Record
 from streameval.core.store.store import RunInfo, Store, StoreError
 from streameval.scorer.compare import Comparison, compare_runs
 from streameval.scorer.errors import ScoreError
@@ -249,10 +250,11 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
         status = 400 if isinstance(exc, ProfileError) else 422
         return JSONResponse(status_code=status, content={"detail": str(exc)})
 
-    @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    def healthz() -> Health:
+        """Liveness for health checks."""
         # Says that it serves, not from where: the store URL would name a path or a host.
-        return {"status": "ok"}
+        return Health()
 
     @app.get("/profiles", response_model=list[ProfileReport], tags=["profiles"])
     def profiles() -> list[ProfileReport]:
@@ -266,6 +268,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
 
     @app.get("/runs/{run_id}", response_model=RunDetail, tags=["runs"])
     def run(run_id: str) -> dict[str, Any]:
+        """A run with its configuration, library versions, event count and sessions."""
         return run_detail(store, run_id)
 
     @app.get("/runs/{run_id}/progress", response_model=RunProgress, tags=["runs"])
@@ -315,6 +318,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     def record(
         run_id: str, record_id: str, profile: ProfileParam = DEFAULT_PROFILE
     ) -> RecordResult:
+        """One record's result (prediction, assignment, scores)."""
         for result in scores.get(run_id, profile).records:
             if result.record_id == record_id:
                 return result
@@ -334,7 +338,9 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
             raise HTTPException(404, f"run {run_id!r} has no record {record_id!r}")
         return record_timeline(source, record_id, profile, judge)
 
-    @app.get("/runs/{run_id}/records/{record_id}/annotation", tags=["records"])
+    @app.get(
+        "/runs/{run_id}/records/{record_id}/annotation", response_model=Record, tags=["records"]
+    )
     def annotation(run_id: str, record_id: str) -> dict[str, Any]:
         """The benchmark record as stored with the run: question or instruction, options,
         answer, evidence, triggers."""
@@ -351,7 +357,12 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     @app.get(
         "/runs/{run_id}/records/{record_id}/frames/{index}",
         response_class=Response,
-        responses={200: {"content": {"image/jpeg": {}}}},
+        responses={
+            200: {
+                "description": "a JPEG thumbnail",
+                "content": {"image/jpeg": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
         tags=["frames"],
     )
     def frame(
@@ -388,7 +399,9 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
         (`notes` says how many records each run leaves out; 422 when they share none)."""
         return compare_runs(store, run_a, run_b, profile, judge)
 
-    @app.get("/", include_in_schema=False)
+    # HEAD as well as GET for what a browser or a link checker opens (the dashboard under
+    # /ui/ is StaticFiles, which answers both).
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def home() -> RedirectResponse:
         return RedirectResponse("ui/")
 
@@ -400,7 +413,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
         """
         return metric_help()
 
-    @app.get("/favicon.ico", include_in_schema=False)
+    @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
     def favicon() -> FileResponse:
         # Browsers ask for /favicon.ico whatever a page links: the dashboard's icon answers.
         return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")

@@ -35,10 +35,10 @@ function auditBadge(run) {
 function auditHeadline(audit) {
   const c = audit.counts || {};
   return (
-    `cut T = ${fmt(audit.cut_s)} s, marker ${audit.marker}: ${fmt(c.points)} decision points ` +
-    `before T compared over ${fmt(c.sessions)} sessions; ${fmt(c.differs)} differ between A and B, ` +
+    `cut T = ${fmt(audit.cut_s)} s, marker ${audit.marker}: ${plural(c.points, "decision point")} ` +
+    `before T compared over ${plural(c.sessions, "session")}; ${fmt(c.differs)} differ between A and B, ` +
     `${fmt(c.nondeterministic)} between A and A', ${fmt(c.marker)} name the marker, ` +
-    `${fmt(c.failed_sessions)} sessions failed`
+    `${plural(c.failed_sessions, "session")} failed`
   );
 }
 

@@ -30,10 +30,10 @@ function capacitySection(run) {
 
 function capacityVerdict(search) {
   if (!search.complete && !search.points.length) return "search not finished: no level ran";
-  if (!search.complete) return `search not finished: ${search.capacity} sessions at once met the SLO so far`;
-  if (search.limited_by_max) return `at least ${search.capacity} sessions at once (the largest level tried, --max, met the SLO)`;
-  if (!search.capacity) return `no level met the SLO (${search.first_failing} sessions at once already break it)`;
-  return `${search.capacity} sessions at once meet the SLO (${search.first_failing} break it)`;
+  if (!search.complete) return `search not finished: ${plural(search.capacity, "session")} at once met the SLO so far`;
+  if (search.limited_by_max) return `at least ${plural(search.capacity, "session")} at once (the largest level tried, --max, met the SLO)`;
+  if (!search.capacity) return `no level met the SLO (${plural(search.first_failing, "session")} at once already break it)`;
+  return `${plural(search.capacity, "session")} at once meet the SLO (${search.first_failing} break it)`;
 }
 
 /**
@@ -94,7 +94,7 @@ function capacityCurve(search, metric) {
     dot.setAttribute("class", "point");
     dot.setAttribute("data-sessions", point.sessions);
     dot.setAttribute("data-passed", point.passed);
-    dot.append(svg("title", {}, `${point.sessions} sessions · ${label}: ${fmt(point.metrics[metric])} · ${point.passed ? "meets the SLO" : point.broken.join("; ")}`));
+    dot.append(svg("title", {}, `${plural(point.sessions, "session")} · ${label}: ${fmt(point.metrics[metric])} · ${point.passed ? "meets the SLO" : point.broken.join("; ")}`));
     chart.append(dot);
   }
   return chartBlock(`capacity-${metric}`, `${label} (${unit}) by sessions at once`, chart);

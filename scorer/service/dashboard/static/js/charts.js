@@ -44,10 +44,10 @@ function svgText(attrs, text, help) {
 const POINT_LABEL_PX = 10;
 let measuring = null;
 
-/** The width of `text` in `size` px sans-serif, as the charts draw it. */
-function textWidth(text, size) {
+/** The width of `text` in `size` px of `family`, as the charts and the timeline draw it. */
+function textWidth(text, size, family = "sans-serif") {
   measuring ??= document.createElement("canvas").getContext("2d");
-  measuring.font = `${size}px sans-serif`;
+  measuring.font = `${size}px ${family}`;
   return measuring.measureText(text).width;
 }
 
@@ -131,10 +131,13 @@ function barChart(name, title, items, unit, help) {
   return chartBlock(name, title + (unit ? ` (${unit})` : ""), chart, help);
 }
 
+const CAP_HALF_WIDTH = 6; // wider than a marker, so even an interval of one value shows
+
 /**
  * Points of several series ({name, help, points: [{label, x, y, yci}]}) on shared axes
- * ({label, help}); each series has its own colour and marker, each point a vertical interval,
- * a hover label and, where it fits without covering another label or point, a label.
+ * ({label, help}); each series has its own colour and marker, each point its interval as an
+ * error bar (none where `yci` is null: too few videos for one), a hover label and, where it
+ * fits without covering another label, point or error bar, a label.
  */
 function scatterChart(name, title, xAxis, yAxis, series) {
   const width = 600;
@@ -167,7 +170,10 @@ function scatterChart(name, title, xAxis, yAxis, series) {
   // Labels keep clear of every point and of each other; a point left without one (runs
   // with the same numbers would smear their labels into one) is named by its hover label.
   const area = { x: margin.left, y: margin.top - 8, width: width - margin.right - margin.left, height: height - margin.bottom - margin.top + 8 };
-  const taken = points.map((p) => ({ x: x(p.x) - 6, y: y(p.y) - 6, width: 12, height: 12 }));
+  const taken = points.flatMap((p) => [
+    { x: x(p.x) - 6, y: y(p.y) - 6, width: 12, height: 12 },
+    ...(p.yci ? [{ x: x(p.x) - CAP_HALF_WIDTH, y: y(p.yci[1]), width: 2 * CAP_HALF_WIDTH, height: y(p.yci[0]) - y(p.yci[1]) }] : []),
+  ]);
   let unlabelled = 0;
   series.forEach((serie, s) => {
     const color = SERIES_COLORS[s % SERIES_COLORS.length];
@@ -175,13 +181,13 @@ function scatterChart(name, title, xAxis, yAxis, series) {
     chart.append(marker(s, width - margin.right + 16, legendY, color), svgText({ class: "legend", x: width - margin.right + 26, y: legendY + 4, fill: "#222" }, serie.name, serie.help));
     for (const point of serie.points) {
       if (point.x === null || point.y === null) continue;
-      if (point.yci) {
-        chart.append(svg("line", { x1: x(point.x), x2: x(point.x), y1: y(point.yci[0]), y2: y(point.yci[1]), stroke: color }));
-      }
+      if (point.yci) chart.append(errorBar(x(point.x), y(point.yci[0]), y(point.yci[1]), color, point, serie.name));
       const dot = marker(s, x(point.x), y(point.y), color);
       dot.setAttribute("class", "point");
       dot.setAttribute("data-label", point.label);
-      dot.append(svg("title", {}, `${point.label} · ${serie.name}: ${fmt(point.x)}, ${fmt(point.y)} ${fmtCI(point.yci)}`));
+      dot.setAttribute("data-series", serie.name);
+      const interval = point.yci ? `95% CI ${fmtCI(point.yci)}` : "no 95% interval";
+      dot.append(svg("title", {}, `${point.label} · ${serie.name}: ${fmt(point.x)}, ${fmt(point.y)} · ${interval}`));
       chart.append(dot);
       const text = truncate(point.label, 18);
       const spot = placeLabel(text, x(point.x), y(point.y), area, taken);
@@ -191,10 +197,22 @@ function scatterChart(name, title, xAxis, yAxis, series) {
   });
   const block = chartBlock(name, title, chart);
   if (unlabelled) {
-    const note = `${unlabelled} ${unlabelled === 1 ? "point" : "points"} without a label (it would cover another): hover a point for its run`;
+    const note = `${plural(unlabelled, "point")} without a label (it would cover another): hover a point for its run`;
     block.append(h("p", { class: "cov", "data-unlabelled": unlabelled }, note));
   }
   return block;
+}
+
+/** A vertical interval from `yLow` to `yHigh` (pixels) with caps, at `cx`. */
+function errorBar(cx, yLow, yHigh, color, point, series) {
+  const cap = (cy) => svg("line", { x1: cx - CAP_HALF_WIDTH, x2: cx + CAP_HALF_WIDTH, y1: cy, y2: cy });
+  return svg(
+    "g",
+    { class: "error-bar", stroke: color, "stroke-width": 1.5, "data-label": point.label, "data-series": series, "data-low": point.yci[0], "data-high": point.yci[1] },
+    svg("line", { x1: cx, x2: cx, y1: yLow, y2: yHigh }),
+    cap(yLow),
+    cap(yHigh),
+  );
 }
 
 /** Circles for the first series, squares, then diamonds, so series differ without colour. */

@@ -99,7 +99,7 @@ function differenceTable(comparison) {
   const rows = differenceLines(comparison.overall);
   return dataTable({
     name,
-    title: `${comparison.run_b} − ${comparison.run_a} over ${comparison.paired_records} paired records`,
+    title: `${comparison.run_b} − ${comparison.run_a} over ${plural(comparison.paired_records, "paired record")}`,
     rows,
     exportRows: () => rows,
     columns: [
@@ -109,7 +109,7 @@ function differenceTable(comparison) {
       { key: "b", label: `B ${comparison.run_b}`, num: true },
       { key: "diff", label: "B − A", num: true, title: "bold: the 95% interval excludes 0", render: (row) => h("span", { class: supported(row) ? "supported" : "" }, fmt(row.diff)) },
       { key: "ci", label: "95% CI", num: true, title: columnHelp("95% CI"), value: (row) => row.ci_low, render: (row) => fmtCI(row.ci_low === null ? null : [row.ci_low, row.ci_high]) },
-      { key: "population", label: "population", num: true, value: (row) => row.population_a, render: (row) => `${row.population_a} / ${row.population_b} ${row.unit}` },
+      { key: "population", label: "population", num: true, value: (row) => row.population_a, render: (row) => `${row.population_a} / ${counted(row.population_b, row.unit)}` },
     ],
   });
 }
@@ -180,7 +180,7 @@ function pairedRecordsTable(runs, recordsByRun) {
     setChildren(holder, 
       dataTable({
         name: fileName("paired-records", ...ids),
-        title: `${rows.length} records (outcome 1 = right; proactive: mean window score)`,
+        title: `${plural(rows.length, "record")} (outcome 1 = right; proactive: mean window score)`,
         rows: onlyDiffering ? rows.filter((r) => r.differs) : rows,
         columns: [
           { key: "record_id", label: "record" },
@@ -209,7 +209,7 @@ async function comparePage(view, params) {
   if (ids.length < 2) return comparePicker(view, ids);
   const profile = currentProfile();
   const base = ids[0];
-  setChildren(view, h("h1", {}, "Comparison"), h("p", { class: "muted" }, `scoring ${ids.length} runs under ${profile}…`));
+  setChildren(view, h("h1", {}, "Comparison"), h("p", { class: "muted" }, `scoring ${plural(ids.length, "run")} under ${profile}…`));
   const [runs, metrics, records, comparisons] = await Promise.all([
     Promise.all(ids.map((id) => Data.run(id))),
     mapLimit(ids, 3, (id) => Data.metrics(id, profile)),
@@ -226,13 +226,13 @@ async function comparePage(view, params) {
   const charts = acrossRunCharts(runs, metricsByRun, "compare");
   setChildren(view, 
     h("div", { class: "crumbs" }, h("a", { href: "#/" }, "Runs"), " / comparison"),
-    h("h1", {}, `Comparison of ${ids.length} runs`),
+    h("h1", {}, `Comparison of ${plural(ids.length, "run")}`),
     h("div", { class: "toolbar" }, h("label", {}, "baseline (A) ", baselinePicker), h("a", { href: "#/compare" }, "choose other runs")),
     h("h2", {}, "Declared conditions"),
     conditionsTable(runs),
     h("h2", {}, "Metric differences (paired by record, 95% bootstrap intervals)"),
     comparisons.map((comparison) => [
-      h("p", { class: "muted" }, `${comparison.paired_records} paired records; ${comparison.only_in_a} only in ${comparison.run_a}, ${comparison.only_in_b} only in ${comparison.run_b}; judges ${judgeName(comparison.judge_a)} / ${judgeName(comparison.judge_b)}`),
+      h("p", { class: "muted" }, `${plural(comparison.paired_records, "paired record")}; ${comparison.only_in_a} only in ${comparison.run_a}, ${comparison.only_in_b} only in ${comparison.run_b}; judges ${judgeName(comparison.judge_a)} / ${judgeName(comparison.judge_b)}`),
       comparison.notes.map((note) => h("p", { class: "note" }, note)),
       differenceTable(comparison),
       h("details", {}, h("summary", {}, "per task type"), byTaskTypeDifferences(comparison)),

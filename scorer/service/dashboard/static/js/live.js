@@ -40,7 +40,7 @@ function sessionsTable(name, title, sessions) {
 function workersTable(progress) {
   return dataTable({
     name: `workers-${progress.run_id}`,
-    title: `${progress.workers.length} workers`,
+    title: plural(progress.workers.length, "worker"),
     rows: progress.workers,
     columns: [
       { key: "worker_id", label: "worker" },

@@ -15,7 +15,7 @@ function annotationBox(timeline, annotation) {
     );
   } else {
     parts.push(
-      h("div", {}, `given at ${fmt(annotation.instruction_time_s)} s · ${annotation.triggers.length} targets: `,
+      h("div", {}, `given at ${fmt(annotation.instruction_time_s)} s · ${plural(annotation.triggers.length, "target")}: `,
         annotation.triggers.map((t, i) => `#${i + 1} ${t.answer} @ ${fmt(t.point_s ?? t.interval_start_s)} s`).join(" · ")),
     );
   }
@@ -39,13 +39,13 @@ function resultCards(timeline) {
     const count = (assignment) => p.windows.filter((w) => w.assignment === assignment).length;
     cards.push(
       card("window score", `${fmt(p.score_sum)} / ${p.windows.length}`, `${count("in_window")} in window · ${count("before_window")} early · ${count("no_output")} missed`, { "data-metric": "window-score" }),
-      card("false alarms", String(p.false_alarms), `of ${p.answered_episodes} answered episodes`, { "data-metric": "false-alarms" }),
+      card("false alarms", String(p.false_alarms), `of ${plural(p.answered_episodes, "answered episode")}`, { "data-metric": "false-alarms" }),
       card("redundant", String(p.redundant), `${p.tail_responses} after the last window`),
     );
   }
   if (result.workload) {
     const w = result.workload;
-    cards.push(card("workload", `${fmt(w.submitted_images)} images`, `${fmt(w.model_calls)} calls · ${fmt(w.output_tokens)} output tokens · ${fmt(w.dropped_frames)} dropped`));
+    cards.push(card("workload", plural(w.submitted_images, "image"), `${plural(w.model_calls, "call")} · ${plural(w.output_tokens, "output token")} · ${fmt(w.dropped_frames)} dropped`));
   }
   return h("div", { class: "cards" }, cards);
 }
@@ -201,6 +201,6 @@ async function recordPage(view, runId, recordId) {
     figure,
     timeline.windows.length ? windowsTable(fileName("windows", runId, recordId), timeline) : null,
     episodesTable(fileName("responses", runId, recordId), timeline),
-    h("details", {}, h("summary", {}, `${timeline.frames.length} frames, ${timeline.steps_t.length} decision steps`), framesTable(fileName("frames", runId, recordId), timeline)),
+    h("details", {}, h("summary", {}, `${plural(timeline.frames.length, "frame")}, ${plural(timeline.steps_t.length, "decision step")}`), framesTable(fileName("frames", runId, recordId), timeline)),
   );
 }

@@ -51,7 +51,7 @@ function negativeStreamsCards(negative) {
       { "data-metric": "negative_streams.false_alarms_per_hour", title: help("false_alarms_per_hour") },
     ),
     card("false alarms", String(negative.false_alarms), `${fmt(negative.hours)} h watched`, { title: help("false_alarms") }),
-    card("negative sessions", String(negative.sessions), `of ${negative.records} records`, { title: help("sessions") }),
+    card("negative sessions", String(negative.sessions), `of ${plural(negative.records, "record")}`, { title: help("sessions") }),
   );
 }
 

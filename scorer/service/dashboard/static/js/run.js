@@ -17,7 +17,7 @@ function recordOutcome(record) {
 function outcomeText(record) {
   if (record.status !== "finished") return record.status.replace("_", " ");
   if (record.qa) return record.qa.correct ? "✓ correct" : "✗ wrong";
-  if (record.proactive) return `${fmt(record.proactive.score_sum)} / ${record.proactive.windows.length} windows`;
+  if (record.proactive) return `${fmt(record.proactive.score_sum)} / ${plural(record.proactive.windows.length, "window")}`;
   return fmt(recordOutcome(record));
 }
 
@@ -42,7 +42,7 @@ function recordRows(records) {
 function recordsTable(runId, rows, name) {
   return dataTable({
     name,
-    title: `${rows.length} records`,
+    title: plural(rows.length, "record"),
     rows,
     onRow: (row) => navigate(recordHref(runId, row.record_id)),
     columns: [
@@ -80,8 +80,8 @@ function judgeName(kind) {
 /** The judge and the calls really made to it (retries included; cached verdicts are not calls). */
 function judgeCard(judge) {
   const attrs = { "data-metric": "judge" };
-  if (judge.kind === "exact") return card("judge", judgeName(judge.kind), `no judge calls · ${judge.unique} answers compared`, attrs);
-  const calls = `${judge.calls} calls · ${judge.cache_hits} cached`;
+  if (judge.kind === "exact") return card("judge", judgeName(judge.kind), `no judge calls · ${plural(judge.unique, "answer")} compared`, attrs);
+  const calls = `${plural(judge.calls, "call")} · ${judge.cache_hits} cached`;
   return card("judge", `${judgeName(judge.kind)} ${judge.model}`, judge.incomplete ? `${calls} · ${judge.failures} failed: incomplete` : calls, attrs);
 }
 
@@ -152,9 +152,9 @@ async function runPage(view, runId) {
     h(
       "div",
       { class: "cards" },
-      card("records", String(metrics.records_scored), `${run.events} events`),
+      card("records", String(metrics.records_scored), plural(run.events, "event")),
       card("sessions", `${sessions.finished} finished`, `${sessions.failed} failed · ${sessions.incomplete} incomplete · ${sessions.not_run} not run`),
-      headline.map((m) => card(m.label, fmt(m.value.value), `${fmtCI(m.value.ci95)} · n=${m.value.population} ${m.value.unit}`, { "data-metric": m.key, title: metricHelp(m.family, m.metric) })),
+      headline.map((m) => card(m.label, fmt(m.value.value), `${fmtCI(m.value.ci95)} · n=${counted(m.value.population, m.value.unit)}`, { "data-metric": m.key, title: metricHelp(m.family, m.metric) })),
       judgeCard(metrics.judge),
     ),
     metrics.notes.map((note) => h("p", { class: "note" }, note)),

@@ -105,7 +105,7 @@ async function runsPage(view, params) {
   const profile = currentProfile();
   const offset = Math.max(0, Number(params.get("offset") || 0));
   const page = await Data.runsPage(offset, RUNS_PER_PAGE);
-  const status = h("p", { class: "muted" }, `scoring ${page.items.length} runs under ${profile}…`);
+  const status = h("p", { class: "muted" }, `scoring ${plural(page.items.length, "run")} under ${profile}…`);
   setChildren(view, h("h1", {}, "Runs"), status);
   const metrics = await mapLimit(page.items, 3, (run) => Data.metrics(run.run_id, profile).catch(() => null));
   const metricsByRun = Object.fromEntries(page.items.map((run, i) => [run.run_id, metrics[i]]));
@@ -130,14 +130,16 @@ async function runsPage(view, params) {
     ...adapterConditions(run),
     speed: run.conditions?.run?.speed ?? null,
     fps: run.conditions?.run?.fps ?? null,
+    // Beside each run's numbers, how many records they stand on (2 or 2,000).
+    records: metricsByRun[run.run_id]?.records_scored ?? null,
     ...Object.fromEntries(HEADLINES.map((m) => [m.key, headlineMetric(metricsByRun[run.run_id], m.family, m.metric)?.value ?? null])),
     images_per_record: imagesPerRecord(metricsByRun[run.run_id]),
   }));
   const shown = HEADLINES.filter((m) => rows.some((row) => row[m.key] !== null));
-  const exportKeys = ["run_id", "created_at", "finished_at", "status", "benchmark", "config_hash", "adapter", "model", "state", "initiation", "boundary", "deployment", "profile", "pacing", "speed", "fps", ...shown.map((m) => m.key), "images_per_record"];
+  const exportKeys = ["run_id", "created_at", "finished_at", "status", "records", "benchmark", "config_hash", "adapter", "model", "state", "initiation", "boundary", "deployment", "profile", "pacing", "speed", "fps", ...shown.map((m) => m.key), "images_per_record"];
   const table = dataTable({
     name: "runs",
-    title: `${page.total} runs · metrics under ${profile}`,
+    title: `${plural(page.total, "run")} · metrics under ${profile}`,
     rows,
     onRow: (row) => navigate(`#/runs/${enc(row.run_id)}`),
     exportRows: () => rows.map((row) => Object.fromEntries(exportKeys.map((key) => [key, row[key] ?? null]))),
@@ -154,6 +156,7 @@ async function runsPage(view, params) {
         ],
       },
       { key: "status", label: "status", render: (row) => statusBadge(row.status) },
+      { key: "records", label: "records", num: true, title: "records scored under this profile" },
       { key: "adapter", label: "adapter (model)", render: (row) => `${row.adapter}${row.model ? ` (${row.model})` : ""}` },
       {
         key: "conditions",

@@ -118,7 +118,7 @@ function keyValueTable(name, title, object) {
     title,
     columns: [
       { key: "key", label: "key" },
-      { key: "value", label: "value", render: (row) => (typeof row.value === "number" ? fmt(row.value) : String(row.value ?? "–")) },
+      { key: "value", label: "value", render: (row) => fmt(row.value) },
     ],
     rows,
   });
@@ -157,7 +157,7 @@ function metricsTable(name, title, families) {
       { key: "metric", label: "metric", render: (r) => metricName(r.family, r.metric) },
       { key: "value", label: "value", num: true },
       { key: "ci95", label: "95% CI", num: true, title: columnHelp("95% CI"), value: (r) => r.ci_low, render: (r) => fmtCI(r.ci_low === null ? null : [r.ci_low, r.ci_high]) },
-      { key: "population", label: "population", num: true, render: (r) => `${r.population} ${r.unit}` },
+      { key: "population", label: "population", num: true, render: (r) => counted(r.population, r.unit) },
       { key: "observed", label: "observed", num: true },
       { key: "coverage", label: "coverage", num: true, title: columnHelp("coverage") },
     ],
@@ -180,7 +180,7 @@ function sliceTable(name, title, slices, family, sliceLabel) {
     { key: "slice", label: sliceLabel },
     ...names.map((metric) => ({
       key: metric,
-      label: metric,
+      label: breakable(metric),
       title: metricHelp(family, metric),
       num: true,
       value: (row) => row.metrics[metric]?.value ?? null,
@@ -195,6 +195,11 @@ function sliceTable(name, title, slices, family, sliceLabel) {
     exportRows: () =>
       rows.flatMap((row) => metricLines({ [family]: row.metrics }, { [sliceLabel.replace(/ /g, "_")]: row.slice })),
   });
+}
+
+/** A snake_case name that may wrap after its underscores (a header of a wide table). */
+function breakable(name) {
+  return name.split("_").flatMap((part, i, parts) => (i < parts.length - 1 ? [`${part}_`, h("wbr")] : [part]));
 }
 
 /** A metric's name with its meaning, unit and scale as hover text. */

@@ -7,6 +7,7 @@
 
 const TIMELINE_WIDTH = 1200;
 const THUMB_WIDTH = 64;
+const TIMELINE_FONT = '"DejaVu Sans", Arial, sans-serif';
 
 // What a response episode was, for the scorer, and how it is drawn.
 const EPISODE_KINDS = {
@@ -93,7 +94,8 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
 
   const thumbs = frames && frames.available ? thumbnailPlan(timeline, frames, plotWidth, t0, t1) : null;
   const framesTop = lane("frames", (thumbs ? thumbs.height + 4 : 0) + 16);
-  const taskTop = lane(timeline.task === "qa" ? "question" : "instruction", 22);
+  // With evidence marks, two rows: the marks above, the question or instruction below them.
+  const taskTop = lane(timeline.task === "qa" ? "question" : "instruction", hasEvidence(annotation) ? 40 : 22);
   const windowsTop = timeline.windows.length ? lane("windows", 28) : null;
   const responsesTop = lane("responses", 46);
   const stepsTop = timeline.steps_t.length ? lane("decisions", 12) : null;
@@ -103,7 +105,7 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
   const root = svg("svg", {
     class: "timeline",
     width: TIMELINE_WIDTH,
-    "font-family": "DejaVu Sans, Arial, sans-serif",
+    "font-family": TIMELINE_FONT,
     "font-size": 11,
     "data-t0": t0,
     "data-t1": t1,
@@ -114,7 +116,7 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
   root.append(background);
   for (const { name, top, height } of lanes) {
     root.append(
-      svg("rect", { x: left, y: top, width: plotWidth, height, fill: "#f6f8fa" }),
+      svg("rect", { class: "lane", x: left, y: top, width: plotWidth, height, fill: "#f6f8fa", "data-lane": name }),
       svg("text", { x: 8, y: top + height / 2 + 4, fill: "#444" }, name),
     );
   }
@@ -159,9 +161,11 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
     }
   }
 
-  drawTask(plot, timeline, annotation, x, taskTop);
+  // Labels stay inside the plot, whatever the time they mark: none is cut at an edge.
+  const bounds = [left, TIMELINE_WIDTH - right];
+  drawTask(plot, timeline, annotation, x, taskTop, bounds);
   if (windowsTop !== null) drawWindows(plot, timeline, x, windowsTop);
-  drawEpisodes(plot, timeline, x, responsesTop, windowsTop);
+  drawEpisodes(plot, timeline, x, responsesTop, windowsTop, bounds);
   if (stepsTop !== null) {
     for (const t of timeline.steps_t) {
       plot.append(svg("line", { class: "step-tick", x1: x(t), x2: x(t), y1: stepsTop + 2, y2: stepsTop + 10, stroke: "#90a4ae", "data-t": t }));
@@ -213,7 +217,23 @@ function thumbnailPlan(timeline, frames, plotWidth, t0, t1) {
   };
 }
 
-function drawTask(layer, timeline, annotation, x, top) {
+/** `text` cut (with an ellipsis) to at most `width` px at `size` px in the timeline's font. */
+function fitText(text, size, width) {
+  let fitted = text;
+  while (fitted.length > 1 && textWidth(fitted, size, TIMELINE_FONT) > width) fitted = truncate(fitted, fitted.length - 1);
+  return fitted;
+}
+
+/** Where a label `width` px wide starts: at `wanted`, moved inside [lo, hi]. */
+function labelStart(wanted, width, [lo, hi]) {
+  return Math.max(lo, Math.min(wanted, hi - width));
+}
+
+function hasEvidence(annotation) {
+  return Boolean(annotation?.evidence_spans?.length) || typeof annotation?.evidence_anchor_s === "number";
+}
+
+function drawTask(layer, timeline, annotation, x, top, bounds) {
   for (const span of annotation?.evidence_spans || []) {
     layer.append(
       svg(
@@ -223,20 +243,20 @@ function drawTask(layer, timeline, annotation, x, top) {
       ),
     );
   }
-  if (annotation && annotation.evidence_anchor_s !== undefined) {
+  if (typeof annotation?.evidence_anchor_s === "number") {
     const ax = x(annotation.evidence_anchor_s);
     layer.append(svg("path", { class: "anchor", d: `M${ax},${top + 3}l5,8l-5,8l-5,-8z`, fill: "#e0b400" }, svg("title", {}, `evidence anchor ${fmt(annotation.evidence_anchor_s)} s`)));
   }
   if (timeline.task_t !== null) {
     const text = annotation ? annotation.question || annotation.instruction || "" : "";
-    const atRight = x(timeline.task_t) > TIMELINE_WIDTH / 2;
-    layer.append(
-      svg(
-        "text",
-        { x: x(timeline.task_t) + (atRight ? -4 : 4), y: top + 15, fill: "#1f5f99", "text-anchor": atRight ? "end" : "start" },
-        `${timeline.task === "qa" ? "question" : "instruction"} @ ${fmt(timeline.task_t)} s${text ? `: ${truncate(text, 70)}` : ""}`,
-      ),
-    );
+    const full = `${timeline.task === "qa" ? "question" : "instruction"} @ ${fmt(timeline.task_t)} s${text ? `: ${text}` : ""}`;
+    const label = fitText(full, 11, bounds[1] - bounds[0]);
+    const width = textWidth(label, 11, TIMELINE_FONT);
+    // Right of the moment it was sent, or ending there when there is no room on the right;
+    // below the evidence row, so it never covers the evidence or its anchor.
+    const tx = x(timeline.task_t);
+    const wanted = tx + 4 + width <= bounds[1] ? tx + 4 : tx - 4 - width;
+    layer.append(svg("text", { class: "task-label", x: labelStart(wanted, width, bounds), y: top + (hasEvidence(annotation) ? 33 : 15), fill: "#1f5f99" }, label, label === full ? null : svg("title", {}, full)));
   }
 }
 
@@ -275,7 +295,7 @@ function drawWindows(layer, timeline, x, top) {
   }
 }
 
-function drawEpisodes(layer, timeline, x, top, windowsTop) {
+function drawEpisodes(layer, timeline, x, top, windowsTop, bounds) {
   const cy = top + 12;
   let labelEnd = -Infinity;
   for (const episode of timeline.episodes) {
@@ -304,10 +324,11 @@ function drawEpisodes(layer, timeline, x, top, windowsTop) {
       ),
     );
     const label = episodeLabel(episode, timeline);
-    const width = label.length * 6;
-    if (cx - width / 2 > labelEnd + 4) {
-      layer.append(svg("text", { x: cx, y: top + 34, "text-anchor": "middle", fill: style.color, "font-size": 10 }, label));
-      labelEnd = cx + width / 2;
+    const width = textWidth(label, 10, TIMELINE_FONT);
+    const start = labelStart(cx - width / 2, width, bounds);
+    if (start > labelEnd + 4) {
+      layer.append(svg("text", { class: "response-label", x: start, y: top + 34, fill: style.color, "font-size": 10 }, label));
+      labelEnd = start + width;
     }
   }
 }

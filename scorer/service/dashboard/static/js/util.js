@@ -42,12 +42,25 @@ function svg(tag, attrs, ...children) {
   return appendChildren(setAttributes(document.createElementNS(SVG_NS, tag), attrs), children);
 }
 
-/** Numbers to 4 significant digits (like the CLI's tables); "–" for a missing value. */
+/** Numbers to 4 significant digits (like the CLI's tables); "–" for a missing value;
+ * booleans as yes / no. */
 function fmt(value) {
   if (value === null || value === undefined || Number.isNaN(value)) return "–";
+  if (typeof value === "boolean") return value ? "yes" : "no";
   if (typeof value !== "number") return String(value);
   if (Number.isInteger(value)) return String(value);
   return String(Number(value.toPrecision(4)));
+}
+
+/** `n noun`, the noun singular for exactly one ("1 worker", "2 workers"); `many` is the
+ * plural where it is not noun + "s". */
+function plural(n, noun, many = `${noun}s`) {
+  return `${fmt(n)} ${n === 1 ? noun : many}`;
+}
+
+/** A count in a unit the API names in the plural ("records", "answered episodes"). */
+function counted(n, unit) {
+  return unit ? plural(n, unit.replace(/s$/, ""), unit) : fmt(n);
 }
 
 function fmtCI(ci) {
