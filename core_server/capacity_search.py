@@ -314,7 +314,8 @@ class CapacitySearch:
                 self._store_result(complete=False)
                 verdict = "meets the SLO" if point.passed else "breaks " + "; ".join(point.broken)
                 if self.notice is not None:
-                    self.notice(f"{level} sessions at once: {verdict} (run {point.run_id})")
+                    sessions = "1 session" if level == 1 else f"{level} sessions"
+                    self.notice(f"{sessions} at once: {verdict} (run {point.run_id})")
         except Exception:
             self.store.set_run_status(self.run_id, "failed")
             raise

@@ -291,7 +291,7 @@ def test_sigterm_stops_the_search_and_keeps_its_curve(tmp_path: Path) -> None:
         wait_for_level(store_url, 2)
         child.send_signal(signal.SIGTERM)
         _, rest = child.communicate(timeout=60)
-    assert first.startswith("1 sessions at once: meets the SLO (run "), first
+    assert first.startswith("1 session at once: meets the SLO (run "), first
     assert child.returncode == 143, rest
     with Store(store_url) as store:
         [search] = [run for run in store.list_runs() if run.config.get("kind")]
