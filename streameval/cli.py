@@ -17,12 +17,26 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from streameval.cli_help import HelpGroup
 from streameval.core import cli as core_cli
 from streameval.errors import UserError
 from streameval.scorer.service import cli as scorer_cli
 from streameval.synth.cli import synth
 
+
+class StreamevalGroup(HelpGroup):
+    panels = (
+        ("Getting started", ("demo", "profiles")),
+        ("Evaluate", ("run", "runs", "score", "compare", "report", "export")),
+        ("Serve", ("results-api", "core-api", "adapter")),
+        ("Scale", ("worker", "launch")),
+        ("Data", ("data", "synth")),
+        ("Analyses", ("capacity", "audit")),
+    )
+
+
 app = typer.Typer(
+    cls=StreamevalGroup,
     help="Condition-aware evaluation of streaming video understanding.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -30,6 +44,26 @@ app = typer.Typer(
 app.add_typer(core_cli.app)
 app.add_typer(scorer_cli.app)
 app.command("synth")(synth)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"streameval {version('streameval')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
 
 
 @app.command()
