@@ -35,6 +35,9 @@ class HelpContext(typer.Context):
     def get_help(self) -> str:
         return render_help(self.command, self)
 
+    def get_usage(self) -> str:  # what a usage error shows above itself
+        return "\n".join(_usage(self.command, self, _width()))
+
 
 class HelpGroup(TyperGroup):
     """The root group: its commands listed in `panels`, in that order (any command not
@@ -69,9 +72,8 @@ def _descendants(group: Any) -> list[Any]:
 
 
 def render_help(command: Any, ctx: typer.Context) -> str:
-    width = max(40, min(shutil.get_terminal_size().columns, MAX_WIDTH))
-    usage = " ".join([_command_path(ctx), *_usage_pieces(command)])
-    lines = _wrap(f"Usage: {usage}", width, 4)
+    width = _width()
+    lines = _usage(command, ctx, width)
     for paragraph in _paragraphs(command.help or ""):
         lines += ["", *_wrap(paragraph, width)]
     visible = [p for p in command.get_params(ctx) if not getattr(p, "hidden", False)]
@@ -88,6 +90,15 @@ def render_help(command: Any, ctx: typer.Context) -> str:
         if rows:
             lines += ["", f"{title}:", *_definitions(rows, term_width, width)]
     return "\n".join(lines)
+
+
+def _width() -> int:
+    return max(40, min(shutil.get_terminal_size().columns, MAX_WIDTH))
+
+
+def _usage(command: Any, ctx: typer.Context, width: int) -> list[str]:
+    usage = " ".join([_command_path(ctx), *_usage_pieces(command)])
+    return _wrap(f"Usage: {usage}", width, 4)
 
 
 def _command_path(ctx: typer.Context) -> str:
