@@ -38,6 +38,13 @@ class HelpContext(typer.Context):
     def get_usage(self) -> str:  # what a usage error shows above itself
         return "\n".join(_usage(self.command, self, _width()))
 
+    @property
+    def command_path(self) -> str:
+        """`streameval runs delete`: the names only (Click's would add the arguments of the
+        groups on the way: `streameval runs [run_id] delete`)."""
+        parent = f"{self.parent.command_path} " if self.parent is not None else ""
+        return parent + (self.info_name or "")
+
 
 class HelpGroup(TyperGroup):
     """The root group: its commands listed in `panels`, in that order (any command not
@@ -97,18 +104,8 @@ def _width() -> int:
 
 
 def _usage(command: Any, ctx: typer.Context, width: int) -> list[str]:
-    usage = " ".join([_command_path(ctx), *_usage_pieces(command)])
+    usage = " ".join([ctx.command_path, *_usage_pieces(command)])
     return _wrap(f"Usage: {usage}", width, 4)
-
-
-def _command_path(ctx: typer.Context) -> str:
-    """`streameval runs delete`: the names only (Click's path would add the arguments of
-    the groups on the way, as `streameval runs [run_id] delete`)."""
-    names = []
-    while ctx is not None:
-        names.append(ctx.info_name or "")
-        ctx = ctx.parent
-    return " ".join(reversed(names))
 
 
 def _usage_pieces(command: Any) -> list[str]:
