@@ -155,6 +155,11 @@ def _param_help(param: Any) -> str:
     default = _default_text(param)
     if default:
         extras.append(f"[default: {default}]")
+    least, most = getattr(param, "min", None), getattr(param, "max", None)  # Typer's bounds
+    if least is not None:
+        extras.append(f"[at least {least}]" if most is None else f"[{least} to {most}]")
+    elif most is not None:
+        extras.append(f"[at most {most}]")
     if param.required:
         extras.append("[required]")
     # Each extra kept on one line: `_wrap` breaks at no non-breaking space.
