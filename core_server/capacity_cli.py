@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from streameval.core.cli_common import (
+    PROFILE_HELP,
     BenchmarkOption,
     SeedOption,
     StoreOption,
@@ -20,6 +21,7 @@ from streameval.core.cli_common import (
     TaskTypeOption,
     VideoRootOption,
     cancel_on_sigterm,
+    check_protocol_profile,
     console,
     fail,
     first_validation_error,
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 
 def capacity(
+    ctx: typer.Context,
     adapter_url: Annotated[
         str, typer.Option("--adapter-url", help="The one adapter endpoint, ws://host:port/ws.")
     ],
@@ -59,7 +62,9 @@ def capacity(
     limit: Annotated[
         int | None, typer.Option(help="Use at most this many records (repeated per level).")
     ] = None,
-    profile: Annotated[str, typer.Option(help="Protocol profile (wall-clock capable).")] = "trace",
+    profile: Annotated[
+        str, typer.Option(help=f"{PROFILE_HELP.removesuffix('.')}; one that allows wall-clock.")
+    ] = "trace",
     speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
     start: Annotated[int, typer.Option(min=1, help="The first level (sessions at once).")] = 1,
     most: Annotated[int, typer.Option("--max", min=1, help="The largest level tried.")] = 256,
@@ -103,6 +108,7 @@ def capacity(
 
     if start > most:
         raise fail(f"--start {start} is above --max {most}")
+    check_protocol_profile(ctx, profile)
     if server_metrics is not None and not server_metrics.startswith(("http://", "https://")):
         raise fail(f"--server-metrics must be an http:// or https:// URL, got {server_metrics!r}")
     try:

@@ -1,5 +1,5 @@
-"""The Core's commands of the `streameval` command line: run, resume, runs, export, profiles,
-the control API, adapters and benchmark data.
+"""The Core's commands of the `streameval` command line: run, resume, runs, export, the
+control API, adapters and benchmark data.
 
 The one `streameval` command (streameval/cli.py) adds the scorer's commands and the demo,
 which runs and then scores; the Core itself never imports the scorer.
@@ -26,6 +26,7 @@ from streameval.core.audit_cli import audit_app
 from streameval.core.benchmark.data_cli import data_app
 from streameval.core.capacity_cli import capacity
 from streameval.core.cli_common import (
+    PROFILE_HELP,
     BenchmarkOption,
     SeedOption,
     StoreOption,
@@ -34,6 +35,7 @@ from streameval.core.cli_common import (
     TaskTypeOption,
     VideoRootOption,
     cancel_on_sigterm,
+    check_protocol_profile,
     console,
     fail,
     first_validation_error,
@@ -130,6 +132,7 @@ def execute(
 
 @app.command()
 def run(
+    ctx: typer.Context,
     adapter_url: Annotated[
         list[str] | None,
         typer.Option("--adapter-url", help="Adapter endpoint ws://host:port/ws (repeatable)."),
@@ -142,9 +145,7 @@ def run(
     task: TaskOption = None,
     task_type: TaskTypeOption = None,
     limit: Annotated[int | None, typer.Option(help="At most this many records.")] = None,
-    profile: Annotated[
-        str, typer.Option(help="Protocol profile (list them: streameval profiles).")
-    ] = "trace",
+    profile: Annotated[str, typer.Option(help=PROFILE_HELP)] = "trace",
     pacing: Annotated[str, typer.Option(help="logical or wall_clock.")] = "logical",
     speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
     fps: Annotated[float | None, typer.Option(help="Sampling rate (profile's by default).")] = None,
@@ -237,14 +238,12 @@ def run(
 ) -> None:
     """Run a benchmark against adapter endpoints (or --resume an interrupted run).
 
-    Exit status (a resume's counts the sessions kept from before too):
-    0 every session finished;
-    1 some sessions failed;
-    3 every session failed (the run's status is then `failed`);
-    2 the run could not start (bad options, unreachable or changed adapter, changed
-    benchmark, a run another live Core owns);
-    4 the run stopped part-way (every adapter endpoint gone: resume it; the store failed);
-    130 interrupted, 143 terminated by SIGTERM (continue it with --resume).
+    Exit status (a resume's counts the sessions kept from before too): 0 every session
+    finished; 1 some sessions failed; 2 the run could not start (bad options, unreachable
+    or changed adapter, changed benchmark, a run another live Core owns); 3 every session
+    failed (the run's status is then `failed`); 4 the run stopped part-way (every adapter
+    endpoint gone: resume it; the store failed); 130 interrupted, 143 terminated by
+    SIGTERM (continue it with --resume).
     """
     for name, value in (
         ("--lease-timeout", lease_timeout),
@@ -259,6 +258,8 @@ def run(
         raise fail("--detach creates a new run: workers continue a stored one by itself")
     if resume and (perturb or robustness):
         raise fail("--perturb/--robustness apply to a new run: a resumed run keeps its own")
+    if not resume:
+        check_protocol_profile(ctx, profile)
     try:
         run_variants(perturb or [], robustness)  # a spec error is one line, before anything
     except PerturbationError as exc:
@@ -748,39 +749,6 @@ def export(
 
 
 # --------------------------------------------------------------------------- services
-
-
-@app.command()
-def profiles(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
-) -> None:
-    """The protocol profiles a run can follow (docs/protocol.md)."""
-    from streameval.core.config import PROTOCOL_PROFILES
-
-    if as_json:
-        print(json.dumps([p.model_dump(mode="json") for p in PROTOCOL_PROFILES.values()]))
-        return
-    columns = [
-        Column("profile", key=True),
-        Column("fps", justify="right"),
-        Column("QA history", justify="right"),
-        Column("proactive lead", justify="right"),
-        Column("pacing"),
-        # A description squeezed narrower than this is a wall of short lines: blocks instead.
-        Column("what", min_width=40, paragraph=True),
-    ]
-    rows = [
-        [
-            profile.name,
-            f"{profile.fps:g}",
-            f"{profile.qa_history_s:g} s" if profile.qa_history_s else "all",
-            f"{profile.proactive_lead_s:g} s" if profile.proactive_lead_s else "all",
-            profile.pacing or "any",
-            profile.description,
-        ]
-        for profile in PROTOCOL_PROFILES.values()
-    ]
-    print_table(Console(), columns, rows)
 
 
 @app.command("core-api")

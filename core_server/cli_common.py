@@ -37,6 +37,21 @@ def first_validation_error(exc: ValueError) -> str:
     return str(exc)
 
 
+# Where the one `streameval` command (streameval/cli.py) puts the scoring profiles' names
+# for the commands below it (ctx.meta): the Core never imports the scorer, yet
+# `run --profile trace-paper-v1` should say that it named a scoring profile.
+SCORING_PROFILES_KEY = "streameval.scoring_profiles"
+
+
+def check_protocol_profile(ctx: typer.Context, name: str) -> None:
+    """Fail with one line when `name` is no protocol profile."""
+    from streameval.core.config import PROTOCOL_PROFILES, unknown_profile
+
+    if name not in PROTOCOL_PROFILES:
+        scoring = ctx.meta.get(SCORING_PROFILES_KEY, ())
+        raise fail(unknown_profile("protocol", name, PROTOCOL_PROFILES, scoring))
+
+
 def cancel_on_sigterm(terminated: list[bool]) -> None:
     """Make SIGTERM (`docker stop`) stop the running task like Ctrl-C, noting it in
     `terminated` so that the command can exit 143 instead of 130."""
@@ -74,5 +89,12 @@ SubsetOption = Annotated[
     str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")]
-TaskOption = Annotated[list[str] | None, typer.Option("--task", help="qa / proactive.")]
-TaskTypeOption = Annotated[list[str] | None, typer.Option("--task-type")]
+TaskOption = Annotated[
+    list[str] | None, typer.Option("--task", help="qa or proactive (repeatable; default: both).")
+]
+TaskTypeOption = Annotated[
+    list[str] | None,
+    typer.Option("--task-type", help="Only records of this task type (repeatable; default: all)."),
+]
+# Protocol, not scoring: `score --profile` takes the other kind.
+PROFILE_HELP = "Protocol profile: how the video is streamed (names: streameval profiles)."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Iterable
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -228,6 +229,22 @@ PROTOCOL_PROFILES: dict[str, ProtocolProfile] = {
 }
 
 
+# The commands whose --profile takes each kind of profile: the option means one kind in
+# `run` and the other in `score`, so a name of the wrong kind is an easy slip.
+PROFILE_KINDS = {"protocol": "run and capacity", "scoring": "score, compare and report"}
+
+
+def unknown_profile(kind: str, name: str, known: Iterable[str], other: Collection[str]) -> str:
+    """The error line for a `kind` profile ("protocol" or "scoring") that is none of `known`;
+    when `name` is among `other`, the other kind's names, the line says so."""
+    (other_kind,) = set(PROFILE_KINDS) - {kind}
+    slip = f" ({name!r} is a {other_kind} profile, for {PROFILE_KINDS[other_kind]})"
+    return (
+        f"unknown {kind} profile {name!r}{slip if name in other else ''}; "
+        f"{kind} profiles: {', '.join(known)}"
+    )
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -288,7 +305,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _known_profile(cls, name: str) -> str:
         if name not in PROTOCOL_PROFILES:
-            raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROTOCOL_PROFILES)}")
+            raise ValueError(unknown_profile("protocol", name, PROTOCOL_PROFILES, ()))
         return name
 
     @field_validator("perturbations")

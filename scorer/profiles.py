@@ -282,6 +282,7 @@ def get_profile(name: str | ScoringProfile) -> ScoringProfile:
     try:
         return SCORING_PROFILES[name]
     except KeyError:
-        raise ProfileError(
-            f"unknown scoring profile {name!r}; known: {', '.join(SCORING_PROFILES)}"
-        ) from None
+        from streameval.core.config import PROTOCOL_PROFILES, unknown_profile
+
+        message = unknown_profile("scoring", name, SCORING_PROFILES, PROTOCOL_PROFILES)
+        raise ProfileError(message) from None

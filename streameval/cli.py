@@ -1,5 +1,6 @@
 """The one `streameval` command: the Core's commands (core_server/cli.py), the scorer's
-(scorer/service/cli.py), and the demo, which needs both: it runs, then scores.
+(scorer/service/cli.py), and what needs both: the demo, which runs, then scores, and
+`profiles`, which lists the protocol and the scoring profiles (streameval/profiles_cli.py).
 
 The composition lives here, above both, so that the Core never imports the scorer.
 
@@ -17,19 +18,62 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from streameval.cli_help import HelpGroup
 from streameval.core import cli as core_cli
+from streameval.core.cli_common import SCORING_PROFILES_KEY
 from streameval.errors import UserError
+from streameval.profiles_cli import profiles
+from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.service import cli as scorer_cli
 from streameval.synth.cli import synth
 
+
+class StreamevalGroup(HelpGroup):
+    panels = (
+        ("Getting started", ("demo", "profiles")),
+        ("Evaluate", ("run", "runs", "score", "compare", "report", "export")),
+        ("Serve", ("results-api", "core-api", "adapter")),
+        ("Scale", ("worker", "launch")),
+        ("Data", ("data", "synth")),
+        ("Analyses", ("capacity", "audit")),
+    )
+
+
 app = typer.Typer(
+    cls=StreamevalGroup,
     help="Condition-aware evaluation of streaming video understanding.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Usage errors in Click's plain words, below the usage line of streameval/cli_help.py
+    # (Typer's rich box would also print nothing where no arguments ask for the help).
+    rich_markup_mode=None,
 )
 app.add_typer(core_cli.app)
 app.add_typer(scorer_cli.app)
 app.command("synth")(synth)
+app.command("profiles")(profiles)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"streameval {version('streameval')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    # For the Core's commands, which never import the scorer (core_server/cli_common.py).
+    ctx.meta[SCORING_PROFILES_KEY] = tuple(SCORING_PROFILES)
 
 
 @app.command()
@@ -80,7 +124,8 @@ def demo(
         f"{summary.finished} sessions finished, {summary.failed} failed\n"
         f"store {opened.url}\n"
         f"units, scales and meanings: streameval score {summary.run_id} --explain\n"
-        f"more: streameval score {summary.run_id} --json | streameval export {summary.run_id}\n"
+        f"scores as JSON: streameval score {summary.run_id} --json\n"
+        f"event log: streameval export {summary.run_id}\n"
         "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
         highlight=False,
     )

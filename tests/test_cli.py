@@ -113,7 +113,10 @@ def test_run_runs_and_export_follow_the_documented_schema(benchmark_path, tmp_pa
         (["run", "--resume", "nope"], "nope"),
         # export opens the store read-only: a store that does not exist is not created
         (["export", "nope"], "the file does not exist"),
-        (["run", "--adapter-url", "ws://127.0.0.1:9/ws", "--profile", "x"], "unknown profile"),
+        (
+            ["run", "--adapter-url", "ws://127.0.0.1:9/ws", "--profile", "x"],
+            "unknown protocol profile 'x'; protocol profiles: trace, ",
+        ),
     ],
 )
 def test_user_mistakes_get_one_clear_line(args, message, tmp_path):
@@ -206,12 +209,17 @@ def test_compare_never_subtracts_timings_of_a_logical_and_a_wall_clock_run(
 
 def test_profiles_print_json_for_scripts():
     from streameval.core.config import PROTOCOL_PROFILES
+    from streameval.scorer.profiles import SCORING_PROFILES
+    from streameval.scorer.report import profile_report
 
     listed = streameval("profiles", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == [
-        profile.model_dump(mode="json") for profile in PROTOCOL_PROFILES.values()
-    ]
+    assert json.loads(listed.stdout) == {
+        "protocol": [profile.model_dump(mode="json") for profile in PROTOCOL_PROFILES.values()],
+        "scoring": [
+            profile_report(profile).model_dump(mode="json") for profile in SCORING_PROFILES.values()
+        ],
+    }
 
 
 def test_compare_and_report_default_to_the_scoring_profile_of_the_run_protocol(

@@ -65,3 +65,12 @@ def test_demo_prints_a_readable_table(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "accuracy" in done.stdout and "false" in done.stdout.lower()
     assert "20 sessions finished, 0 failed" in " ".join(done.stdout.split())
+    # The next steps close it, one command a line: none reads as piped into another.
+    lines = done.stdout.splitlines()
+    (run_id,) = [line.split()[-1] for line in lines if line.startswith("event log: ")]
+    assert lines[-4:] == [
+        f"units, scales and meanings: streameval score {run_id} --explain",
+        f"scores as JSON: streameval score {run_id} --json",
+        f"event log: streameval export {run_id}",
+        "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
+    ]

@@ -85,8 +85,8 @@ class Demo:
 def demo(tmp_path_factory) -> Demo:
     store = f"sqlite:///{tmp_path_factory.mktemp('demo') / 'd.db'}"
     lines = in_terminal("demo", "--store", store)
-    (hint,) = [line for line in lines if line.startswith("more: streameval score ")]
-    return Demo(store, hint.split()[3], lines)
+    (hint,) = [line for line in lines if line.startswith("event log: streameval export ")]
+    return Demo(store, hint.split()[-1], lines)
 
 
 def overall_metrics(demo: Demo) -> dict[str, list[str]]:
@@ -133,7 +133,14 @@ def test_the_demo_shows_every_metric_whole_with_its_unit_in_80_columns(demo: Dem
     assert metric_row("ttft_s_p50", demo.lines)[2] == "s"
     assert metric_row("ttft_s_p95", demo.lines)[2] == "s"  # p50 and p95 told apart
     assert "20 sessions finished, 0 failed" in demo.lines
-    assert f"units, scales and meanings: streameval score {demo.run_id} --explain" in demo.lines
+    # The next steps, one command a line: none reads as a pipe into the next.
+    (at,) = [k for k, line in enumerate(demo.lines) if line.startswith("units, scales")]
+    assert demo.lines[at : at + 4] == [
+        f"units, scales and meanings: streameval score {demo.run_id} --explain",
+        f"scores as JSON: streameval score {demo.run_id} --json",
+        f"event log: streameval export {demo.run_id}",
+        "dashboard: streameval results-api, then open http://127.0.0.1:8800/",
+    ]
 
 
 def test_runs_shows_the_whole_run_id_in_80_columns(demo: Demo) -> None:
@@ -150,10 +157,18 @@ def test_runs_shows_the_whole_run_id_in_80_columns(demo: Demo) -> None:
 def test_profiles_fit_80_columns_with_every_name_whole() -> None:
     lines = in_terminal("profiles")
     assert_fits(lines)
+    # Both kinds, each under its heading, a block per profile headed by its name.
+    protocol = lines.index("Protocol profiles (for run and capacity): how a run streams the video")
+    scoring = lines.index("Scoring profiles (for score, compare and report): how a run is scored")
+    assert 0 <= protocol < scoring
     for name in PROTOCOL_PROFILES:
-        assert name in lines  # a block per profile, headed by its name
+        assert name in lines[protocol:scoring]
+    for name in SCORING_PROFILES:
+        assert name in lines[scoring:]
     assert "  fps 1 · QA history 10 s · proactive lead 5 s · pacing any" in lines
-    assert len([line for line in lines if line.strip()]) <= 6 * len(PROTOCOL_PROFILES)
+    assert "  version 2 · for protocols realstream" in lines
+    profiles = len(PROTOCOL_PROFILES) + len(SCORING_PROFILES)
+    assert len([line for line in lines if line.strip()]) <= 2 + 6 * profiles
 
 
 def test_score_and_its_explanations_fit_80_columns(demo: Demo) -> None:
