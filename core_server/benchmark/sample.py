@@ -58,8 +58,13 @@ def _s(seconds: int) -> int:
     return seconds * FPS
 
 
-def _steady(kind: str, slot: int, colour: str, shown: tuple[int, int] = (0, 1 << 30)) -> Shape:
-    return Shape(kind, slot, ((0, colour),), shown, phase=0)
+def _shape(
+    kind: str, slot: int, *colours: tuple[int, str], shown: tuple[int, int] | None = None
+) -> Shape:
+    """A shape in grid slot `slot` taking each (second, colour), the first at 0, shown for
+    [start, end) seconds (default: always)."""
+    frames = (0, 1 << 30) if shown is None else (_s(shown[0]), _s(shown[1]))
+    return Shape(kind, slot, tuple((_s(t), colour) for t, colour in colours), frames, phase=0)
 
 
 # The square turns from red to blue at 8 s.
@@ -67,16 +72,16 @@ COLOURS = Scene(
     "colours",
     _s(16),
     (
-        Shape("square", 0, ((0, "red"), (_s(8), "blue")), (0, 1 << 30), phase=0),
-        _steady("circle", 4, "green"),
-        _steady("triangle", 8, "yellow"),
+        _shape("square", 0, (0, "red"), (8, "blue")),
+        _shape("circle", 4, (0, "green")),
+        _shape("triangle", 8, (0, "yellow")),
     ),
 )
 # A 3 from 2 s to 5 s and a 7 from 9 s to 13 s, beside a circle and a square (no triangle).
 DIGITS = Scene(
     "digits",
     _s(16),
-    (_steady("circle", 3, "blue"), _steady("square", 9, "white")),
+    (_shape("circle", 3, (0, "blue")), _shape("square", 9, (0, "white"))),
     (Digit(3, _s(2), _s(5)), Digit(7, _s(9), _s(13))),
     digit_y=60,
 )
@@ -86,10 +91,10 @@ COUNT = Scene(
     "count",
     _s(20),
     (
-        _steady("square", 0, "yellow"),
-        _steady("circle", 4, "red"),
-        _steady("circle", 6, "green", (_s(6), _s(20))),
-        _steady("circle", 10, "blue", (_s(11), _s(15))),
+        _shape("square", 0, (0, "yellow")),
+        _shape("circle", 4, (0, "red")),
+        _shape("circle", 6, (0, "green"), shown=(6, 20)),
+        _shape("circle", 10, (0, "blue"), shown=(11, 15)),
     ),
 )
 # The square is white, green from 5 s to 9 s, white again, green from 13 s.
@@ -97,15 +102,9 @@ STATE = Scene(
     "state",
     _s(16),
     (
-        Shape(
-            "square",
-            1,
-            ((0, "white"), (_s(5), "green"), (_s(9), "white"), (_s(13), "green")),
-            (0, 1 << 30),
-            phase=0,
-        ),
-        _steady("circle", 5, "red"),
-        _steady("triangle", 9, "blue"),
+        _shape("square", 1, (0, "white"), (5, "green"), (9, "white"), (13, "green")),
+        _shape("circle", 5, (0, "red")),
+        _shape("triangle", 9, (0, "blue")),
     ),
 )
 SCENES = (COLOURS, DIGITS, COUNT, STATE)
