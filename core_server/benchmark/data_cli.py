@@ -219,8 +219,11 @@ def sample_command(
         ),
     ],
 ) -> None:
-    """Write a few records in each format (TRACE release, OVO-Bench, StreamingBench) on
-    generated videos, then print the commands that validate, run and score each."""
+    """Write a few records of each format on generated videos, with the commands to try them.
+
+    TRACE release, OVO-Bench and StreamingBench files, and the commands that validate,
+    run (with the reference adapter) and score each.
+    """
     from streameval.core.benchmark.sample import write_sample
 
     if directory.exists() and not directory.is_dir():
