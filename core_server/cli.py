@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="The Core's commands.", pretty_exceptions_enable=False)
 app.add_typer(adapter_app, name="adapter")
-app.add_typer(data_app, name="data", help="Validate and describe benchmark files.")
+app.add_typer(data_app, name="data", help="Validate, describe and sample benchmark files.")
 app.add_typer(launch_app, name="launch")
 app.add_typer(audit_app, name="audit")
 app.command("capacity")(capacity)

@@ -1,4 +1,5 @@
-"""`streameval data validate` and `streameval data stats`: check and count a benchmark.
+"""`streameval data validate` and `streameval data stats`: check and count a benchmark;
+`streameval data sample`: write a small sample of each format to try them on.
 
 PATH is a TRACE release directory, an OVO-Bench or StreamingBench JSON file, or a
 benchmark.json; its format is detected. Exit codes: 0 fine, 1 problems found (validate),
@@ -8,6 +9,7 @@ benchmark.json; its format is detected. Exit codes: 0 fine, 1 problems found (va
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from pathlib import Path
 from statistics import fmean
@@ -19,10 +21,11 @@ import typer
 if TYPE_CHECKING:
     from streameval.core.benchmark.importing import Imported
     from streameval.core.benchmark.records import Benchmark, ProactiveRecord
+    from streameval.core.benchmark.sample import Written
     from streameval.core.benchmark.validate import Report
 
 data_app = typer.Typer(
-    help="Check and count benchmark files (TRACE, OVO-Bench, StreamingBench).",
+    help="Check, count and sample benchmark files (TRACE, OVO-Bench, StreamingBench).",
     no_args_is_help=True,
 )
 
@@ -196,4 +199,67 @@ def _stats_text(stats: dict) -> str:
             lines.append(
                 f"{name}: min {spread['min']:g}, mean {spread['mean']:g}, max {spread['max']:g}"
             )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- sample
+
+# Where `streameval adapter serve reference` listens by default.
+REFERENCE_URL = "ws://127.0.0.1:8765/ws"
+
+
+@data_app.command("sample")
+def sample_command(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="Folder to write the sample into (created; files of a sample already "
+            "there are replaced).",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Write a few records of each format on generated videos, with the commands to try them.
+
+    TRACE release, OVO-Bench and StreamingBench files, and the commands that validate,
+    run (with the reference adapter) and score each.
+    """
+    from streameval.core.benchmark.sample import write_sample
+
+    if directory.exists() and not directory.is_dir():
+        _fail(f"{directory} exists and is not a folder", directory, as_json=False)
+    try:
+        written = write_sample(directory)
+    except OSError as exc:
+        _fail(f"cannot write the sample to {directory}: {exc}", directory, as_json=False)
+    typer.echo(sample_instructions(written))
+
+
+def sample_instructions(written: Written) -> str:
+    """What was written, and the exact commands to try each format with the reference
+    adapter (RUN_ID: the id `streameval run` prints)."""
+    root = shlex.quote(str(written.video_root))
+    lines = [
+        f"Wrote a sample of each format to {written.video_root} "
+        f"(its videos: {written.video_root / 'videos'}).",
+        "Serve the reference adapter in another terminal:",
+        "  streameval adapter serve reference",
+        "then try each format (RUN_ID: the id `streameval run` prints):",
+    ]
+    for title, path, protocol, scoring in written.tries():
+        where = shlex.quote(str(path))
+        lines += [
+            "",
+            f"# {title}",
+            f"streameval data validate {where} --video-root {root}",
+            f"streameval run --benchmark {where} --video-root {root} --profile {protocol} "
+            f"--adapter-url {REFERENCE_URL}",
+            f"streameval score RUN_ID --profile {scoring}",
+        ]
+    lines += [
+        "",
+        "The reference adapter reads shapes, colours and digits from the frames: it answers",
+        "every question here except OVO-Bench's REC probes (how often an activity was done),",
+        "so with it ovo-offline scores forward 0 and total 66.67.",
+    ]
     return "\n".join(lines)

@@ -128,7 +128,7 @@ class Shape:
 
 
 @dataclass(frozen=True)
-class _Digit:
+class Digit:
     value: int
     start: int
     end: int
@@ -139,7 +139,7 @@ class Scene:
     name: str
     frames: int
     shapes: tuple[Shape, ...]
-    digits: tuple[_Digit, ...] = ()
+    digits: tuple[Digit, ...] = ()
     digit_y: int = 80
 
     @property
@@ -212,16 +212,16 @@ def _last_change(changes: Sequence[int], frame: int) -> int:
     return max([0, *(f for f in changes if f <= frame)])
 
 
-def _digit_sequence(rng: np.random.Generator, first: int, frames: int) -> tuple[_Digit, ...]:
+def _digit_sequence(rng: np.random.Generator, first: int, frames: int) -> tuple[Digit, ...]:
     """Digits shown 3-4 s each with 4-6 s gaps; two in a row always differ."""
-    digits: list[_Digit] = []
+    digits: list[Digit] = []
     start, previous = first, None
     while True:
         shown = int(rng.integers(30, 41))
         if start + shown + 2 * FPS > frames:
             return tuple(digits)
         previous = _pick(rng, range(10), exclude=[previous])
-        digits.append(_Digit(previous, start, start + shown))
+        digits.append(Digit(previous, start, start + shown))
         start += shown + int(rng.integers(40, 61))
 
 
