@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import socket
 import subprocess
 import time
@@ -28,23 +27,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.docker_engine import require_engine
+
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "compose-test-token"
 BUILD_AND_RUN_TIMEOUT_S = 1200
 # The stack is built and run in the first test's setup: its limit is the build's, not the
 # suite's per-test default.
 pytestmark = pytest.mark.timeout(BUILD_AND_RUN_TIMEOUT_S + 300)
-
-
-def _engine_problem() -> str | None:
-    """Why no engine can be used here, or None when one answers."""
-    if shutil.which("docker") is None:
-        return "no docker command"
-    for check in (["docker", "info"], ["docker", "compose", "version"]):
-        done = subprocess.run(check, capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            return f"`{' '.join(check)}` failed: {done.stderr.strip().splitlines()[-1:]}"
-    return None
 
 
 def _free_port() -> int:
@@ -72,11 +62,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    problem = _engine_problem()
-    if problem is not None:
-        if os.environ.get("STREAMEVAL_REQUIRE_DOCKER"):
-            pytest.fail(f"no usable Docker engine but STREAMEVAL_REQUIRE_DOCKER is set: {problem}")
-        pytest.skip(f"no usable Docker engine ({problem}); CI starts one with .ci/start-docker.sh")
+    require_engine(["docker", "compose", "version"])
     root = tmp_path_factory.mktemp("compose")
     for folder in ("benchmark", "videos", "results"):
         (root / folder).mkdir()

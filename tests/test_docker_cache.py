@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docker_engine import require_engine
 from tests.test_compose import dockerfile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,27 +96,15 @@ def test_the_requirements_list_is_pyprojects(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- engine
 
 
-def _engine_problem() -> str | None:
-    if shutil.which("docker") is None:
-        return "no docker command"
-    for check in (["docker", "info"], ["docker", "buildx", "version"]):
-        done = subprocess.run(check, capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            return f"`{' '.join(check)}` failed: {done.stderr.strip().splitlines()[-1:]}"
-    base = ["docker", "image", "inspect", "python:3.11-slim"]
-    if subprocess.run(base, capture_output=True, timeout=60).returncode != 0:
-        return "no python:3.11-slim image (.ci/images/build.sh builds a stand-in)"
-    return None
-
-
 @pytest.fixture
 def engine() -> None:
-    problem = _engine_problem()
-    if problem is None:
-        return
-    if os.environ.get("STREAMEVAL_REQUIRE_DOCKER"):
-        pytest.fail(f"no usable Docker engine but STREAMEVAL_REQUIRE_DOCKER is set: {problem}")
-    pytest.skip(f"no usable Docker engine ({problem}); CI starts one with .ci/start-docker.sh")
+    require_engine(["docker", "buildx", "version"])
+    base = ["docker", "image", "inspect", "python:3.11-slim"]
+    if subprocess.run(base, capture_output=True, timeout=60).returncode != 0:
+        problem = "no python:3.11-slim image (.ci/images/build.sh builds a stand-in)"
+        if os.environ.get("STREAMEVAL_REQUIRE_DOCKER"):
+            pytest.fail(f"STREAMEVAL_REQUIRE_DOCKER is set but there is {problem}")
+        pytest.skip(problem)
 
 
 @pytest.fixture
