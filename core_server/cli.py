@@ -85,7 +85,7 @@ def execute(
     progress: Progress | None = None,
 ) -> RunSummary:
     """Run (or resume), showing its phases on stderr: live bars when stderr is a terminal
-    and `show_progress`, else only failed sessions (core_server/progress_display.py).
+    and `show_progress`, plain lines when it is not (core_server/progress_display.py).
     `progress` replaces that display (the demo's, which goes on to show scoring).
 
     SIGTERM (`docker stop`) stops the run like Ctrl-C: the sessions in flight go back to
