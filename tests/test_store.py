@@ -27,6 +27,7 @@ from streameval.core.store.store import (
     config_hash,
     default_store_url,
     library_versions,
+    schema_versions,
 )
 from streameval.core.store.writer import EventWriter, EventWriterFailed
 from streameval.events import Event, EventKind, PayloadError
@@ -153,6 +154,13 @@ def test_migration_creates_the_documented_schema(store: Store, store_url: str) -
             assert compare_metadata(context, models.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_the_schema_versions_read_from_file_names_are_alembics_history() -> None:
+    """A read-only store's version is checked without Alembic, from the migration files'
+    names: they must name Alembic's revisions, in its order."""
+    history = ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()  # newest first
+    assert schema_versions() == [revision.revision for revision in reversed(list(history))]
 
 
 def test_reopening_keeps_data(store_url: str) -> None:

@@ -4,9 +4,11 @@ One synchronous SQLAlchemy engine over SQLite (the default, a single file in WAL
 PostgreSQL (`postgresql+psycopg://...`), with the same code for both. The Core writes through
 one writer task (see writer.py) that calls this class via `asyncio.to_thread`; the scorer only
 reads. Opening a store read-write migrates it to the newest schema with Alembic; opening it
-read-only (`Store(url, read_only=True)`: scoring, the results API, exports) never writes:
-no migration, no WAL or journal file, SQLite opened with `mode=ro` (`immutable=1` on media
-where even the lock files cannot be made), PostgreSQL in read-only transactions.
+read-only (`Store(url, read_only=True)`: scoring, the results API, exports, `streameval
+runs`) never writes: no migration, no WAL or journal file, SQLite opened with `mode=ro`
+(`immutable=1` on media where even the lock files cannot be made), PostgreSQL in read-only
+transactions. Only migrating imports Alembic (a tenth of a second): a read-only store's
+schema version is checked against the migration files' names.
 
 The store is checked, not trusted: a SQLite file deleted or replaced under an open store is
 detected on every transaction (its device and inode) and raised as `StoreLost`. Errors the
@@ -35,9 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Connection,
     Engine,
@@ -112,6 +111,11 @@ class StoreError(CoreError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class OlderSchema(StoreError):
+    """A store opened read-only has the schema of an older streameval: opening it
+    read-write would migrate it."""
 
 
 class StoreLost(StoreError):
@@ -358,10 +362,13 @@ def _read_only_sqlite_engine(path: Path) -> Engine:
     return engine
 
 
-def _alembic_config() -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return cfg
+def schema_versions() -> list[str]:
+    """The schema's versions, oldest first: each migration file is named after its revision
+    (`0008_drop_events_kind_index.py` makes revision 0008; tests/test_store.py checks them
+    against Alembic's own history), so reading them needs no Alembic."""
+    return sorted(
+        path.name.partition("_")[0] for path in MIGRATIONS_DIR.glob("versions/[0-9]*_*.py")
+    )
 
 
 def _table_names(conn: Connection) -> list[str]:
@@ -621,7 +628,11 @@ class Store:
             raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
 
     def _migrate(self) -> None:
-        cfg = _alembic_config()
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
         with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Several Core workers may open one fresh database at once: one migrates.
@@ -633,17 +644,25 @@ class Store:
 
     def _check_schema(self) -> None:
         """A read-only store must already have this streameval's schema: it cannot migrate."""
-        head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        versions = schema_versions()
+        head = versions[-1]
         with self._engine.connect() as conn:
             tables = set(_table_names(conn))
             if "alembic_version" not in tables:
                 raise StoreError(f"{self._display_url} is not a streameval store (no schema)")
             version = conn.execute(sql_text("SELECT version_num FROM alembic_version")).scalar()
-        if version != head:
-            raise StoreError(
-                f"store {self._display_url} has schema version {version} but this streameval "
-                f"reads {head}; open it once read-write (e.g. `streameval runs`) to migrate it"
+        if version == head:
+            return
+        if version in versions:
+            raise OlderSchema(
+                f"store {self._display_url} has schema version {version}, older than this "
+                f"streameval's {head}; open it once read-write (e.g. `streameval runs`) to "
+                "migrate it"
             )
+        raise StoreError(
+            f"store {self._display_url} has schema version {version}, which this streameval "
+            f"(schema {head}) does not know: a newer streameval made it; upgrade to read it"
+        )
 
     def _file_identity(self) -> tuple[int, int] | None:
         """(device, inode) of the SQLite file; None when it no longer exists."""
