@@ -1,8 +1,9 @@
 """`streameval runs`: list a store's runs (or one run's sessions), and `runs delete`.
 
-Listing is what a user types most often, on stores of millions of events: it opens the
-store read-only, which imports neither Alembic nor the runner (tests/test_cli_startup.py;
-bench/bench_startup.py measures its CPU against `streameval --help`).
+Listing is what a user types most often, on stores of millions of events: it reads the
+store read-only, importing neither Alembic nor the runner, nor SQLAlchemy for a SQLite
+file (tests/test_cli_startup.py; bench/bench_startup.py measures its CPU against
+`streameval --help`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from streameval.core.terminal import Column, print_table
 
 # The store (SQLAlchemy) is imported by the commands: `streameval --help` needs none of it.
 if TYPE_CHECKING:
-    from streameval.core.store.store import RunInfo, Store
+    from streameval.core.store.light import RunInfo
+    from streameval.core.store.store import Store
 
 
 class _RunsGroup(TyperGroup):
@@ -65,12 +67,11 @@ def runs(
     if run_id is not None:
         _list_sessions(run_id, store, as_json)
         return
-    from streameval.core.store.store import StoreError
+    from streameval.core.store.light import StoreError
     from streameval.variants import read_condition
 
     try:
-        with _open_for_reading(store) as opened:
-            infos = opened.list_runs()
+        infos = _stored_runs(resolve_store_url(store, must_exist=True))
     except StoreError as exc:
         raise fail(str(exc)) from None
     rows = []
@@ -130,12 +131,25 @@ def _perturbation_names(labels: list[str]) -> str:
     return ", ".join(dict.fromkeys(label.partition(":")[0] for label in labels))
 
 
-def _open_for_reading(store: str | None) -> Store:
+def _stored_runs(url: str) -> list[RunInfo]:
+    """The store's runs, newest first. A SQLite file is read with the standard library
+    alone (store/light.py), without SQLAlchemy's fifth of a second of imports."""
+    from streameval.core.store.light import OlderSchema, sqlite_file, sqlite_runs
+
+    path = sqlite_file(url)
+    if path is not None:
+        with contextlib.suppress(OlderSchema):  # opened below, which migrates it
+            return sqlite_runs(path, url)
+    with _open_for_reading(url) as opened:
+        return opened.list_runs()
+
+
+def _open_for_reading(url: str) -> Store:
     """The store, opened read-only: no Alembic, nothing written. A store of an older
     streameval is opened read-write instead, which migrates it (once)."""
-    from streameval.core.store.store import OlderSchema, Store
+    from streameval.core.store.light import OlderSchema
+    from streameval.core.store.store import Store
 
-    url = resolve_store_url(store, must_exist=True)
     try:
         return Store(url, read_only=True)
     except OlderSchema:
@@ -143,10 +157,10 @@ def _open_for_reading(store: str | None) -> Store:
 
 
 def _list_sessions(run_id: str, store: str | None, as_json: bool) -> None:
-    from streameval.core.store.store import StoreError
+    from streameval.core.store.light import StoreError
 
     try:
-        with _open_for_reading(store) as opened:
+        with _open_for_reading(resolve_store_url(store, must_exist=True)) as opened:
             sessions = opened.sessions(run_id)
     except StoreError as exc:
         raise fail(str(exc)) from None

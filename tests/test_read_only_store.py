@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from streameval.core.adapter_process import AdapterProcess
-from streameval.core.store.store import OlderSchema, Store, StoreError
+from streameval.core.store.light import OlderSchema
+from streameval.core.store.store import Store, StoreError
 from tests.faults import cli, free_port, unprivileged
 
 pytestmark = pytest.mark.timeout(240)

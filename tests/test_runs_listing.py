@@ -12,7 +12,8 @@ from alembic.config import Config
 from sqlalchemy import create_engine
 
 from streameval.core.adapter_process import AdapterProcess
-from streameval.core.store.store import MIGRATIONS_DIR, Store, schema_versions
+from streameval.core.store.light import MIGRATIONS_DIR, schema_versions
+from streameval.core.store.store import Store
 from tests.test_cli import streameval
 
 STANDARD = [

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
 from streameval.core.store import models
+from streameval.core.store.light import schema_versions, sqlite_runs
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
     AdapterEndpoint,
@@ -27,7 +28,6 @@ from streameval.core.store.store import (
     config_hash,
     default_store_url,
     library_versions,
-    schema_versions,
 )
 from streameval.core.store.writer import EventWriter, EventWriterFailed
 from streameval.events import Event, EventKind, PayloadError
@@ -161,6 +161,23 @@ def test_the_schema_versions_read_from_file_names_are_alembics_history() -> None
     names: they must name Alembic's revisions, in its order."""
     history = ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()  # newest first
     assert schema_versions() == [revision.revision for revision in reversed(list(history))]
+
+
+def test_the_light_sqlite_reader_lists_the_runs_store_lists(tmp_path: Path) -> None:
+    """`streameval runs` reads a SQLite store without SQLAlchemy (store/light.py): the same
+    runs, in the same order, with the same values as `Store.list_runs`."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with Store(url) as store:
+        assert sqlite_runs(tmp_path / "s.db", url) == []
+        for run_id in ("b", "a", "c"):
+            store.create_run(run_id, "synthetic@1", {"profile": "trace", "fps": 1.5})
+        store.update_run_conditions("a", {"adapters": [{"adapter": "x", "nested": [1, None]}]})
+        store.set_run_status("a", "finished")
+        listed = store.list_runs()
+    assert [info.run_id for info in listed] == ["c", "a", "b"]
+    assert listed[1].finished_at is not None and listed[0].finished_at is None
+    assert sqlite_runs(tmp_path / "s.db", url) == listed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]  # nothing written
 
 
 def test_reopening_keeps_data(store_url: str) -> None:
