@@ -1,9 +1,8 @@
 """`streameval runs`: list a store's runs (or one run's sessions), and `runs delete`.
 
-Listing is what a user types most often, on stores of millions of events: it reads the
+Listing is typed often and should cost no more than `streameval --help`: it reads the
 store read-only, importing neither Alembic nor the runner, nor SQLAlchemy for a SQLite
-file (tests/test_cli_startup.py; bench/bench_startup.py measures its CPU against
-`streameval --help`).
+file (tests/test_cli_startup.py; bench/bench_startup.py measures its CPU against `--help`).
 """
 
 from __future__ import annotations
@@ -60,8 +59,8 @@ def runs(
     store: StoreOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """List stored runs, newest first, with their declared conditions (or one run's
-    sessions, with the host, worker and GPU that ran each)."""
+    """List stored runs, newest first, with their declared conditions and perturbations (or
+    one run's sessions, with the host, worker and GPU that ran each)."""
     if ctx.invoked_subcommand is not None:  # `runs delete ...`
         return
     if run_id is not None:
