@@ -36,6 +36,16 @@ RUNS = 10
 # The listing's store: this many runs, each of SESSIONS sessions of EVENTS_PER_SESSION.
 STORE_RUNS, SESSIONS, EVENTS_PER_SESSION = 10, 20, 500
 LISTING_TARGET = 1.5  # the listing's CPU at most this multiple of `streameval --help`'s
+# What the listing cost before it read SQLite without SQLAlchemy (measured once, kept here
+# so that a rerun keeps the comparison).
+BEFORE = (
+    "Before (2026-12-06, same machine and store, load average 5): the listing imported the "
+    "runner, Alembic and the run-input checks and opened the store read-write, 1.36 CPU-s, "
+    "3.9x `--help`. "
+    "It now reads a SQLite file with the standard library (core_server/store/light.py); "
+    "a `sqlite:///` URL still loads SQLAlchemy to parse it, a PostgreSQL store reads "
+    "through `Store`."
+)
 
 
 def script() -> str:
@@ -121,17 +131,24 @@ def bench(runs: int = RUNS) -> str:
 
 
 def bench_listing(runs: int = RUNS) -> str:
-    """CPU of `streameval runs` on a store of 100,000 events against `streameval --help`."""
+    """CPU of `streameval runs` on a store of 100,000 events against `streameval --help`:
+    the store named by its path, then by a `sqlite:///` URL (which SQLAlchemy parses)."""
     executable = script()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "runs.db"
         events = fill_store(path)
         load_before = load_average()
         help_cpu = statistics.median(cpu_seconds([executable, "--help"], runs))
-        listing = cpu_seconds([executable, "runs", "--store", str(path)], runs)
-    median = statistics.median(listing)
-    ratio = median / help_cpu
-    verdict = "meets it" if ratio <= LISTING_TARGET else "MISSES it"
+        rows = []
+        for shown, store in (("runs.db", str(path)), ("sqlite:///runs.db", f"sqlite:///{path}")):
+            listing = cpu_seconds([executable, "runs", "--store", store], runs)
+            median = statistics.median(listing)
+            ratio = median / help_cpu
+            verdict = "meets it" if ratio <= LISTING_TARGET else "MISSES it"
+            rows.append(
+                f"| `streameval runs --store {shown}` | {median:.3f} | {min(listing):.3f} | "
+                f"{max(listing):.3f} | {ratio:.2f} | {verdict} |\n"
+            )
     return (
         f"CPU seconds (user + system) of each command's process, median of {runs} (after one "
         f"discarded warm-up); the store: {STORE_RUNS} runs, {STORE_RUNS * SESSIONS} sessions, "
@@ -140,9 +157,7 @@ def bench_listing(runs: int = RUNS) -> str:
         f"{load_before}.\n\n"
         f"| command | median CPU (s) | min (s) | max (s) | x `--help` | target <= "
         f"{LISTING_TARGET:g}x |\n|---|---|---|---|---|---|\n"
-        f"| `streameval --help` | {help_cpu:.3f} | | | 1.00 | |\n"
-        f"| `streameval runs --store runs.db` | {median:.3f} | {min(listing):.3f} | "
-        f"{max(listing):.3f} | {ratio:.2f} | {verdict} |\n"
+        f"| `streameval --help` | {help_cpu:.3f} | | | 1.00 | |\n" + "".join(rows) + f"\n{BEFORE}\n"
     )
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
 from streameval.core.store import models
-from streameval.core.store.light import schema_versions, sqlite_runs
+from streameval.core.store.light import schema_versions, sqlite_file, sqlite_runs
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
     AdapterEndpoint,
@@ -178,6 +178,22 @@ def test_the_light_sqlite_reader_lists_the_runs_store_lists(tmp_path: Path) -> N
     assert listed[1].finished_at is not None and listed[0].finished_at is None
     assert sqlite_runs(tmp_path / "s.db", url) == listed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:////data/runs.db", "/data/runs.db"),
+        ("sqlite:////data/my runs.db", "/data/my runs.db"),
+        # What SQLAlchemy renders as an escape (`a@b.db`), or reads with options: not here.
+        ("sqlite:////data/a%40b.db", None),
+        ("sqlite:////data/runs.db?timeout=5", None),
+        ("sqlite://", None),
+        ("postgresql+psycopg://u@h/db", None),
+    ],
+)
+def test_only_a_plain_sqlite_url_is_read_without_sqlalchemy(url: str, path: str | None) -> None:
+    assert sqlite_file(url) == (None if path is None else Path(path))
 
 
 def test_reopening_keeps_data(store_url: str) -> None:

@@ -137,9 +137,10 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
 
 def sqlite_file(url: str) -> Path | None:
     """The file of a plain `sqlite:///PATH` URL (as `resolve_store_url` makes of a path);
-    None for any other URL (PostgreSQL, in memory, `file:` URIs, query options)."""
+    None for any other URL (PostgreSQL, in memory, `file:` URIs, query options, and any
+    percent-escape, which only SQLAlchemy's URL parsing decodes the same way)."""
     prefix = "sqlite:///"
-    if not url.startswith(prefix) or "?" in url or url == prefix:
+    if not url.startswith(prefix) or url == prefix or "?" in url or "%" in url:
         return None
     return Path(url.removeprefix(prefix))
 
