@@ -59,10 +59,6 @@ def resolve_store_url(
 
 
 def _parse_store_url(value: str, must_exist: bool) -> str:
-    # Imported here: every command imports this module, only those opening a store need these.
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     if "://" not in value:
         if _URL_WITHOUT_SLASHES.match(value):
             raise _store_error(
@@ -70,6 +66,11 @@ def _parse_store_url(value: str, must_exist: bool) -> str:
                 "(sqlite:///FILE, three slashes), or give the file path alone"
             )
         return _sqlite_url(Path(value), must_exist)
+    # Imported here: every command imports this module, and a file path needs none of it
+    # (`streameval runs` reads a SQLite file without SQLAlchemy).
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
     except (ArgumentError, ValueError) as exc:

@@ -1,6 +1,7 @@
 """How `streameval run` and `streameval demo` show a run's phases (core_server/progress.py)
-on stderr: live bars on a terminal; elsewhere (a log, a pipe, `--json`) only the lines
-worth reading, such as a failed session. stdout is left to results.
+on stderr: live bars on a terminal; plain lines elsewhere (a CI or Slurm log, a pipe,
+`2>file`, with `--json` too); with `--json` on a terminal only the lines worth reading,
+such as a failed session. stdout is left to results.
 
 On a terminal:
 
@@ -8,12 +9,21 @@ On a terminal:
     preparing frames: 7 videos already cached
     streaming sessions ━━━━━━━━━━━━━━━━━━━━━━━━━━━━               12/20 sessions 0:00:03
       (one bar per long video being decoded, while frames are prepared)
+
+Elsewhere, a line when each phase starts and ends, and at most one every PLAIN_PERIOD_S
+while one runs (no escape sequence, no carriage return):
+
+    generating synthetic benchmark: started, 7 videos
+    generating synthetic benchmark: 7/7 videos in 2.1s
+    streaming sessions: started, 40 sessions
+    streaming sessions: 12/40 sessions, 1 failed
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from rich.console import Console
@@ -21,6 +31,10 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.text import Text
 
 from streameval.core.progress import UNITS, NoProgress, Phase
+
+# Without a terminal, the most often a running phase prints a line: a log stays short, and
+# still says within this long that the run goes on.
+PLAIN_PERIOD_S = 30.0
 
 
 class WarningsOnly(NoProgress):
@@ -41,10 +55,11 @@ class WarningsOnly(NoProgress):
 
 
 @dataclass
-class _Bar:
-    task: TaskID
+class _Tally:
+    """A phase's count so far."""
+
     total: int | None
-    started: float = field(default_factory=time.monotonic)
+    started: float
     done: int = 0
     failed: int = 0
 
@@ -64,7 +79,7 @@ class TerminalProgress(WarningsOnly):
             console=console,
             redirect_stdout=False,  # stdout carries results, never progress
         )
-        self._phases: dict[Phase, _Bar] = {}
+        self._phases: dict[Phase, tuple[TaskID, _Tally]] = {}
         self._items: dict[tuple[Phase, str], TaskID] = {}
 
     def __enter__(self) -> TerminalProgress:
@@ -81,13 +96,13 @@ class TerminalProgress(WarningsOnly):
 
     def start(self, phase: Phase, total: int | None) -> None:
         task = self._bars.add_task(phase.value, total=total, count=_count(phase, 0, total, 0))
-        self._phases[phase] = _Bar(task, total)
+        self._phases[phase] = task, _Tally(total, time.monotonic())
         self._bars.refresh()  # on screen at once: the total shows before any item ends
 
     def advance(self, phase: Phase, done: int, failed: int = 0) -> None:
-        bar = self._phases[phase]
-        bar.done, bar.failed = done, failed
-        self._bars.update(bar.task, completed=done, count=_count(phase, done, bar.total, failed))
+        task, tally = self._phases[phase]
+        tally.done, tally.failed = done, failed
+        self._bars.update(task, completed=done, count=_count(phase, done, tally.total, failed))
 
     def item(self, phase: Phase, name: str, done_s: float, total_s: float) -> None:
         key = (phase, name)
@@ -104,15 +119,72 @@ class TerminalProgress(WarningsOnly):
             )
 
     def finish(self, phase: Phase) -> None:
-        bar = self._phases.pop(phase)
-        self._bars.remove_task(bar.task)
+        task, tally = self._phases.pop(phase)
+        self._bars.remove_task(task)
         self._bars.refresh()  # else the line below is drawn above the bar it replaces
-        count = _count(phase, bar.done, bar.total, bar.failed) or "done"
-        took = time.monotonic() - bar.started
-        self.console.print(Text(f"{phase.value}: {count} in {took:.1f}s"))
+        self.console.print(Text(_finished(phase, tally, time.monotonic())))
 
     def cached(self, phase: Phase, total: int) -> None:
-        self.console.print(Text(f"{phase.value}: {total} {UNITS[phase]} already cached"))
+        self.console.print(Text(_cached(phase, total)))
+
+
+class PlainProgress(WarningsOnly):
+    """Plain lines for a log: one when a phase starts, ends or was cached, and while it runs
+    at most one every `period_s` of `clock`, with its count (or, while frames are prepared,
+    how far the video being decoded is)."""
+
+    def __init__(
+        self,
+        console: Console,
+        period_s: float = PLAIN_PERIOD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(console)
+        self._period_s = period_s
+        self._clock = clock
+        self._phases: dict[Phase, _Tally] = {}
+        self._last_line = clock()
+
+    def start(self, phase: Phase, total: int | None) -> None:
+        self._phases[phase] = _Tally(total, self._clock())
+        count = f", {total} {UNITS[phase]}" if total is not None else ""
+        self._line(f"{phase.value}: started{count}")
+
+    def advance(self, phase: Phase, done: int, failed: int = 0) -> None:
+        tally = self._phases[phase]
+        tally.done, tally.failed = done, failed
+        if self._due():
+            self._line(f"{phase.value}: {_count(phase, done, tally.total, failed)}")
+
+    def item(self, phase: Phase, name: str, done_s: float, total_s: float) -> None:
+        if done_s < total_s and self._due():
+            self._line(f"{phase.value}: {name} {done_s:.0f}/{total_s:.0f} s decoded")
+
+    def finish(self, phase: Phase) -> None:
+        self._line(_finished(phase, self._phases.pop(phase), self._clock()))
+
+    def cached(self, phase: Phase, total: int) -> None:
+        self._line(_cached(phase, total))
+
+    def warn(self, message: str) -> None:
+        self._line(message)
+
+    def _due(self) -> bool:
+        return self._clock() - self._last_line >= self._period_s
+
+    def _line(self, text: str) -> None:
+        self._last_line = self._clock()
+        self.console.print(Text(text), soft_wrap=True)  # one line whatever the width
+
+
+def _finished(phase: Phase, tally: _Tally, now: float) -> str:
+    """`preparing frames: 3/3 videos in 2.1s`, `scoring: done in 0.4s`."""
+    count = _count(phase, tally.done, tally.total, tally.failed) or "done"
+    return f"{phase.value}: {count} in {now - tally.started:.1f}s"
+
+
+def _cached(phase: Phase, total: int) -> str:
+    return f"{phase.value}: {total} {UNITS[phase]} already cached"
 
 
 def _count(phase: Phase, done: int, total: int | None, failed: int) -> str:
@@ -124,7 +196,9 @@ def _count(phase: Phase, done: int, total: int | None, failed: int) -> str:
 
 
 def progress_display(console: Console, show: bool) -> WarningsOnly:
-    """Live bars when `show` and the console is a terminal; else warnings only."""
-    if show and console.is_terminal and not console.is_dumb_terminal:
-        return TerminalProgress(console)
-    return WarningsOnly(console)
+    """On a terminal, live bars when `show`, else (`--json`) warnings only; without one
+    (a log, a pipe, a dumb terminal), plain lines whatever `show`: nobody reads a log live,
+    and a silent one cannot tell a slow run from a stuck one."""
+    if not console.is_terminal or console.is_dumb_terminal:
+        return PlainProgress(console)
+    return TerminalProgress(console) if show else WarningsOnly(console)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from streameval.core.adapter_identity import adapter_identity, identity_label
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
@@ -218,31 +219,6 @@ def _info_too_big(endpoint: EndpointConfig, size: str) -> str:
         f"adapter endpoint {endpoint.url}: /info is larger than its limit of "
         f"{INFO_MAX_BYTES} bytes ({size})"
     )
-
-
-def adapter_identity(info: dict) -> dict:
-    """What makes two adapters the same for a run: name, version and declared conditions
-    (model name and version included), not where they are served. A condition that is
-    null, or settings declaring nothing, count as absent (an older /info may not have the
-    field at all)."""
-    conditions = info.get("conditions") or {}
-    return {
-        "adapter": info.get("adapter"),
-        "adapter_version": info.get("adapter_version"),
-        "conditions": {
-            key: value for key, value in conditions.items() if value is not None and value != {}
-        },
-    }
-
-
-def identity_label(info: dict) -> str:
-    """`name version (model_name model_version)`, for one line of text."""
-    conditions = info.get("conditions") or {}
-    label = f"{info.get('adapter', '?')} {info.get('adapter_version', '?')}"
-    model = " ".join(
-        str(conditions[k]) for k in ("model_name", "model_version") if conditions.get(k)
-    )
-    return f"{label} ({model})" if model else label
 
 
 def identity_differences(used: dict, new: dict) -> list[str]:

@@ -15,10 +15,23 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from streameval.core.progress import Phase
+
+# How the lines of a run's progress begin on a stderr that is no terminal.
+PROGRESS_LINES = tuple(f"{phase.value}: " for phase in Phase)
+
 
 def cli(*args: str) -> list[str]:
     """`streameval ARGS` as a command line for a subprocess."""
     return [sys.executable, "-m", "streameval.cli", *args]
+
+
+def without_progress(stderr: str) -> list[str]:
+    """The non-blank lines of a command's stderr but its progress: without a terminal a run
+    says as each phase starts and ends (core_server/progress_display.py), before any error."""
+    return [
+        line for line in stderr.splitlines() if line.strip() and not line.startswith(PROGRESS_LINES)
+    ]
 
 
 def wait_for(

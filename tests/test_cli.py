@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from streameval.core.adapter_process import AdapterProcess
+from tests.faults import without_progress
 from tests.test_export import validate_line
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "events.md"
@@ -123,7 +124,7 @@ def test_user_mistakes_get_one_clear_line(args, message, tmp_path):
     done = streameval(*args, "--store", f"sqlite:///{tmp_path / 's.db'}")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
+    lines = without_progress(done.stderr)
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
 
 

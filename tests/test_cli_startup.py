@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from streameval.core.store.store import Store
 
 # What the command tree must not import: each costs 0.1-0.4 s to import.
 RUNTIME = (
@@ -26,12 +29,27 @@ RUNTIME = (
 )
 
 
-def _imported_after(code: str) -> set[str]:
+def _modules_after(code: str) -> tuple[set[str], str]:
+    """Every module loaded once `code` ran in a new process, and what it printed before."""
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    return {name.partition(".")[0] for name in json.loads(out.splitlines()[-1])}
+    *printed, modules = out.splitlines()
+    return set(json.loads(modules)), "\n".join(printed)
+
+
+def _imported_after(code: str) -> set[str]:
+    return {name.partition(".")[0] for name in _modules_after(code)[0]}
+
+
+def _command(argv: list[str]) -> str:
+    """`streameval ARGV` as the code of a probe: its exit status must be 0."""
+    return (
+        "import sys, streameval.cli\n"
+        f"sys.argv = ['streameval', *{argv!r}]\n"
+        "try:\n    streameval.cli.main()\nexcept SystemExit as exc:\n    assert not exc.code\n"
+    )
 
 
 def test_building_the_command_tree_imports_no_runtime_stack() -> None:
@@ -41,21 +59,29 @@ def test_building_the_command_tree_imports_no_runtime_stack() -> None:
 
 @pytest.mark.parametrize("argv", [["--help"], ["runs", "--help"], ["score", "--help"]])
 def test_help_lists_the_commands_without_the_runtime(argv: list[str]) -> None:
-    code = (
-        "import sys, streameval.cli\n"
-        f"sys.argv = ['streameval', *{argv!r}]\n"
-        "try:\n    streameval.cli.main()\nexcept SystemExit as exc:\n    assert exc.code == 0\n"
-    )
-    assert sorted(_imported_after(code) & set(RUNTIME)) == []
+    assert sorted(_imported_after(_command(argv)) & set(RUNTIME)) == []
 
 
-def test_the_help_names_every_command() -> None:
-    shown = subprocess.run(
-        [sys.executable, "-m", "streameval.cli", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
-    ).stdout
-    for command in ("run", "runs", "score", "compare", "report", "demo", "results-api"):
-        assert f" {command} " in shown, command
+@pytest.mark.parametrize(
+    ("argv", "listed", "allowed"),
+    [
+        # The runs of a SQLite file: read with the standard library alone.
+        (["runs"], '"run_id": "r1"', set()),
+        (["runs", "r1"], '"session_id": "qa:001"', {"sqlalchemy"}),
+    ],
+    ids=["runs", "sessions"],
+)
+def test_listing_runs_imports_neither_the_runner_nor_migrations(
+    argv: list[str], listed: str, allowed: set[str], tmp_path: Path
+) -> None:
+    """`streameval runs` reads the store read-only: no Alembic, no runner, no run-input
+    checks, no video or network stack (bench/bench_startup.py measures the CPU saved)."""
+    path = tmp_path / "s.db"
+    with Store(f"sqlite:///{path}") as store:
+        store.create_run("r1", "synthetic", {"profile": "trace"})
+        store.add_sessions("r1", [("qa:001", ["qa:001"])])
+    loaded, printed = _modules_after(_command([*argv, "--json", "--store", str(path)]))
+    assert listed in printed, printed  # the listing itself ran
+    heavy = {"streameval.core.runner", "streameval.core.run_inputs"}
+    tops = {name.partition(".")[0] for name in loaded}
+    assert sorted(loaded & heavy) + sorted(tops & set(RUNTIME) - allowed) == []

@@ -18,7 +18,7 @@ from streameval.core.adapter_process import AdapterProcess
 from streameval.core.store.run_lease import current_owner
 from streameval.core.store.store import Store
 from streameval.events import EventKind
-from tests.faults import cli, wait_for
+from tests.faults import cli, wait_for, without_progress
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
 
@@ -101,7 +101,7 @@ def test_a_store_deleted_mid_run_stops_the_run_with_one_line(tmp_path: Path):
     assert core.returncode == 4, err
     assert "Traceback" not in err
     assert out == ""  # no summary claiming finished sessions
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = without_progress(err)
     assert len(lines) == 1, err
     assert lines[0].startswith(f"error: run {run_id} stopped: the store failed: "), lines[0]
     assert "s.db" in lines[0] and "deleted" in lines[0], lines[0]

@@ -27,7 +27,13 @@ from streameval.core.cli import execute
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.frames import FrameCache, ImageRules
 from streameval.core.progress import Phase
-from streameval.core.progress_display import TerminalProgress, WarningsOnly, progress_display
+from streameval.core.progress_display import (
+    PLAIN_PERIOD_S,
+    PlainProgress,
+    TerminalProgress,
+    WarningsOnly,
+    progress_display,
+)
 from streameval.core.store.store import Store
 from tests.terminal import plain, read_terminal, sized_terminal
 
@@ -165,19 +171,88 @@ def test_the_terminal_display_leaves_one_line_per_phase():
     assert "0/3 sessions" in lines  # drawn at the start, before any session ended
 
 
-def test_without_a_terminal_only_warnings_are_printed():
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plain_display(period_s: float = PLAIN_PERIOD_S) -> tuple[PlainProgress, io.StringIO, FakeClock]:
     written = io.StringIO()
-    console = Console(file=written, width=100)
-    shown = progress_display(console, show=True)
-    assert type(shown) is WarningsOnly
+    clock = FakeClock()
+    shown = PlainProgress(Console(file=written, width=40), period_s=period_s, clock=clock)
+    return shown, written, clock
+
+
+def test_without_a_terminal_a_line_per_phase_and_every_warning():
+    shown, written, clock = plain_display()
     with shown:
-        shown.start(Phase.FRAMES, 2)
-        shown.item(Phase.FRAMES, "videos/a.mp4", 10.0, 60.0)
-        shown.advance(Phase.FRAMES, 2)
-        shown.finish(Phase.FRAMES)
         shown.cached(Phase.BENCHMARK, 7)
-        shown.warn("session qa:001 failed")
-    assert written.getvalue() == "session qa:001 failed\n"
+        shown.start(Phase.FRAMES, 2)
+        shown.item(Phase.FRAMES, "videos/a.mp4", 10.0, 60.0)  # within the period: no line
+        shown.advance(Phase.FRAMES, 2)
+        clock.now += 2.5
+        shown.finish(Phase.FRAMES)
+        shown.start(Phase.SESSIONS, 3)
+        shown.warn("session qa:001 failed (frames, input): [bold] is no markup, nor wrapped")
+        shown.advance(Phase.SESSIONS, 3, failed=1)
+        clock.now += 0.25
+        shown.finish(Phase.SESSIONS)
+        shown.start(Phase.SCORING, None)
+        shown.finish(Phase.SCORING)
+    assert written.getvalue().splitlines() == [
+        "generating synthetic benchmark: 7 videos already cached",
+        "preparing frames: started, 2 videos",
+        "preparing frames: 2/2 videos in 2.5s",
+        "streaming sessions: started, 3 sessions",
+        "session qa:001 failed (frames, input): [bold] is no markup, nor wrapped",
+        "streaming sessions: 3/3 sessions, 1 failed in 0.2s",
+        "scoring: started",
+        "scoring: done in 0.0s",
+    ]
+
+
+def test_a_running_phase_prints_at_most_one_line_per_period():
+    shown, written, clock = plain_display(period_s=30.0)
+    shown.start(Phase.SESSIONS, 40)
+    for done in range(1, 41):  # a session ends every 4 s: 160 s in all
+        clock.now += 4.0
+        shown.advance(Phase.SESSIONS, done, failed=done // 10)
+    shown.finish(Phase.SESSIONS)
+    # 30 s after the start line, then 30 s after each line: sessions 8, 16, 24, 32, 40.
+    assert written.getvalue().splitlines() == [
+        "streaming sessions: started, 40 sessions",
+        "streaming sessions: 8/40 sessions",
+        "streaming sessions: 16/40 sessions, 1 failed",
+        "streaming sessions: 24/40 sessions, 2 failed",
+        "streaming sessions: 32/40 sessions, 3 failed",
+        "streaming sessions: 40/40 sessions, 4 failed",
+        "streaming sessions: 40/40 sessions, 4 failed in 160.0s",
+    ]
+
+
+def test_a_long_video_being_decoded_prints_how_far_it_is_once_per_period():
+    shown, written, clock = plain_display(period_s=30.0)
+    shown.start(Phase.FRAMES, 1)
+    for second in range(0, 3600, 120):  # 10 s of wall time per 120 s of video
+        clock.now += 10.0
+        shown.item(Phase.FRAMES, "videos/long.mp4", float(second), 3600.0)
+    shown.item(Phase.FRAMES, "videos/long.mp4", 3600.0, 3600.0)  # done: no line
+    lines = written.getvalue().splitlines()
+    assert lines == [
+        "preparing frames: started, 1 videos",
+        *(f"preparing frames: videos/long.mp4 {s}/3600 s decoded" for s in range(240, 3600, 360)),
+    ]
+
+
+def test_which_display_each_stderr_gets():
+    assert type(progress_display(Console(file=io.StringIO()), show=True)) is PlainProgress
+    assert type(progress_display(Console(file=io.StringIO()), show=False)) is PlainProgress
+    assert type(progress_display(terminal()[0], show=True)) is TerminalProgress
     assert type(progress_display(terminal()[0], show=False)) is WarningsOnly  # --json
 
 
@@ -225,3 +300,42 @@ def test_demo_shows_each_phase_on_a_terminal_and_keeps_stdout_for_results(tmp_pa
     assert status == 0, stderr
     assert not [name for name in PHASE_NAMES if name in stderr], stderr
     assert set(json.loads(stdout)) == {"run_id", "store", "metrics"}
+
+
+def test_demo_without_a_terminal_prints_plain_phase_lines(tmp_path):
+    """stderr to a file, as in CI or a Slurm log: a line as each phase starts and ends,
+    nothing a terminal would draw; `--json` keeps stdout to the one JSON object."""
+    errors = tmp_path / "stderr.log"
+    args = ("demo", "--json", "--cache-dir", str(tmp_path / "cache"))
+    with errors.open("wb") as stderr:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streameval.cli",
+                *args,
+                "--store",
+                f"sqlite:///{tmp_path / 'd.db'}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            timeout=300,
+        )
+    log = errors.read_bytes().decode()
+    assert done.returncode == 0, log
+    assert b"\x1b" not in errors.read_bytes() and "\r" not in log
+    lines = log.splitlines()
+    expected = [
+        "generating synthetic benchmark: started, 7 videos",
+        r"generating synthetic benchmark: 7/7 videos in \d+\.\ds",
+        "preparing frames: started, 7 videos",
+        r"preparing frames: 7/7 videos in \d+\.\ds",
+        "streaming sessions: started, 20 sessions",
+        r"streaming sessions: 20/20 sessions in \d+\.\ds",
+        "scoring: started",
+        r"scoring: done in \d+\.\ds",
+    ]
+    where = [next(k for k, line in enumerate(lines) if re.fullmatch(e, line)) for e in expected]
+    assert where == sorted(where), log
+    body = json.loads(done.stdout)
+    assert set(body) == {"run_id", "store", "metrics"}

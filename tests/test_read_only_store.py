@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from streameval.core.adapter_process import AdapterProcess
+from streameval.core.store.light import OlderSchema
 from streameval.core.store.store import Store, StoreError
 from tests.faults import cli, free_port, unprivileged
 
@@ -142,8 +143,16 @@ def test_a_read_only_store_of_another_schema_version_is_refused(tmp_path: Path) 
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0001'")
     conn.close()
-    with pytest.raises(StoreError, match=r"has schema version 0001 but this streameval reads"):
+    older = r"has schema version 0001, older than this streameval's \d{4}; open it once read-write"
+    with pytest.raises(OlderSchema, match=older):
         Store(f"sqlite:///{path}", read_only=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    conn.close()
+    newer = "has schema version 9999, which this streameval .* does not know: a newer streameval"
+    with pytest.raises(StoreError, match=newer) as refused:
+        Store(f"sqlite:///{path}", read_only=True)
+    assert not isinstance(refused.value, OlderSchema)
     # Not a store at all: one line, nothing written into it.
     other = tmp_path / "other.db"
     sqlite3.connect(other).close()

@@ -28,7 +28,7 @@ from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.runner import INFO_MAX_BYTES, RunError, check_endpoint
 from streameval.core.store.store import Store
-from tests.faults import cli, free_port, wait_for
+from tests.faults import PROGRESS_LINES, cli, free_port, wait_for, without_progress
 from tests.timeline_fixtures import write_benchmark
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
@@ -36,9 +36,9 @@ INSTANT = "tests.wire_adapters:InstantAdapter"
 
 
 def error_lines(stderr: str) -> list[str]:
-    """The lines a user reads; no traceback ever."""
+    """The lines a user reads but the run's progress; no traceback ever."""
     assert "Traceback" not in stderr, stderr
-    return [line for line in stderr.splitlines() if line.strip()]
+    return without_progress(stderr)
 
 
 def one_run(store: Store) -> str:
@@ -365,6 +365,8 @@ def test_an_endpoint_left_out_at_start_joins_only_as_the_adapter_the_run_uses(tm
         )  # fmt: skip
         # The endpoint comes up only once the run has started without it.
         first = core.stderr.readline()
+        while first.startswith(PROGRESS_LINES):
+            first = core.stderr.readline()
         assert first.startswith(f"adapter at {late} is out of rotation"), first
         impostor = subprocess.Popen(
             [sys.executable, "-m", "streameval.adapters", "always", "--port", str(port)],

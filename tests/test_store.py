@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
 from streameval.core.store import models
+from streameval.core.store.light import schema_versions, sqlite_file, sqlite_runs
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
     AdapterEndpoint,
@@ -153,6 +154,46 @@ def test_migration_creates_the_documented_schema(store: Store, store_url: str) -
             assert compare_metadata(context, models.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_the_schema_versions_read_from_file_names_are_alembics_history() -> None:
+    """A read-only store's version is checked without Alembic, from the migration files'
+    names: they must name Alembic's revisions, in its order."""
+    history = ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()  # newest first
+    assert schema_versions() == [revision.revision for revision in reversed(list(history))]
+
+
+def test_the_light_sqlite_reader_lists_the_runs_store_lists(tmp_path: Path) -> None:
+    """`streameval runs` reads a SQLite store without SQLAlchemy (store/light.py): the same
+    runs, in the same order, with the same values as `Store.list_runs`."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with Store(url) as store:
+        assert sqlite_runs(tmp_path / "s.db", url) == []
+        for run_id in ("b", "a", "c"):
+            store.create_run(run_id, "synthetic@1", {"profile": "trace", "fps": 1.5})
+        store.update_run_conditions("a", {"adapters": [{"adapter": "x", "nested": [1, None]}]})
+        store.set_run_status("a", "finished")
+        listed = store.list_runs()
+    assert [info.run_id for info in listed] == ["c", "a", "b"]
+    assert listed[1].finished_at is not None and listed[0].finished_at is None
+    assert sqlite_runs(tmp_path / "s.db", url) == listed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:////data/runs.db", "/data/runs.db"),
+        ("sqlite:////data/my runs.db", "/data/my runs.db"),
+        # What SQLAlchemy renders as an escape (`a@b.db`), or reads with options: not here.
+        ("sqlite:////data/a%40b.db", None),
+        ("sqlite:////data/runs.db?timeout=5", None),
+        ("sqlite://", None),
+        ("postgresql+psycopg://u@h/db", None),
+    ],
+)
+def test_only_a_plain_sqlite_url_is_read_without_sqlalchemy(url: str, path: str | None) -> None:
+    assert sqlite_file(url) == (None if path is None else Path(path))
 
 
 def test_reopening_keeps_data(store_url: str) -> None:

@@ -4,9 +4,11 @@ One synchronous SQLAlchemy engine over SQLite (the default, a single file in WAL
 PostgreSQL (`postgresql+psycopg://...`), with the same code for both. The Core writes through
 one writer task (see writer.py) that calls this class via `asyncio.to_thread`; the scorer only
 reads. Opening a store read-write migrates it to the newest schema with Alembic; opening it
-read-only (`Store(url, read_only=True)`: scoring, the results API, exports) never writes:
-no migration, no WAL or journal file, SQLite opened with `mode=ro` (`immutable=1` on media
-where even the lock files cannot be made), PostgreSQL in read-only transactions.
+read-only (`Store(url, read_only=True)`: scoring, the results API, exports, `streameval
+runs`) never writes: no migration, no WAL or journal file, SQLite opened with `mode=ro`
+(`immutable=1` on media where even the lock files cannot be made), PostgreSQL in read-only
+transactions. Only migrating imports Alembic (a tenth of a second): a read-only store's
+schema version is checked against the migration files' names.
 
 The store is checked, not trusted: a SQLite file deleted or replaced under an open store is
 detected on every transaction (its device and inode) and raised as `StoreLost`. Errors the
@@ -35,9 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Connection,
     Engine,
@@ -56,11 +55,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
-from streameval.core.errors import CoreError
 from streameval.core.store import models
+from streameval.core.store.light import (
+    MIGRATIONS_DIR,
+    RunInfo,
+    SessionInfo,
+    StoreError,
+    check_schema_version,
+    connect_read_only,
+)
 from streameval.events import Event, EventPayload, PayloadError, read_payload
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 DEFAULT_DB_NAME = "streameval.db"
 # Any constant works: it only has to be the same for every process migrating one database.
 _MIGRATION_LOCK_KEY = 0x5E7A_0001
@@ -103,57 +108,9 @@ def record_rows(run_id: str, records: Sequence[dict[str, Any]]) -> list[dict[str
     ]
 
 
-class StoreError(CoreError):
-    """A store operation failed; the message names the run, session or URL involved.
-
-    `transient` is True when the database may recover by itself (a restart, a reset
-    connection, a lock held too long): trying again later can succeed."""
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
-
 class StoreLost(StoreError):
     """The store this process opened is gone: its SQLite file was deleted or replaced (what
     was written since went into the removed file, or would). Never transient."""
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    run_id: str
-    created_at: datetime
-    status: models.RunStatus
-    benchmark: str
-    config: dict[str, Any]
-    config_hash: str
-    versions: dict[str, str]
-    conditions: dict[str, Any]
-    finished_at: datetime | None
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    run_id: str
-    session_id: str
-    record_ids: list[str]
-    status: models.SessionStatus
-    attempt: int
-    endpoint: str | None
-    failure_stage: str | None
-    failure_reason: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    # The adapter's hello (adapter, adapter_version, protocol, conditions) once it arrived.
-    adapter: dict[str, Any] | None = None
-    # For a failed session: infrastructure, adapter or input (events.failure_cause).
-    failure_cause: str | None = None
-    # The worker holding the session while it runs, and until when (docs/scale.md).
-    lease_owner: str | None = None
-    lease_expires_at: datetime | None = None
-    # Where the session ran: the worker's machine and id.
-    host: str | None = None
-    worker_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,14 +187,6 @@ def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 # Compact, strict JSON for every JSON column: NaN would pass SQLite but fail PostgreSQL.
 _json_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-
-def _set_sqlite_read_only_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # No journal_mode: setting it is a write. query_only makes any write fail at once.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA query_only=ON")
-    cursor.close()
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -326,42 +275,17 @@ def _retrying_connect(enabled: Callable[[], bool]) -> Callable[..., Any]:
 
 
 def _read_only_sqlite_engine(path: Path) -> Engine:
-    """SQLite opened so that nothing is ever written: not the database, not a WAL, journal or
-    shared-memory file. Each transaction gets a new connection (NullPool: opening a file is
-    cheap), opened as the file is at that moment:
-
-    - a -wal file exists (a Core is writing, or did not close): `mode=ro`, which reads the
-      WAL through the existing -shm file; on media where no -shm exists nor can be made,
-      `immutable=1` (then only what was checkpointed into the database file is seen);
-    - no -wal file: `immutable=1`, as `mode=ro` would create -wal and -shm files and leave
-      them behind. Nobody writes then: a writer in WAL mode keeps its -wal while open.
-    """
+    """SQLite opened so that nothing is ever written (light.connect_read_only). Each
+    transaction gets a new connection (NullPool: opening a file is cheap), opened as the
+    file is at that moment."""
     if not path.is_file():
         raise StoreError(f"cannot open store {path} read-only: the file does not exist")
-    quoted = urllib.parse.quote(str(path.resolve()))
-    wal = Path(f"{path}-wal")
-
-    def connect() -> sqlite3.Connection:
-        if wal.exists():
-            conn = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, check_same_thread=False)
-            try:
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                return conn
-            except sqlite3.OperationalError:  # no -shm and none can be made
-                conn.close()
-        return sqlite3.connect(f"file:{quoted}?immutable=1", uri=True, check_same_thread=False)
-
-    engine = create_engine(
-        "sqlite://", creator=connect, poolclass=NullPool, json_serializer=_json_dumps
+    return create_engine(
+        "sqlite://",
+        creator=lambda: connect_read_only(path),
+        poolclass=NullPool,
+        json_serializer=_json_dumps,
     )
-    event.listen(engine, "connect", _set_sqlite_read_only_pragmas)
-    return engine
-
-
-def _alembic_config() -> Config:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return cfg
 
 
 def _table_names(conn: Connection) -> list[str]:
@@ -621,7 +545,11 @@ class Store:
             raise StoreError(f"cannot open store {self._display_url}: {_reason(exc)}") from exc
 
     def _migrate(self) -> None:
-        cfg = _alembic_config()
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
         with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Several Core workers may open one fresh database at once: one migrates.
@@ -633,17 +561,11 @@ class Store:
 
     def _check_schema(self) -> None:
         """A read-only store must already have this streameval's schema: it cannot migrate."""
-        head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
         with self._engine.connect() as conn:
-            tables = set(_table_names(conn))
-            if "alembic_version" not in tables:
-                raise StoreError(f"{self._display_url} is not a streameval store (no schema)")
-            version = conn.execute(sql_text("SELECT version_num FROM alembic_version")).scalar()
-        if version != head:
-            raise StoreError(
-                f"store {self._display_url} has schema version {version} but this streameval "
-                f"reads {head}; open it once read-write (e.g. `streameval runs`) to migrate it"
-            )
+            version = None
+            if "alembic_version" in _table_names(conn):
+                version = conn.execute(sql_text("SELECT version_num FROM alembic_version")).scalar()
+        check_schema_version(self._display_url, version)
 
     def _file_identity(self) -> tuple[int, int] | None:
         """(device, inode) of the SQLite file; None when it no longer exists."""

@@ -1,0 +1,29 @@
+"""Which adapter served a run, as the runner compares it on a resume and `streameval runs`
+lists it; plain dicts in, nothing imported (the listing stays light)."""
+
+from __future__ import annotations
+
+
+def adapter_identity(info: dict) -> dict:
+    """What makes two adapters the same for a run: name, version and declared conditions
+    (model name and version included), not where they are served. A condition that is
+    null, or settings declaring nothing, count as absent (an older /info may not have the
+    field at all)."""
+    conditions = info.get("conditions") or {}
+    return {
+        "adapter": info.get("adapter"),
+        "adapter_version": info.get("adapter_version"),
+        "conditions": {
+            key: value for key, value in conditions.items() if value is not None and value != {}
+        },
+    }
+
+
+def identity_label(info: dict) -> str:
+    """`name version (model_name model_version)`, for one line of text."""
+    conditions = info.get("conditions") or {}
+    label = f"{info.get('adapter', '?')} {info.get('adapter_version', '?')}"
+    model = " ".join(
+        str(conditions[k]) for k in ("model_name", "model_version") if conditions.get(k)
+    )
+    return f"{label} ({model})" if model else label
