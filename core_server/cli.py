@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from streameval.core.adapter_cli import adapter_app
 from streameval.core.audit_cli import audit_app
@@ -47,7 +46,6 @@ from streameval.core.paths import resolve_store_url
 from streameval.core.perturb_spec import NAMES as PERTURBATION_NAMES
 from streameval.core.perturb_spec import PRESET_HELP, PerturbationError, run_variants
 from streameval.core.runs_cli import runs_app
-from streameval.core.terminal import Column, print_table
 from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.errors import UserError
 
