@@ -1,27 +1,30 @@
 """Text normalisation, multiple-choice option parsers and the silence test.
 
-`normalise`, `parse_strict`, `parse_recoverable` and `is_answer` (by default) follow TRACE's
-public scorer:
+`normalise`, `parse_strict`, `parse_recoverable` and `is_answer` (by default) are TRACE's
+public scorer (github.com/om-ai-lab/trace-bench, src/trace_bench/scoring.py: `normalize_text`,
+`extract_choice`, `extract_recoverable_choice`), rule for rule:
 
-- Normalisation: drop `<think>...</think>` blocks, then stray `<think>`/`</think>` tags (tags
-  matched case-insensitively, each replaced by a space); cut the text at the first line that
-  is only `user`, `assistant` or `system` and is preceded by a newline (a text that *starts*
-  with `assistant\\n` is not cut); strip, drop one leading `:`; lowercase; collapse whitespace.
-  Our reading of "a line that is only a role": the role word is matched case-insensitively,
-  may be surrounded by spaces or tabs and may end with one `:` ("Assistant:"); the line ends
-  at a newline or at the end of the text.
-- Strict parse: the whole normalised text is one label, optionally opened by `(` or `[`,
-  optionally closed by `)` or `]`, optionally followed by one `.` or `)`.
-- Paper (recoverable) parse, on the normalised text:
-  1. mentioned labels: a standalone label followed by `.`, `)` or `:`; a label after
-     `answer`/`option`/`choice` (optionally followed by exactly one of `is`, `:`, `chosen`)
-     as a bare letter; both labels of `X / Y`, `X, Y`, `X; Y`, `X or Y`, `X and Y`. More
-     than one distinct mentioned label is invalid;
-  2. else the first answer/option/choice label wins, unless `or X`/`and X` follows it;
-  3. else the strict parse;
-  4. else a label at the very start followed by whitespace, optionally bracketed or
-     followed by `.`, `)` or `]` ("B. candy", "(C) red", "A person walks").
-  Otherwise invalid. Only the record's labels count anywhere.
+- Normalisation, in this order: delete every `<think>...</think>` block (tags matched
+  case-insensitively) together with the whitespace after it; delete the stray tags `<think>`
+  and `</think>` written exactly so (nothing takes their place); cut the text at its first
+  role line: a newline, optional whitespace, `user`/`assistant`/`system` (any case), optional
+  whitespace, a newline (so `A\nassistant` and `B\nassistant:\nC` are not cut); delete one
+  leading `:` or full-width `：` with the whitespace around it; strip, lowercase, collapse
+  whitespace.
+- The parsers read the normalised text upper-cased, and only the record's labels count.
+- Strict parse: the whole text is one label, optionally opened by `(` or `[`, optionally
+  closed by `)` or `]`, optionally followed by one `.` or `)`.
+- Recoverable (paper) parse:
+  1. mentioned labels: a letter not preceded by a word character and followed by `.`, `)`
+     or `:`; the letter after every `answer`/`option`/`choice` (a whole word, then optionally
+     one of `is`, `:`, `chosen`); both letters of each `X / Y`, `X, Y`, `X; Y`, `X or Y`,
+     `X and Y` (found left to right without overlap). More than one mentioned label: invalid;
+  2. the FIRST answer/option/choice match wins when its letter is a label and no `or <letter>`
+     / `and <letter>` occurs anywhere after it; otherwise (later matches are not looked at)
+  3. the strict parse; else
+  4. a label at the very start, optionally bracketed or followed by `.`, `)` or `]`, then
+     whitespace ("B. candy", "(C) red", "A person walks").
+  Otherwise invalid.
 - Silence: an answer is a text whose normalisation is not empty and not a silence token.
 
 `normalise_extended`, `parse_extended` and `is_answer(..., ignore_trailing_punctuation=True)`
@@ -35,59 +38,57 @@ from collections.abc import Callable, Sequence
 
 # --- TRACE -------------------------------------------------------------------------------
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_THINK_TAG = re.compile(r"</?think>", re.I)
-# Only a role line after a newline ends the answer: a leading "assistant\n" is kept.
-_ROLE_CUT = re.compile(r"\n[^\S\n]*(?:user|assistant|system)[^\S\n]*:?[^\S\n]*(?=\n|\Z)", re.I)
-_SPACE = re.compile(r"\s+")
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.S | re.I)
+_STRAY_TAGS = ("<think>", "</think>")  # TRACE drops these spellings only
+_ROLE_LINE = re.compile(r"\n\s*(?:user|assistant|system)\s*\n", re.I)
+_LEADING_COLON = re.compile(r"\s*[:\uff1a]\s*")
 
-_TRACE_STRICT = re.compile(r"[(\[]?([a-z])[)\]]?[.)]?")
-# Overlapping (lookahead) so that every adjacent pair of "a, b, c" is seen.
-_PAIR = re.compile(r"\b(?=([a-z])\s*(?:[/,;]|\s(?:or|and)\s)\s*([a-z])\b)")
-_MARKED = re.compile(r"\b([a-z])[.):]")
-# `\b` before the letter: "answers" is not "answer s", "answer is" is not "answer i".
-_INTRODUCED = re.compile(r"\b(?:answer|option|choice)(?:\s+is|\s+chosen|\s*:)?\s*\b([a-z])\b")
-# "the answer is b or e": an alternative after the introduced label takes its win away.
-_ALTERNATIVE = re.compile(r"\s+(?:or|and)\s+[a-z]\b")
-_LEADING = re.compile(r"[(\[]?([a-z])[.)\]]?\s")
+_TRACE_STRICT = re.compile(r"\s*[(\[]?([A-Z])[)\]]?[.)]?\s*")
+_MARKED = re.compile(r"(?<!\w)([A-Z])[.):]")
+_INTRODUCED = re.compile(r"\b(?:ANSWER|OPTION|CHOICE)\b\s*(?:IS|:|CHOSEN)?\s*([A-Z])\b")
+_PAIR = re.compile(r"\b([A-Z])\s*(?:[/,;]|\bOR\b|\bAND\b)\s*([A-Z])\b")
+# Anywhere after the introduced label, any letter: "answer: b, red and a ball" is voided.
+_ALTERNATIVE = re.compile(r"\b(?:OR|AND)\s+[A-Z]\b")
+_LEADING = re.compile(r"\s*[(\[]?([A-Z])[.)\]]?\s+")
 
 
 def normalise(text: str) -> str:
-    """TRACE's normalisation, used for exact matching."""
-    text = _THINK_TAG.sub(" ", _THINK_BLOCK.sub(" ", text))
-    role = _ROLE_CUT.search(text)
+    """TRACE's normalisation, used for the silence test and exact matching."""
+    text = _THINK_BLOCK.sub("", text)
+    for tag in _STRAY_TAGS:
+        text = text.replace(tag, "")
+    role = _ROLE_LINE.search(text)
     if role is not None:
         text = text[: role.start()]
-    text = text.strip()
-    if text.startswith(":"):
-        text = text[1:]
-    return _SPACE.sub(" ", text.lower()).strip()
+    colon = _LEADING_COLON.match(text)
+    if colon is not None:
+        text = text[colon.end() :]
+    return " ".join(text.strip().lower().split())
 
 
 def parse_strict(text: str, labels: Sequence[str]) -> str | None:
     """TRACE's strict parse: the whole normalised text is one (bracketed) label."""
-    match = _TRACE_STRICT.fullmatch(normalise(text))
-    return _known(match.group(1), labels) if match else None
+    match = _TRACE_STRICT.fullmatch(normalise(text).upper())
+    return _label(match, labels)
 
 
 def parse_recoverable(text: str, labels: Sequence[str]) -> str | None:
     """TRACE's paper parse: one unambiguous label, introduced, bare or leading."""
-    normalised = normalise(text)
-    if len(_mentioned(normalised, labels)) > 1:
+    upper = normalise(text).upper()
+    if len(_mentioned(upper, labels)) > 1:
         return None
-    introduced = _introduced(normalised, labels)
-    if introduced is not None:
+    first = _INTRODUCED.search(upper)
+    introduced = _label(first, labels)
+    if introduced is not None and not _ALTERNATIVE.search(upper[first.end() :]):
         return introduced
     strict = parse_strict(text, labels)
     if strict is not None:
         return strict
-    leading = _LEADING.match(normalised)
-    return _known(leading.group(1), labels) if leading else None
+    return _label(_LEADING.match(upper), labels)
 
 
-def _known(letter: str, labels: Sequence[str]) -> str | None:
-    label = letter.upper()
-    return label if label in labels else None
+def _label(match: re.Match[str] | None, labels: Sequence[str]) -> str | None:
+    return match.group(1) if match is not None and match.group(1) in labels else None
 
 
 def _mentioned(text: str, labels: Sequence[str]) -> set[str]:
@@ -95,22 +96,15 @@ def _mentioned(text: str, labels: Sequence[str]) -> set[str]:
     letters += [match.group(1) for match in _INTRODUCED.finditer(text)]
     for match in _PAIR.finditer(text):
         letters += match.groups()
-    return {label for letter in letters if (label := _known(letter, labels))}
-
-
-def _introduced(text: str, labels: Sequence[str]) -> str | None:
-    for match in _INTRODUCED.finditer(text):
-        label = _known(match.group(1), labels)
-        if label is not None:
-            return None if _ALTERNATIVE.match(text, match.end()) else label
-    return None
+    return {letter for letter in letters if letter in labels}
 
 
 # --- this project's extended reading -----------------------------------------------------
 
 # An unclosed <think> block swallows the rest: the model never got to its answer.
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S | re.I)
-_ROLE_LINE = re.compile(r"\s*(?:user|assistant|system)\s*:?\s*", re.I)
+_ROLE_LINE_EXTENDED = re.compile(r"\s*(?:user|assistant|system)\s*:?\s*", re.I)
+_SPACE = re.compile(r"\s+")
 
 _STRICT = re.compile(r"\(([a-z])\)|\[([a-z])\]|([a-z])\.?")
 _OPTION_LABEL = re.compile(r"\s*[(\[]?([A-Za-z])\s*[)\].:]")
@@ -141,7 +135,7 @@ def clean(text: str) -> str:
     text = _THINK.sub(" ", text)
     kept: list[str] = []
     for line in text.splitlines():
-        if _ROLE_LINE.fullmatch(line):
+        if _ROLE_LINE_EXTENDED.fullmatch(line):
             if any(part.strip() for part in kept):
                 break  # the model started a new chat turn: the answer ended before it
             continue  # a leaked role header before the answer

@@ -15,6 +15,7 @@ from streameval.scorer.parsing import (
     parse_recoverable,
     parse_strict,
 )
+from streameval.scorer.profiles import SCORING_PROFILES
 
 LABELS = ("A", "B", "C", "D")
 SILENCE = ("wait", "silent", "<silent>")
@@ -30,16 +31,23 @@ SILENCE = ("wait", "silent", "<silent>")
         ("<think>never closed, so B", "never closed, so b"),
         ("reasoning</think> C", "reasoning c"),
         ("B\nuser\nWhat about A?", "b"),
-        ("B\nAssistant:\nC", "b"),
         ("B\n  system  \nC", "b"),
-        ("B\n\nuser", "b"),
-        # A role line is cut only when a newline precedes it.
+        ("B\n\n USER \n\nC", "b"),
+        # A role line is cut only when the word stands alone between two newlines.
+        ("B\nAssistant:\nC", "b assistant: c"),
+        ("B\n\nuser", "b user"),
         ("assistant\nB", "assistant b"),
         ("user", "user"),
         ("B\nuser: C", "b user: c"),
+        ("B\nusers\nC", "b users c"),
+        # One leading colon, ASCII or full-width, goes with the whitespace around it.
         (": B", "b"),
         ("  :  candy  bar", "candy bar"),
+        ("\uff1a B", "b"),
         ("::B", ":b"),
+        # Stray tags are dropped as written, without a space; other spellings are text.
+        ("A</think>B", "ab"),
+        ("<THINK>B", "<think>b"),
         ("Tell the user: B", "tell the user: b"),
         ("", ""),
     ],
@@ -148,7 +156,8 @@ RULES = [
     ("Option C, not D", None, "C"),  # a bare later letter is no mention
     # role lines and think tags
     ("B\nuser\nC", "B", "B"),
-    ("B\n Assistant: \nA or C", "B", "B"),
+    ("B\n Assistant \nA or C", "B", "B"),
+    ("B\n Assistant: \nA or C", None, None),  # no role line: "a or c" is read too
     ("reasoning</think>\nC", None, None),
     ("</think>C", "C", "C"),
     ("<think>A", "A", "A"),  # an unclosed think keeps its text
@@ -180,6 +189,95 @@ def test_trace_parsers_only_know_the_record_labels() -> None:
     assert parse_recoverable("Answer: C", ("A", "B", "C")) == "C"
     # C is not a label, so "B or C" mentions only B and the leading B wins.
     assert parse_recoverable("B or C", ("A", "B")) == "B"
+
+
+# The five rules where this project once read TRACE otherwise (issue 31), one case each:
+# (text, TRACE's normalisation, strict, paper, answered) and this project's extended reading
+# of the same text (extended normalisation, extended parse, answered), which differs.
+TRACE_RULES = {
+    "role word alone on its line": (
+        ("A\nassistant", "a assistant", None, "A", True),
+        ("a", "A", True),
+    ),
+    "full-width colon": (("\uff1a B", "b", "B", "B", True), ("\uff1a b", None, True)),
+    "think block with the whitespace after it": (
+        ("<think>a</think>\nassistant\nX", "assistant x", None, None, True),
+        ("x", None, True),
+    ),
+    "first introducer only": (
+        (
+            "B: option x is wrong, the answer is b",
+            "b: option x is wrong, the answer is b",
+            None,
+            None,
+            True,
+        ),
+        ("b: option x is wrong, the answer is b", "B", True),
+    ),
+    "or/and anywhere after the introduced label": (
+        (
+            "Answer: B, which is red and a ball",
+            "answer: b, which is red and a ball",
+            None,
+            None,
+            True,
+        ),
+        ("answer: b, which is red and a ball", "B", True),
+    ),
+}
+
+
+@pytest.mark.parametrize("profile_name", ["trace-paper-v1", "trace-strict"])
+@pytest.mark.parametrize("rule", list(TRACE_RULES))
+def test_traces_five_rules_hold_under_both_trace_profiles(profile_name: str, rule: str) -> None:
+    (raw, normalised, strict, paper, answered), _extended = TRACE_RULES[rule]
+    profile = SCORING_PROFILES[profile_name]
+    parse = OPTION_PARSERS[profile.option_parser]
+    assert profile.normalise(raw) == normalised
+    assert parse(raw, LABELS) == (strict if profile.option_parser == "strict" else paper)
+    assert profile.is_answer(raw) is answered
+
+
+@pytest.mark.parametrize("rule", list(TRACE_RULES))
+def test_trace_extended_reads_the_five_rules_its_own_way(rule: str) -> None:
+    (raw, normalised, _strict, paper, answered), expected = TRACE_RULES[rule]
+    profile = SCORING_PROFILES["trace-extended"]
+    got = (profile.normalise(raw), OPTION_PARSERS[profile.option_parser](raw, LABELS))
+    assert (*got, profile.is_answer(raw)) == expected
+    assert (*got, profile.is_answer(raw)) != (normalised, paper, answered)
+
+
+@pytest.mark.parametrize(
+    ("raw", "answered"),
+    [
+        ("\nassistant", True),  # no newline after the role word: "assistant" is an answer
+        ("<think>a</think>\n\nassistant\nwait", True),  # "assistant wait"
+        ("\uff1a wait", False),
+        ("B\nassistant\nwait", True),
+        ("wait\nassistant\nB", False),
+    ],
+)
+def test_traces_normalisation_decides_what_is_an_answer(raw: str, answered: bool) -> None:
+    """The consequences for proactive scores: answered episodes and false alarms."""
+    for name in ("trace-paper-v1", "trace-strict"):
+        assert SCORING_PROFILES[name].is_answer(raw) is answered
+
+
+@pytest.mark.parametrize(
+    ("raw", "paper"),
+    [
+        # A voided introduced label falls through to the strict and the leading parse.
+        ("B. Answer: B and X", "B"),
+        ("Answer: B or x", None),
+        # The first introducer names no label: later ones are not looked at...
+        ("option x is wrong, the answer is b", None),
+        # ...but a first valid one wins over later ones.
+        ("the answer is b, option x is wrong", "B"),
+        ("answer isb", "B"),
+    ],
+)
+def test_traces_recoverable_parse_edges(raw: str, paper: str | None) -> None:
+    assert parse_recoverable(raw, LABELS) == paper
 
 
 def test_option_parsers_by_profile_name() -> None:
