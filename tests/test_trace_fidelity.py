@@ -4,16 +4,21 @@ How this is checked. The TRACE release fixture (tests/fixtures/trace_release) is
 end through the Core, on stand-in videos, against `ScriptedAdapter` (tests/wire_adapters.py),
 whose every answer is a text whose TRACE reading is known:
 - QA: the golden answer texts of tests/test_scorer_parsing.py, whose labels under TRACE's
-  paper parser were observed from TRACE's own scorer; three rounds give every record another
-  text, so all 50 golden texts are answered; past them, every third question is declined.
+  paper parser were observed from TRACE's own scorer, then ADVERSARIAL texts, one or more for
+  each of the five rules where this project once read TRACE otherwise (issue 31), labelled
+  by hand from TRACE's scoring.py; four rounds give every record another text, so all texts
+  are answered; past them, every third question is declined.
 - Proactive: per window, in turn, the trigger's answer in other case and spacing (or after a
   think block), an accepted fact (TRACE ignores them), "Silent." and "<silent>" (answers to
-  TRACE), "wait" (its only silence token), two answers in one window, an early answer, and
-  noise between windows (false alarms).
+  TRACE), "wait" (its only silence token), two answers in one window, an early answer, the
+  answer after a think block and a role line, before a role word that ends the text, after a
+  full-width colon, and noise between windows (false alarms), some of it silence or an answer
+  only by those three rules ("：wait", "\nassistant", "<think>x</think>\n\nassistant\nwait").
 The exported event log is then scored twice: by the scorer under `trace-paper-v1`, and by
 `trace_oracle` below, a second implementation written straight from TRACE's rules (the
-issue's list), sharing no code with scorer/. Every QA and proactive metric (value,
-population, observed count) must agree, and the run must have exercised every rule.
+issue's list and TRACE's scoring.py), sharing no code with scorer/. Every QA and proactive
+metric (value, population, observed count) must agree, and the run must have exercised every
+rule. Scored under `trace-extended` instead, the same export disagrees with the oracle.
 Where ../shared/data is present, the real TRACE sample is run the same way as an extra check.
 """
 
@@ -21,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,18 +44,36 @@ from tests.test_import_trace import FIXTURES, sample
 from tests.test_scorer_parsing import GOLDEN
 
 TOLERANCE_S = 5.0
-ROUNDS = 3  # QA answer rounds: 3 x 18 fixture records cover the 50 golden texts
+ROUNDS = 4  # QA answer rounds: 4 x 18 fixture records cover the 57 texts
+
+# TRACE's five rules on texts where this project once read otherwise, with TRACE's paper
+# label (the same for labels A-D and A-F), worked out by hand from TRACE's scoring.py.
+ADVERSARIAL = {
+    "A\nassistant:\nB or C": None,  # a role word with a colon is no role line: B or C
+    "(C)\nuser": "C",  # a role word ending the text is no role line; leading (C)
+    "\uff1aB": "B",  # a leading full-width colon goes
+    "<think>x</think>\nassistant\nB": None,  # "assistant b": answered, no label
+    "B: option x is wrong, the answer is b": None,  # the first introducer names no label
+    "Answer: B, which is red and a ball": None,  # "and a" after the introduced label
+    "B. Answer: B and X": "B",  # voided introducer, then the leading label
+}
+TEXTS = [text for text, _strict, _paper in GOLDEN] + list(ADVERSARIAL)
 
 
 # ----------------------------------------------------------------------------- the script
 
 
 def qa_text(record: QARecord, position: int) -> str | None:
-    """The golden text at this position; past the 50 texts, every third question is declined."""
-    if position >= len(GOLDEN) and position % 3 == 0:
+    """The text at this position; past the 57 texts, every third question is declined."""
+    if position >= len(TEXTS) and position % 3 == 0:
         return None
-    text = GOLDEN[position % len(GOLDEN)][0]
+    text = TEXTS[position % len(TEXTS)]
     return "B" if text == "E" and "E" in _labels(record) else text
+
+
+# Said after a window by case: silence or an answer only by TRACE's normalisation rules.
+NOISE = {8: "<think>x</think>\n\nassistant\nwait", 9: "\nassistant", 10: "\uff1await"}
+CASES = 11
 
 
 def proactive_steps(record: ProactiveRecord, offset: int) -> list[tuple[float, str]]:
@@ -59,7 +81,7 @@ def proactive_steps(record: ProactiveRecord, offset: int) -> list[tuple[float, s
     steps: list[tuple[float, str]] = []
     for index, trigger in enumerate(record.triggers):
         start, answer = trigger.start_s, trigger.answer
-        case = (index + offset) % 8
+        case = (index + offset) % CASES
         if case == 0:
             steps.append((start, f"  {answer.upper()}  "))
         elif case == 1:
@@ -75,8 +97,14 @@ def proactive_steps(record: ProactiveRecord, offset: int) -> list[tuple[float, s
             steps.append((max(0.0, start - 3.0), answer))
         elif case == 6:
             steps.append((start, f"<think>is it {answer}?</think> {answer}"))
-        if case % 2 == 0:  # after the window, often before the next one: a false alarm
-            steps.append((start + TOLERANCE_S + 1.0, "noise"))
+        elif case == 8:  # "assistant <answer>" to TRACE: answered, and no exact match
+            steps.append((start, f"<think>is it {answer}?</think>\nassistant\n{answer}"))
+        elif case == 9:  # "<answer> assistant" to TRACE
+            steps.append((start, f"{answer}\nassistant"))
+        elif case == 10:  # the answer itself to TRACE
+            steps.append((start, f"\uff1a {answer}"))
+        if case % 2 == 0 or case in NOISE:  # after the window, often before the next one
+            steps.append((start + TOLERANCE_S + 1.0, NOISE.get(case, "noise")))
     return sorted(steps)
 
 
@@ -93,18 +121,51 @@ def script(records: list[Record], round_: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- the oracle
-# TRACE's rules, written out again from the issue, for the texts the script uses.
+# TRACE's rules, written out again from the issue and TRACE's scoring.py, for the texts the
+# script uses (ASCII apart from the full-width colon), scanning by hand where scorer/ uses
+# regular expressions.
 
 
 def _labels(record: QARecord) -> tuple[str, ...]:
     return tuple(chr(ord("A") + i) for i in range(len(record.options)))
 
 
-PAPER_LABEL = {text: paper for text, _strict, paper in GOLDEN}
+PAPER_LABEL = {text: paper for text, _strict, paper in GOLDEN} | ADVERSARIAL
+ROLES = ("user", "assistant", "system")
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def _drop_think_blocks(text: str) -> str:
+    """Each <think>...</think> (any case) goes with the whitespace after it."""
+    kept, at, lower = [], 0, text.lower()
+    while (start := lower.find("<think>", at)) >= 0 and (end := lower.find("</think>", start)) >= 0:
+        kept.append(text[at:start])
+        at = _skip_space(text, end + len("</think>"))
+    return "".join(kept) + text[at:]
+
+
+def _cut_at_role_line(text: str) -> str:
+    """Cut before the first newline that whitespace, a role word alone and whitespace holding
+    a newline follow."""
+    for newline in (i for i, char in enumerate(text) if char == "\n"):
+        word = _skip_space(text, newline + 1)
+        for role in ROLES:
+            after = word + len(role)
+            if text[word:after].lower() == role and "\n" in text[after : _skip_space(text, after)]:
+                return text[:newline]
+    return text
 
 
 def trace_normalise(text: str) -> str:
-    text = re.sub(r"<think>.*?</think>", " ", text, flags=re.S)
+    text = _drop_think_blocks(text).replace("<think>", "").replace("</think>", "")
+    text = _cut_at_role_line(text).lstrip()
+    if text[:1] in (":", "\uff1a"):
+        text = text[1:]
     return " ".join(text.lower().split())
 
 
@@ -273,6 +334,7 @@ class Round:
     oracle: dict[str, dict[str, tuple]]
     labels: dict[str, str | None]  # the oracle's parsed label per QA record
     sessions: dict[str, Session]
+    exported: Path
 
 
 def run_rounds(release: Path, root: Path) -> list[Round]:
@@ -287,7 +349,7 @@ def run_rounds(release: Path, root: Path) -> list[Round]:
     records = list(benchmark.records)
     qa = [r for r in records if isinstance(r, QARecord)]
     proactive = [r for r in records if isinstance(r, ProactiveRecord)]
-    assert ROUNDS * len(qa) > len(GOLDEN)  # every golden text is answered
+    assert ROUNDS * len(qa) > len(TEXTS)  # every text is answered
     done = []
     with Store(f"sqlite:///{root / 'store.db'}") as store, pytest.MonkeyPatch.context() as env:
         for round_ in range(ROUNDS):
@@ -315,7 +377,7 @@ def run_rounds(release: Path, root: Path) -> list[Round]:
                 proactive_oracle(proactive, sessions, tally)
                 oracle["proactive"] = proactive_metrics(tally, len(proactive))
             scores = score_exported(exported, "trace-paper-v1")
-            done.append(Round(scores, oracle, labels, sessions))
+            done.append(Round(scores, oracle, labels, sessions, exported))
     return done
 
 
@@ -349,7 +411,7 @@ def test_the_real_sample_agrees_with_traces_rules_too(tmp_path: Path) -> None:
 def test_the_run_exercised_every_rule(rounds: list[Round]) -> None:
     answered = {text for round_ in rounds for s in round_.sessions.values() for text in
                 (e.text for e in s.episodes)}  # fmt: skip
-    assert {text for text, _s, _p in GOLDEN} - {"E", ""} <= answered
+    assert set(TEXTS) - {"E", ""} <= answered
     first = rounds[0].scores
     records = {record.record_id: record for record in first.records}
     assignments = [
@@ -380,3 +442,45 @@ def test_the_run_exercised_every_rule(rounds: list[Round]) -> None:
     # A delay is on the runtime clock (processing time here), a few milliseconds at most.
     delay = proactive["median_response_delay_runtime_s"].value
     assert 0 < delay < 1 and not math.isnan(delay)
+
+    # TRACE's normalisation rules decided these windows: "assistant <answer>" and "<answer>
+    # assistant" are answers that miss the exact match, "：<answer>" is the answer itself.
+    scored = {
+        w["prediction"]: w["score"]
+        for r in records.values()
+        if r.proactive
+        for w in r.proactive["windows"]
+        if w["assignment"] == "in_window"
+    }
+    assert any("\nassistant\n" in text and score == 0.0 for text, score in scored.items())
+    assert any(text.endswith("\nassistant") and score == 0.0 for text, score in scored.items())
+    assert any(text.startswith("\uff1a") and score == 1.0 for text, score in scored.items())
+    said_after = {e.text for s in rounds[0].sessions.values() for e in s.episodes}
+    assert set(NOISE.values()) <= said_after
+
+
+def test_trace_extended_disagrees_on_the_five_rules(rounds: list[Round]) -> None:
+    """The same exports under this project's readings: the adversarial QA texts parse
+    otherwise, and proactive answers, false alarms and in-window scores move."""
+    extended = [
+        Round(
+            score_exported(r.exported, "trace-extended"), r.oracle, r.labels, r.sessions, r.exported
+        )
+        for r in rounds
+    ]
+    with pytest.raises(AssertionError):
+        assert_agreement(extended)
+    differs = set()
+    for round_, other in zip(rounds, extended, strict=True):
+        by_id = {r.record_id: r.qa["parsed"] for r in other.scores.records if r.qa}
+        for record_id, label in round_.labels.items():
+            session = round_.sessions[record_id]
+            text = session.episodes[-1].text if session.episodes else None
+            if text in ADVERSARIAL and by_id[record_id] != label:
+                differs.add(text)
+    # Rules 1, 2, 3 and 5 (and the first-introducer rule on a text opened by a label).
+    assert differs == set(ADVERSARIAL) - {"(C)\nuser", "B. Answer: B and X"}
+    trace, ours = rounds[0].scores.overall["proactive"], extended[0].scores.overall["proactive"]
+    for name in ("false_alarm_rate", "in_window_accuracy"):
+        assert ours[name].value != pytest.approx(trace[name].value), name
+    assert ours["false_alarm_rate"].population != trace["false_alarm_rate"].population
