@@ -28,10 +28,8 @@ _CHOICES = {
     "normalisation": ("trace", "extended"),
     "response_delay_clocks": ("runtime", "video"),
     "latency_population": ("responded", "records"),
+    "sb_rules": ("streamingbench", "extended"),
 }
-
-
-_SB_RULES = ("streamingbench", "extended")
 
 
 class ProfileError(ScoreError):
@@ -159,10 +157,6 @@ class ScoringProfile:
         if not self.sb_hit_tolerance_s >= 0:
             raise ProfileError(
                 f"sb_hit_tolerance_s must not be negative, got {self.sb_hit_tolerance_s!r}"
-            )
-        if self.sb_rules not in _SB_RULES:
-            raise ProfileError(
-                f"sb_rules must be one of {', '.join(_SB_RULES)}, got {self.sb_rules!r}"
             )
         if self.bootstrap_resamples < 0:
             raise ProfileError("bootstrap_resamples must be >= 0")

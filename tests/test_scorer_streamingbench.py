@@ -14,7 +14,7 @@ from streameval.scorer.metrics.streamingbench import (
     first_character,
     first_label,
 )
-from streameval.scorer.profiles import SCORING_PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES, ProfileError
 from streameval.scorer.report import evaluate_source, scores_of
 
 SB = SCORING_PROFILES["streamingbench"]
@@ -267,3 +267,8 @@ def test_a_task_type_whose_answers_are_all_empty_has_no_accuracy() -> None:
     sb = scores.by_task_type["Attribute Recognition"]["streamingbench"]
     assert (sb["qa_accuracy"].value, sb["qa_accuracy"].population) == (None, 0)
     assert sb["excluded_answers"].value == 1.0
+
+
+def test_an_unknown_rule_set_is_refused_by_name() -> None:
+    with pytest.raises(ProfileError, match="sb_rules must be one of streamingbench, extended"):
+        SB.with_overrides(sb_rules="lenient")
