@@ -28,6 +28,7 @@ _CHOICES = {
     "normalisation": ("trace", "extended"),
     "response_delay_clocks": ("runtime", "video"),
     "latency_population": ("responded", "records"),
+    "sb_rules": ("streamingbench", "extended"),
 }
 
 
@@ -90,6 +91,9 @@ class ScoringProfile:
 
     # StreamingBench's own proactive scoring: a hit within ±this of the ground-truth time.
     sb_hit_tolerance_s: float = 2.0
+    # StreamingBench's rules: "streamingbench" (its count.py: first character, raw substring,
+    # empty answers excluded) or "extended" (ours: docs/metrics.md lists the differences).
+    sb_rules: str = "streamingbench"
 
     # Aggregation (section 7).
     bootstrap_resamples: int = 1000
@@ -244,15 +248,29 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
         ),
         ScoringProfile(
             name="streamingbench",
-            version="1",
+            version="2",
             description=(
-                "StreamingBench's own scoring: multiple-choice accuracy (first standalone "
-                "option letter), proactive hit within 2 s of the ground-truth time whose "
-                "text contains the expected output"
+                "StreamingBench's count.py, rule for rule: the response's first character "
+                "against the gold letter, questions with an empty answer left out (and "
+                "counted), a proactive hit within 2 s of the ground-truth time whose raw "
+                "answer contains the expected output, case-sensitive"
             ),
             families=("streamingbench", "workload"),
             protocols=("streamingbench-polling",),
             **EXTENDED_RULES,
+        ),
+        ScoringProfile(
+            name="streamingbench-extended",
+            version="1",
+            description=(
+                "StreamingBench's metrics under this project's own readings: the first "
+                "standalone option letter, the expected output in the normalised answer, an "
+                "empty answer counted wrong"
+            ),
+            families=("streamingbench", "workload"),
+            protocols=("streamingbench-polling",),
+            **EXTENDED_RULES,
+            sb_rules="extended",
         ),
     )
 }

@@ -68,6 +68,7 @@ from streameval.scorer.metrics.robustness import (
     negative_streams,
 )
 from streameval.scorer.metrics.statistic import FieldTable
+from streameval.scorer.metrics.streamingbench import exclusion_note
 from streameval.scorer.profiles import (
     ScoringProfile,
     get_profile,
@@ -453,6 +454,7 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
             "count as not completed and stay in every denominator"
         )
     notes += _integrity_notes(run)
+    notes += exclusion_note(run.evaluations)
     if REALSTREAM.name in run.profile.families and not run.profile.rs_floor_score_at_zero:
         notes.append(
             "RealStreamEval per-record scores are not floored at 0 (EvoStreaming Eq. 3); "

@@ -158,6 +158,7 @@ def test_judgements_are_asked_only_by_profiles_with_a_judged_family() -> None:
         "readiness": True,  # through the proactive windows it requires
         "ovo-offline": False,
         "streamingbench": False,
+        "streamingbench-extended": False,
     }
 
 

@@ -293,14 +293,20 @@ def expect_ovo(scores: RunScores, records: list[Record], adapter: Adapter) -> No
 
 
 def expect_streamingbench(scores: RunScores, records: list[Record], adapter: Adapter) -> None:
-    """QA by the first option label (a baseline's answer is a bare label); no baseline
-    ever gives a proactive output (the first thing `always` says is "yes")."""
-    correct = [float(qa_correct(adapter, r)) for r in records if isinstance(r, QARecord)]
+    """QA by the answer's first character (a baseline's answer is a bare label), a declined
+    question left out of the denominator and counted; no baseline ever gives a proactive
+    output (the first thing `always` says is "yes")."""
+    questions = [r for r in records if isinstance(r, QARecord)]
+    answered = [r for r in questions if answer(adapter, r.record_id, r.options) is not None]
+    correct = sum(qa_correct(adapter, r) for r in answered)
     targets = sum(len(r.triggers) for r in records if isinstance(r, ProactiveRecord))
     family = scores.overall["streamingbench"]
-    assert family["accuracy"].value == pytest.approx(
-        100.0 * sum(correct) / (len(correct) + targets)
+    counted = len(answered) + targets
+    assert family["accuracy"].value == (
+        None if not counted else pytest.approx(100.0 * correct / counted)
     )
+    if questions:
+        assert family["excluded_answers"].value == len(questions) - len(answered)
     if targets:
         assert family["proactive_accuracy"].value == 0.0
     assert family["completion_rate"].value == 1.0

@@ -101,6 +101,7 @@ def test_compare_and_profiles(client: TestClient) -> None:
         "readiness",
         "ovo-offline",
         "streamingbench",
+        "streamingbench-extended",
     ]
     assert profiles[0]["constants"]["tolerance_s"] == 5.0
 

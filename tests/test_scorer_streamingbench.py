@@ -1,4 +1,5 @@
-"""StreamingBench's own scoring (the streamingbench profile) on hand-computed cases."""
+"""StreamingBench's scoring on hand-computed cases: its own rules (the `streamingbench`
+profile, StreamingBench's count.py) and this project's (`streamingbench-extended`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,35 @@ from streameval.scorer.eventlog import SessionLog, asked_session, memory_source
 from streameval.scorer.metrics.streamingbench import (
     contains_output,
     evaluate_streamingbench,
+    first_character,
     first_label,
 )
-from streameval.scorer.profiles import SCORING_PROFILES
+from streameval.scorer.profiles import SCORING_PROFILES, ProfileError
 from streameval.scorer.report import evaluate_source, scores_of
 
 SB = SCORING_PROFILES["streamingbench"]
+EXTENDED = SCORING_PROFILES["streamingbench-extended"]
 SB_RUN = {"profile": "streamingbench-polling", "pacing": "logical"}
 LABELS = ("A", "B", "C", "D")
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        ("B", "B"),
+        ("B. blue", "B"),
+        ("Answer: D", "A"),  # StreamingBench reads the A of "Answer"
+        ("Option B", "O"),
+        ("(B)", "("),
+        ("**B**", "*"),
+        (" B", " "),  # nothing is stripped
+        ("b", "b"),  # nor upper-cased
+        ("<think>A</think>C", "<"),
+        ("", ""),
+    ],
+)
+def test_streamingbench_reads_the_first_character(text: str, read: str) -> None:
+    assert first_character(text) == read
 
 
 @pytest.mark.parametrize(
@@ -40,18 +62,24 @@ def test_the_first_standalone_option_label(text: str, label: str | None) -> None
 
 
 @pytest.mark.parametrize(
-    ("text", "expected", "hit"),
+    ("text", "expected", "published", "extended"),
     [
-        ("The score is now +3", "+3", True),
-        ("WHITE   hit!", "White Hit", True),  # case and spacing normalised
-        ("3", "+3", False),
-        ("23 points scored", "23 points", True),
-        ("it's 13", "3", True),  # contained: StreamingBench's leniency
-        ("twenty-three points", "23 points", False),
+        ("The score is now +3", "+3", True, True),
+        ("WHITE   hit!", "White Hit", False, True),  # case and spacing: extended only
+        ("white hit", "White Hit", False, True),
+        ("White Hit!", "White Hit", True, True),
+        ("3", "+3", False, False),
+        ("23 points scored", "23 points", True, True),
+        ("it's 13", "3", True, True),  # contained: StreamingBench's leniency
+        ("<think>no</think> 40  points", "40 points", False, True),
+        ("twenty-three points", "23 points", False, False),
     ],
 )
-def test_contains_the_expected_output_normalised(text: str, expected: str, hit: bool) -> None:
-    assert contains_output(text, expected) is hit
+def test_contains_the_expected_output(
+    text: str, expected: str, published: bool, extended: bool
+) -> None:
+    assert contains_output(text, expected, SB.sb_rules) is published
+    assert contains_output(text, expected, EXTENDED.sb_rules) is extended
 
 
 def proactive(*targets: tuple[float, str], record_id: str = "p1") -> ProactiveRecord:
@@ -89,9 +117,9 @@ def polled(record: ProactiveRecord, answers: dict[float, str], until: float = 25
     return log
 
 
-def hits(record: ProactiveRecord, answers: dict[float, str]) -> list[bool]:
+def hits(record: ProactiveRecord, answers: dict[float, str], profile=SB) -> list[bool]:
     trace = assemble_one(record.record_id, polled(record, answers).rows())
-    return [target.hit for target in evaluate_streamingbench(trace, record, SB).targets]
+    return [target.hit for target in evaluate_streamingbench(trace, record, profile).targets]
 
 
 WHITE = proactive((17.0, "White Hit"))
@@ -102,7 +130,9 @@ WHITE = proactive((17.0, "White Hit"))
     [(15.0, True), (17.0, True), (19.0, True), (14.0, False), (20.0, False)],
 )
 def test_a_hit_lies_within_two_seconds_inclusive(onset: float, hit: bool) -> None:
-    assert hits(WHITE, {onset: "White hit!"}) == [hit]
+    assert hits(WHITE, {onset: "White Hit!"}) == [hit]
+    assert hits(WHITE, {onset: "White hit!"}) == [False]  # case-sensitive
+    assert hits(WHITE, {onset: "White hit!"}, EXTENDED) == [hit]
 
 
 def hit_at(target_t: float, onset_t: float) -> bool:
@@ -162,33 +192,83 @@ def asked(record: QARecord, answer: str | None) -> SessionLog:
     return asked_session(record, answer, range(4), protocol="streamingbench-polling")
 
 
-def test_run_accuracy_pools_questions_and_targets() -> None:
-    records = [qa("q1", "B"), qa("q2", "C"), qa("q3", "A"), qa("q4", "D"), WHITE]
-    logs = [
-        asked(records[0], "I think B"),  # B: right
-        asked(records[1], "Answer: A, not C"),  # A first: wrong
-        asked(records[2], None),  # declined: wrong
-        asked(records[3], "(D)"),  # right
-        polled(WHITE, {16.0: "white hit"}),  # hit
-    ]
-    scores = scores_of(evaluate_source(memory_source(records, logs, config=SB_RUN), SB))
+ANSWERS = [  # (gold, what was said; None: declined)
+    ("B", "I think B"),  # StreamingBench reads "I"; extended, B
+    ("C", "Answer: A, not C"),  # "A" either way
+    ("A", None),  # declined: left out by StreamingBench, wrong for extended
+    ("D", "(D)"),  # "(" for StreamingBench; D for extended
+    ("B", "B"),
+    ("A", "Answer: D"),  # StreamingBench reads the A of "Answer": right; extended, D
+    ("C", ""),  # empty: left out by StreamingBench, wrong for extended
+]
+
+
+def mixed_run():
+    records = [qa(f"q{i}", gold) for i, (gold, _said) in enumerate(ANSWERS)]
+    logs = [asked(record, said) for record, (_gold, said) in zip(records, ANSWERS, strict=True)]
+    return memory_source(
+        [*records, WHITE], [*logs, polled(WHITE, {16.0: "white hit"})], config=SB_RUN
+    )
+
+
+def test_streamingbench_counts_as_its_count_py_does() -> None:
+    scores = scores_of(evaluate_source(mixed_run(), SB))
     sb = scores.overall["streamingbench"]
-    assert sb["qa_accuracy"].value == pytest.approx(50.0)
-    assert sb["proactive_accuracy"].value == pytest.approx(100.0)
-    assert sb["accuracy"].value == pytest.approx(60.0)  # 3 of 5
-    assert (sb["accuracy"].population, sb["proactive_accuracy"].population) == (5, 1)
+    assert (sb["qa_accuracy"].value, sb["qa_accuracy"].population) == (pytest.approx(40.0), 5)
+    # On time, but "white hit" does not contain "White Hit".
+    assert sb["proactive_accuracy"].value == 0.0
+    assert sb["proactive_time_accuracy"].value == 100.0
+    assert (sb["accuracy"].value, sb["accuracy"].population) == (pytest.approx(100 / 3), 6)
+    assert (sb["excluded_answers"].value, sb["excluded_answers"].population) == (2.0, 7)
     assert sb["completion_rate"].value == 1.0
     assert set(scores.overall) == {"streamingbench", "workload"}
-    by_id = {record.record_id: record for record in scores.records}
-    assert (by_id["q2"].streamingbench["parsed"], by_id["q2"].streamingbench["correct"]) == (
-        "A",
-        False,
+    by_id = {record.record_id: record.streamingbench for record in scores.records}
+    assert [(by_id[f"q{i}"]["parsed"], by_id[f"q{i}"]["correct"]) for i in range(7)] == [
+        ("I", False),
+        ("A", False),
+        (None, False),
+        ("(", False),
+        ("B", True),
+        ("A", True),
+        (None, False),
+    ]
+    assert [by_id[f"q{i}"]["excluded"] for i in range(7)] == [False, False, True] + [False] * 3 + [
+        True
+    ]
+    target = by_id["p1"]["targets"][0]
+    assert (target["onset_t"], target["on_time"], target["hit"]) == (16.0, True, False)
+    # Nothing is judged, so no judge note; the exclusion is stated, with its count.
+    assert scores.notes == [
+        "streamingbench: 2 of 7 questions got an empty answer or none and are left out of the "
+        "accuracy denominators (streamingbench.excluded_answers), as StreamingBench's count.py "
+        "skips them in its sqa part; its real and omni parts stop with an error on them instead"
+    ]
+    assert (scores.protocol, scores.judge.requests) == ("streamingbench-polling", 0)
+
+
+def test_streamingbench_extended_reads_labels_and_counts_empty_answers_wrong() -> None:
+    scores = scores_of(evaluate_source(mixed_run(), EXTENDED))
+    sb = scores.overall["streamingbench"]
+    assert (sb["qa_accuracy"].value, sb["qa_accuracy"].population) == (pytest.approx(300 / 7), 7)
+    assert sb["proactive_accuracy"].value == 100.0
+    assert (sb["accuracy"].value, sb["accuracy"].population) == (50.0, 8)
+    assert "excluded_answers" not in sb
+    by_id = {record.record_id: record.streamingbench for record in scores.records}
+    assert [by_id[f"q{i}"]["parsed"] for i in range(7)] == ["B", "A", None, "D", "B", "D", None]
+    assert scores.notes == []
+
+
+def test_a_task_type_whose_answers_are_all_empty_has_no_accuracy() -> None:
+    """count.py writes no row for it (its accuracy would divide by 0)."""
+    record = qa("q0", "A")
+    scores = scores_of(
+        evaluate_source(memory_source([record], [asked(record, "")], config=SB_RUN), SB)
     )
-    target = by_id["p1"].streamingbench["targets"][0]
-    assert (target["onset_t"], target["response"], target["hit"]) == (16.0, "white hit", True)
-    # Nothing is judged, so no judge note; the run's protocol is the one this profile reads.
-    assert (scores.protocol, scores.notes, scores.judge.requests) == (
-        "streamingbench-polling",
-        [],
-        0,
-    )
+    sb = scores.by_task_type["Attribute Recognition"]["streamingbench"]
+    assert (sb["qa_accuracy"].value, sb["qa_accuracy"].population) == (None, 0)
+    assert sb["excluded_answers"].value == 1.0
+
+
+def test_an_unknown_rule_set_is_refused_by_name() -> None:
+    with pytest.raises(ProfileError, match="sb_rules must be one of streamingbench, extended"):
+        SB.with_overrides(sb_rules="lenient")

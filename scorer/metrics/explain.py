@@ -291,21 +291,36 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
             "accuracy",
             PERCENT,
             _PERCENT_HIGHER,
-            "StreamingBench's pooled accuracy: (right QA answers + proactive hits) / (QA "
-            "records + targets)",
+            "StreamingBench's pooled accuracy: (right QA answers + proactive hits) / "
+            "(counted questions + targets)",
         ),
         MetricHelp(
             "qa_accuracy",
             PERCENT,
             _PERCENT_HIGHER,
-            "multiple-choice questions answered right / questions",
+            "multiple-choice questions answered right / counted questions (under "
+            "`streamingbench`, a question with an empty answer or none is not counted)",
         ),
         MetricHelp(
             "proactive_accuracy",
             PERCENT,
             _PERCENT_HIGHER,
             "targets hit (first answer within the hit tolerance, 2 s by default, containing "
-            "the expected output) / targets",
+            "the expected output) / targets: StreamingBench's answer accuracy",
+        ),
+        MetricHelp(
+            "proactive_time_accuracy",
+            PERCENT,
+            _PERCENT_HIGHER,
+            "targets whose first answer lies within the hit tolerance, whatever it says / "
+            "targets: StreamingBench's time accuracy",
+        ),
+        MetricHelp(
+            "excluded_answers",
+            COUNT,
+            "questions, lower is better",
+            "questions with an empty answer or none, left out of the accuracy denominators "
+            "as StreamingBench's count.py leaves them out (`streamingbench` only)",
         ),
         _COMPLETION,
     ],
