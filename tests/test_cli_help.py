@@ -96,8 +96,8 @@ def test_docstrings_read_as_paragraphs() -> None:
     """A docstring's line breaks fit the source, not the terminal: joined, then wrapped."""
     shown = shown_help("runs").splitlines()
     assert shown[2:4] == [
-        "List stored runs, newest first, with their declared conditions (or one run's",
-        "sessions, with the host, worker and GPU that ran each).",
+        "List stored runs, newest first, with their declared conditions and perturbations",
+        "(or one run's sessions, with the host, worker and GPU that ran each).",
     ]
 
 
