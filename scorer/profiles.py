@@ -29,6 +29,7 @@ _CHOICES = {
     "response_delay_clocks": ("runtime", "video"),
     "latency_population": ("responded", "records"),
     "sb_rules": ("streamingbench", "extended"),
+    "ovo_rules": ("published", "extended"),
 }
 
 
@@ -88,6 +89,9 @@ class ScoringProfile:
     ars_gamma_e: float = 2.0
     ars_gamma_l: float = 0.5
     ars_epsilon: float = 1e-6
+
+    # OVO-Bench: "published" (its utils/OVOBenchScore.py, rule for rule) or "extended" (ours).
+    ovo_rules: str = "published"
 
     # StreamingBench's own proactive scoring: a hit within ±this of the ground-truth time.
     sb_hit_tolerance_s: float = 2.0
@@ -236,14 +240,27 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
         ),
         ScoringProfile(
             name="ovo-offline",
-            version="1",
+            version="2",
             description=(
-                "OVO-Bench's own offline scoring: gold letter in the response, REC digits "
-                "joined equal the count, SSR/CRR yes/no per probe; total = mean of the "
-                "category means, each the mean of its task accuracies"
+                "OVO-Bench's utils/OVOBenchScore.py, rule for rule: gold letter anywhere in "
+                "the raw response (silence tokens too), REC digits joined equal the count, "
+                "SSR/CRR yes/no; a forward task's accuracy pooled over all its probes; total "
+                "= mean of the three category means, each the mean of its task accuracies"
             ),
             families=("ovo", "workload"),
             protocols=("ovo-offline",),
+        ),
+        ScoringProfile(
+            name="ovo-extended",
+            version="1",
+            description=(
+                "OVO-Bench's metrics under this project's readings: silence tokens and empty "
+                "texts unanswered, a forward task the mean of its records' probe accuracies, "
+                "tasks without an OVO category in the total"
+            ),
+            families=("ovo", "workload"),
+            protocols=("ovo-offline",),
+            ovo_rules="extended",
             **EXTENDED_RULES,
         ),
         ScoringProfile(

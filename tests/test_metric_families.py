@@ -157,6 +157,7 @@ def test_judgements_are_asked_only_by_profiles_with_a_judged_family() -> None:
         "realstream": True,
         "readiness": True,  # through the proactive windows it requires
         "ovo-offline": False,
+        "ovo-extended": False,
         "streamingbench": False,
         "streamingbench-extended": False,
     }

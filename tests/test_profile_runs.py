@@ -265,9 +265,10 @@ def category(record: Record) -> str:
 
 
 def expect_ovo(scores: RunScores, records: list[Record], adapter: Adapter) -> None:
-    """OVO-Bench's total: the mean over categories of the mean over task types of the
-    record scores. A baseline answers a probe with a letter or not at all, which is never
-    a count, a "Yes" nor a "No": every forward record scores 0."""
+    """OVO-Bench's total: the mean over its three categories of the mean over task types
+    of the question scores (tasks of no OVO category are not in it). A baseline answers a
+    probe with a letter or not at all, which is never a count, a "Yes" nor a "No": every
+    forward probe scores 0."""
     tasks: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         if isinstance(record, QARecord):
@@ -282,13 +283,18 @@ def expect_ovo(scores: RunScores, records: list[Record], adapter: Adapter) -> No
             }
             assert probe_answers <= {None, "A"}
             tasks[category(record)][record.task_type].append(0.0)
-    category_means = [mean([mean(s) for s in by_task.values()]) for by_task in tasks.values()]
-    if not category_means:  # nothing OVO-Bench can score: proactive records without probes
+    if not tasks:  # nothing OVO-Bench can score: proactive records without probes
         assert "ovo" not in scores.overall
         assert any("have no probes" in note for note in scores.notes)
         return
+    category_means = [
+        mean([mean(s) for s in by_task.values()])
+        for name, by_task in tasks.items()
+        if name != "other"
+    ]
     ovo = scores.overall["ovo"]
-    assert ovo["total"].value == pytest.approx(percent(mean(category_means)))
+    expected = percent(mean(category_means)) if category_means else None
+    assert ovo["total"].value == pytest.approx(expected)
     assert ovo["completion_rate"].value == 1.0
 
 

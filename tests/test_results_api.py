@@ -100,6 +100,7 @@ def test_compare_and_profiles(client: TestClient) -> None:
         "realstream",
         "readiness",
         "ovo-offline",
+        "ovo-extended",
         "streamingbench",
         "streamingbench-extended",
     ]

@@ -1,5 +1,6 @@
-"""OVO-Bench's own offline scoring (the ovo-offline profile) on hand-computed cases, and how
-the TRACE profiles treat a probe session."""
+"""OVO-Bench's offline scoring on hand-computed cases: its published rules (`ovo-offline`),
+our readings (`ovo-extended`), and how the TRACE profiles treat a probe session.
+tests/test_ovo_fidelity.py checks `ovo-offline` against OVO-Bench's rules on whole runs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import RunScores, evaluate_source, scores_of
 
 OVO = SCORING_PROFILES["ovo-offline"]
+EXTENDED = SCORING_PROFILES["ovo-extended"]
 OVO_RUN = {"profile": "ovo-offline", "pacing": "logical"}
 
 
@@ -139,7 +141,7 @@ def probed(record: ProactiveRecord, answers: dict[int, str], fail_after: int | N
 
 
 REC = forward("rec-1", "REC", [(3.0, "1"), (6.0, "2"), (9.0, "2")])
-REC_FAILED = forward("rec-2", "REC", [(3.0, "1"), (6.0, "2"), (9.0, "3")])
+REC_FAILED = forward("rec-2", "REC", [(3.0, "1"), (6.0, "2")])
 SSR = forward("ssr-1", "SSR", [(2.0, "Yes"), (4.0, "No")])
 CRR = forward("crr-1", "CRR", [(5.0, "No"), (8.0, "Yes")])
 NO_PROBES = forward("trace-crr", "CRR", []).model_copy(update={"source_benchmark": "trace"})
@@ -148,6 +150,7 @@ RECORDS = [
     qa("epm-2", "EPM", "C", "backward"),
     qa("hld-1", "HLD", "B", "backward"),
     qa("ocr-1", "OCR", "A", "realtime"),
+    qa("atr-1", "ATR", "A", "realtime"),
     REC,
     REC_FAILED,
     SSR,
@@ -166,9 +169,10 @@ def logs() -> list[SessionLog]:
         asked(RECORDS[1], "A"),  # 0
         asked(RECORDS[2], None),  # declined: 0, unanswered
         asked(RECORDS[3], "A"),  # 1
+        asked(RECORDS[4], "WAIT"),  # published: 1 ("WAIT" holds A); extended: 0, unanswered
         # 1 ("1"), 1 ("2" from "I saw it 2 times"), 0 ("1 and then 2" reads 12): 2/3
         probed(REC, {0: "1", 1: "I saw it 2 times", 2: "1 and then 2"}),
-        # probe 0 right, then the session fails: 1/3, two probes never asked
+        # probe 0 right, then the session fails: 1/2, probe 1 never asked
         probed(REC_FAILED, {0: "1"}, fail_after=0),
         probed(SSR, {0: "Y", 1: "yes"}),  # 1 ("Y"), 0 ("yes" lacks the capital): 1/2
         # probe 0 is never answered; the answer to probe 1 is not its answer: 1/2
@@ -181,25 +185,43 @@ def scored(profile=OVO, config=OVO_RUN) -> RunScores:
     return scores_of(evaluate_source(memory_source(RECORDS, logs(), config=config), profile))
 
 
-def test_category_means_and_their_mean() -> None:
+def test_category_means_and_their_mean_under_ovo_benchs_rules() -> None:
     scores = scored()
     ovo = scores.overall["ovo"]
-    # backward: EPM mean(1, 0) = 0.5, HLD 0 -> 0.25; realtime: OCR 1;
-    # forward: REC mean(2/3, 1/3) = 0.5, SSR 0.5, CRR 0.5 -> 0.5.
+    # backward: EPM mean(1, 0) = 0.5, HLD 0 -> 0.25; realtime: OCR 1, ATR 1 ("WAIT") -> 1;
+    # forward: REC pooled over its 5 probes 3/5, SSR 1/2, CRR 1/2 -> 1.6 / 3.
     assert ovo["backward"].value == pytest.approx(25.0)
     assert ovo["realtime"].value == pytest.approx(100.0)
-    assert ovo["forward"].value == pytest.approx(50.0)
-    assert ovo["total"].value == pytest.approx((25.0 + 100.0 + 50.0) / 3)
+    assert ovo["forward"].value == pytest.approx(100 * 1.6 / 3)
+    assert ovo["total"].value == pytest.approx((25.0 + 100.0 + 100 * 1.6 / 3) / 3)
     assert ovo["other"].value is None and ovo["other"].population == 0
-    assert (ovo["total"].population, ovo["backward"].population) == (8, 3)
-    # 14 questions (4 QA + 3 + 3 + 2 + 2 probes); unanswered: the declined HLD, CRR probe 0
-    # and the two probes the failed session never asked.
-    assert ovo["unanswered_rate"].value == pytest.approx(4 / 14)
+    # The populations are questions: 5 QA + 3 + 2 + 2 + 2 probes.
+    assert (ovo["total"].population, ovo["backward"].population) == (14, 3)
+    assert ovo["forward"].population == 9
+    # Unanswered: the declined HLD, CRR probe 0 and the probe the failed session never asked.
+    assert ovo["unanswered_rate"].value == pytest.approx(3 / 14)
     assert ovo["unanswered_rate"].population == 14
-    assert ovo["completion_rate"].value == pytest.approx(7 / 8)
-    assert scores.by_task_type["REC"]["ovo"]["total"].value == pytest.approx(50.0)
+    assert ovo["completion_rate"].value == pytest.approx(8 / 9)
+    assert scores.by_task_type["REC"]["ovo"]["total"].value == pytest.approx(60.0)
+    assert scores.by_task_type["REC"]["ovo"]["forward"].population == 5
     assert scores.by_task_type["EPM"]["ovo"]["total"].value == pytest.approx(50.0)
     assert set(scores.overall) == {"ovo", "workload"}
+
+
+def test_category_means_and_their_mean_under_our_readings() -> None:
+    scores = scored(EXTENDED)
+    ovo = scores.overall["ovo"]
+    # realtime: ATR's "WAIT" is silence -> OCR 1, ATR 0; forward: REC the mean of its
+    # records' accuracies, mean(2/3, 1/2) = 7/12.
+    assert ovo["backward"].value == pytest.approx(25.0)
+    assert ovo["realtime"].value == pytest.approx(50.0)
+    assert ovo["forward"].value == pytest.approx(100 * (7 / 12 + 1.0) / 3)
+    assert ovo["total"].value == pytest.approx((25.0 + 50.0 + 100 * (7 / 12 + 1.0) / 3) / 3)
+    assert (ovo["total"].population, ovo["backward"].population) == (9, 3)  # records
+    assert ovo["unanswered_rate"].value == pytest.approx(4 / 14)
+    assert scores.by_task_type["REC"]["ovo"]["total"].value == pytest.approx(100 * 7 / 12)
+    records = {record.record_id: record for record in scores.records}
+    assert records["atr-1"].ovo["answers"][0]["response"] is None
 
 
 def test_each_probe_is_answered_from_its_own_task_id() -> None:
@@ -216,7 +238,7 @@ def test_each_probe_is_answered_from_its_own_task_id() -> None:
         ("count", "2", False),
     ]
     assert rec["score"] == pytest.approx(2 / 3) and rec["category"] == "forward"
-    assert records["rec-2"].status == "failed" and records["rec-2"].ovo["score"] == 1 / 3
+    assert records["rec-2"].status == "failed" and records["rec-2"].ovo["score"] == 1 / 2
     assert records["trace-crr"].ovo is None
 
 
@@ -244,8 +266,11 @@ def test_tasks_without_an_ovo_category_form_the_other_category() -> None:
     scores = scores_of(evaluate_source(memory_source(records, run, config=OVO_RUN), OVO))
     ovo = scores.overall["ovo"]
     assert ovo["other"].value == pytest.approx(50.0)  # mean(1, 0) over its two tasks
-    assert ovo["total"].value == pytest.approx(50.0)
     assert ovo["backward"].value is None
+    # OVO-Bench's total is over its three categories only; ours counts `other` in.
+    assert ovo["total"].value is None
+    extended = scores_of(evaluate_source(memory_source(records, run, config=OVO_RUN), EXTENDED))
+    assert extended.overall["ovo"]["total"].value == pytest.approx(50.0)
 
 
 def test_a_probe_session_under_trace_paper_v1_sees_no_proactive_response() -> None:

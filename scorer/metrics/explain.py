@@ -276,7 +276,8 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
             "total",
             PERCENT,
             _PERCENT_HIGHER,
-            "OVO-Bench's overall score: the mean of the category means present",
+            "OVO-Bench's overall score: the mean of the category means present (under "
+            "ovo-offline OVO-Bench's three only, as its script; ovo-extended adds other)",
         ),
         _COMPLETION,
         MetricHelp(

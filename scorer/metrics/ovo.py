@@ -1,4 +1,6 @@
-"""OVO-Bench's own offline scoring of one record (the rules of its published scoring script).
+"""OVO-Bench's offline scoring of one record: its published script's rules (`ovo_rules`
+"published", the `ovo-offline` profile) or this project's readings ("extended",
+`ovo-extended`). docs/metrics.md lists the differences, with examples.
 
 - Multiple choice: correct when the gold letter occurs anywhere in the response, case
   sensitive ("B" counts in "Because": the source's leniency, kept for comparability).
@@ -8,14 +10,20 @@
   it contains the gold word as written ("Yes" / "No"; "yes" does not count, as in OVO-Bench).
 - A probe of any other answer: the answer occurs in the response.
 
-A QA record is one question; a forward record scores the mean over its probes, each probe
-answered by the last episode of that probe's own task id after the probe was asked. A
-question without an answer (no closed episode, a silent decision, a silence token, a failed
-or never-run session) scores 0 and stays in the denominator. A proactive record without
-probes is not scorable here (OVO-Bench asks forward tasks only as probes): no result.
+A QA record is one question; a forward record is its probes, each answered by the last
+episode of that probe's own task id after the probe was asked. A question without a closed
+episode (a silent decision, a failed or never-run session) scores 0 and stays in the
+denominator. Published rules read every closed episode's raw text, silence tokens included
+("WAIT" holds the letter A); extended rules count a silence token or empty text as
+unanswered too. A proactive record without probes is not scorable here (OVO-Bench asks
+forward tasks only as probes): no result.
 
 The family (`OVO`) reports, in percent, the total (mean of the category means, each the mean
 of its task accuracies) and each category's mean, with the completion and unanswered rates.
+A task's accuracy pools its questions (published: a forward task is correct probes over all
+its probes, as OVO-Bench's script appends one score per probe) or averages its records'
+scores (extended). The published total is over OVO-Bench's three categories; the extended
+one includes `other`.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ OTHER = "other"  # the category of task types OVO-Bench does not have
 CATEGORY_NAMES = (*CATEGORIES, OTHER)
 # A record's score is aggregated from the field `ovo@{category}/{task type}`.
 OVO_FIELD_PREFIX = "ovo@"
+# Published rules: a record's questions, the weight of its correct count in that field.
+OVO_WEIGHT_PREFIX = "ovo_asked@"
 _DIGITS = re.compile(r"\d+")
 _SHORT = {"Yes": "Y", "No": "N"}
 
@@ -103,11 +113,19 @@ class OvoResult:
         return sum(answer.response is None for answer in self.answers)
 
 
+def published(profile: ScoringProfile) -> bool:
+    return profile.ovo_rules == "published"
+
+
 def _response(
     episodes: list[Episode], dispatch_ns: int | None, profile: ScoringProfile
 ) -> str | None:
+    """The prediction's raw text; None when there is none (and, under extended rules, when
+    it is silence)."""
     _, predicted = prediction(episodes, dispatch_ns)
-    if predicted is None or not profile.is_answer(predicted.text):
+    if predicted is None:
+        return None
+    if not published(profile) and not profile.is_answer(predicted.text):
         return None
     return predicted.text
 
@@ -142,7 +160,7 @@ def evaluate_ovo(
 class OvoFamily(MetricFamily[OvoResult]):
     name = "ovo"
     member = "ovo_n"
-    constants = ("normalisation", "silence_tokens")
+    constants = ("ovo_rules", "normalisation", "silence_tokens")
     headline = "total"
 
     def evaluate(self, evaluation: RecordEvaluation, profile: ScoringProfile) -> OvoResult | None:
@@ -151,23 +169,35 @@ class OvoFamily(MetricFamily[OvoResult]):
     def fields(
         self, result: OvoResult, evaluation: RecordEvaluation, profile: ScoringProfile
     ) -> Fields:
-        group = f"{OVO_FIELD_PREFIX}{result.category}/{evaluation.record.task_type}"
-        return {
+        subgroup = f"{result.category}/{evaluation.record.task_type}"
+        fields = {
             "ovo_n": 1.0,
             "ovo_finished": float(evaluation.status == "finished"),
             "ovo_questions": float(len(result.answers)),
             "ovo_unanswered": float(result.unanswered),
-            group: result.score,
+        }
+        if not published(profile):
+            return {**fields, OVO_FIELD_PREFIX + subgroup: result.score}
+        correct = float(sum(answer.correct for answer in result.answers))
+        return {
+            **fields,
+            OVO_FIELD_PREFIX + subgroup: correct,
+            OVO_WEIGHT_PREFIX + subgroup: float(len(result.answers)),
         }
 
     def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
-        categories = {
-            category: MacroMean(OVO_FIELD_PREFIX, (category,), "records")
-            for category in CATEGORY_NAMES
-        }
+        # OVO-Bench's total is over its own three categories; ours adds `other`.
+        if published(profile):
+            unit, weights, in_total = "questions", OVO_WEIGHT_PREFIX, tuple(CATEGORIES)
+        else:
+            unit, weights, in_total = "records", None, CATEGORY_NAMES
+
+        def macro_mean(groups: tuple[str, ...]) -> MacroMean:
+            return MacroMean(OVO_FIELD_PREFIX, groups, unit, weights=weights)
+
         return {
-            "total": MacroMean(OVO_FIELD_PREFIX, CATEGORY_NAMES, "records"),
-            **categories,
+            "total": macro_mean(in_total),
+            **{category: macro_mean((category,)) for category in CATEGORY_NAMES},
             "completion_rate": Ratio("ovo_finished", "ovo_n", "records"),
             "unanswered_rate": Ratio("ovo_unanswered", "ovo_questions", "questions"),
         }

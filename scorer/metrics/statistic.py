@@ -251,28 +251,36 @@ class MacroMean:
     """The mean over groups of the mean over each group's subgroups of the records' values,
     OVO-Bench's total (groups: categories; subgroups: task types). A record puts its value
     in the field `{prefix}{group}/{subgroup}`; groups and subgroups without records in the
-    slice (or in a resample) are left out of the means, as OVO-Bench leaves out a part
-    without results."""
+    slice (or in a resample) are left out of the means. With `weights` (a field prefix), a
+    record also puts its weight in `{weights}{group}/{subgroup}` and a subgroup's mean is
+    sum(values) / sum(weights): OVO-Bench pools the probes of a forward task this way (the
+    value is the record's correct probes, the weight its probes)."""
 
     prefix: str
     groups: tuple[str, ...]
     unit: str
     scale: float = 100.0
+    weights: str | None = None
 
-    def _columns(self, table: FieldTable) -> list[list[np.ndarray]]:
-        """Per group present in the slice, the value column of each of its subgroups."""
-        found: dict[str, list[np.ndarray]] = {}
+    def _columns(self, table: FieldTable) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+        """Per group present in the slice, (values, weights) of each of its subgroups; a
+        weight is 0 where the record has no value."""
+        found: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         for name in table.names(self.prefix):
-            group = name[len(self.prefix) :].split("/", 1)[0]
+            subgroup = name[len(self.prefix) :]
+            group = subgroup.split("/", 1)[0]
             if group in self.groups:
-                found.setdefault(group, []).append(table.column(name))
+                values = table.column(name)
+                present = ~np.isnan(values)
+                weights = present.astype(float)
+                if self.weights is not None:
+                    weights = np.where(present, table.column(self.weights + subgroup), 0.0)
+                found.setdefault(group, []).append((np.where(present, values, 0.0), weights))
         return [found[group] for group in self.groups if group in found]
 
     def population(self, table: FieldTable) -> int:
-        return sum(
-            int(np.count_nonzero(~np.isnan(column)))
-            for columns in self._columns(table)
-            for column in columns
+        return round(
+            sum(_total(weights) for columns in self._columns(table) for _, weights in columns)
         )
 
     observed = population
@@ -280,13 +288,13 @@ class MacroMean:
     def videos(self, table: FieldTable) -> int:
         present = np.zeros(len(table), dtype=bool)
         for columns in self._columns(table):
-            for column in columns:
-                present |= ~np.isnan(column)
+            for _, weights in columns:
+                present |= weights > 0
         return table.count_videos(present)
 
     def estimate(self, table: FieldTable) -> float | None:
         means = [
-            float(np.mean([np.nanmean(column) for column in columns]))
+            float(np.mean([_total(values) / _total(weights) for values, weights in columns]))
             for columns in self._columns(table)
         ]
         return float(np.mean(means)) * self.scale if means else None
@@ -295,10 +303,9 @@ class MacroMean:
         group_means = []
         for columns in self._columns(table):
             subgroup_means = []
-            for column in columns:
-                present = ~np.isnan(column)
-                sums = counts @ table.per_cluster(np.where(present, column, 0.0))
-                sizes = counts @ table.per_cluster(present.astype(float))
+            for values, weights in columns:
+                sums = counts @ table.per_cluster(values)
+                sizes = counts @ table.per_cluster(weights)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     subgroup_means.append(sums / sizes)
             group_means.append(_mean_of_present(np.vstack(subgroup_means)))
