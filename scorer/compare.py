@@ -25,7 +25,7 @@ from streameval.scorer.profiles import ScoringProfile, get_profile
 from streameval.scorer.report import (
     EvaluatedRun,
     ProfileReport,
-    cached_in,
+    cached,
     evaluate_source,
     format_ci,
     profile_report,
@@ -199,5 +199,5 @@ def compare_runs(
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: Judge | None = None,
 ) -> Comparison:
-    judge = cached_in(store, judge)
+    judge = cached(judge)
     return compare_sources(store_source(store, run_a), store_source(store, run_b), profile, judge)

@@ -218,6 +218,7 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
         "normalisation",
         "silence_tokens",
         "semantic_task_types",
+        "judge_rules",
         "exact_match_accepted_facts",
         "response_delay_clocks",
     )
