@@ -128,6 +128,9 @@ class JudgeReport(BaseModel):
     llm_judged: int
     calls: int
     failures: int
+    eventual_failures: int = Field(
+        description="failed judgements made only for TRACE's eventual view (not incomplete)"
+    )
     failure_reasons: list[str]
     fallback: bool
     fallback_incomplete: bool = Field(

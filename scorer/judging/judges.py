@@ -69,6 +69,10 @@ class JudgeRequest:
     normalisation: str = "trace"
     exact_accepts_facts: bool = False
     judge_rules: str = "trace"  # how the LLM judge is asked: "trace" (TRACE's) | "extended"
+    # A judgement of a reported window (in-window); False for TRACE's eventual view, whose
+    # failures, as in TRACE, do not mark the run judge-incomplete. Not part of the request's
+    # identity: both views share one judgement of the same texts.
+    primary: bool = field(default=True, compare=False)
 
     def reference_text(self) -> str:
         if not self.accepted:
@@ -107,12 +111,13 @@ class JudgeSummary:
     kind: str  # "exact" | "llm"
     requests: int = 0  # judgements asked for (duplicates included)
     unique: int = 0
-    semantic: int = 0  # unique judgements of semantic task types
+    semantic: int = 0  # unique primary judgements of semantic task types
     exact: int = 0  # unique judgements made by exact match
     cache_hits: int = 0
     llm_judged: int = 0  # judged by calling the endpoint
     calls: int = 0  # HTTP requests made (retries included)
-    failures: int = 0
+    failures: int = 0  # failed primary judgements (they mark the run judge-incomplete)
+    eventual_failures: int = 0  # failed judgements made only for the eventual view
     failure_reasons: list[str] = field(default_factory=list)
     fallback: bool = False  # semantic judgements fell back to exact match
     # TRACE marks a run judge-incomplete when its semantic task types fell back to exact
@@ -137,7 +142,8 @@ class ExactJudge:
         self, requests: Sequence[JudgeRequest]
     ) -> tuple[dict[JudgeRequest, float], JudgeSummary]:
         unique = list(dict.fromkeys(requests))
-        semantic = sum(1 for request in unique if request.semantic)
+        primary = _primary(requests)
+        semantic = sum(1 for request in unique if request.semantic and request in primary)
         summary = JudgeSummary(
             kind="exact",
             requests=len(requests),
@@ -213,12 +219,13 @@ class LLMJudge:
         self, requests: Sequence[JudgeRequest]
     ) -> tuple[dict[JudgeRequest, float], JudgeSummary]:
         unique = list(dict.fromkeys(requests))
+        primary = _primary(requests)
         semantic = [request for request in unique if request.semantic]
         summary = JudgeSummary(
             kind="llm",
             requests=len(requests),
             unique=len(unique),
-            semantic=len(semantic),
+            semantic=sum(1 for request in semantic if request in primary),
             exact=len(unique) - len(semantic),
             model=self.config.model,
             base_url=self.config.base_url,
@@ -246,7 +253,9 @@ class LLMJudge:
         for (key, members), verdict in zip(misses, verdicts, strict=True):
             if isinstance(verdict, JudgeError):
                 score = 0.0
-                summary.failures += len(members)
+                failed = sum(1 for request in members if request in primary)
+                summary.failures += failed
+                summary.eventual_failures += len(members) - failed
                 reasons = summary.failure_reasons
                 if str(verdict) not in reasons and len(reasons) < _MAX_REASONS:
                     reasons.append(str(verdict))
@@ -390,6 +399,11 @@ class LLMJudge:
 
 
 Judge = ExactJudge | LLMJudge
+
+
+def _primary(requests: Sequence[JudgeRequest]) -> set[JudgeRequest]:
+    """The requests some primary judgement asks for (equality ignores `primary`)."""
+    return {request for request in requests if request.primary}
 
 
 def _content(response: httpx.Response) -> str:
