@@ -17,6 +17,7 @@ project's judge and must disagree.
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -27,12 +28,14 @@ from pathlib import Path
 
 import pytest
 
+from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import ProactiveRecord, Trigger
 from streameval.core.store.store import Store
 from streameval.scorer.eventlog import SessionLog, store_run
 from streameval.scorer.judging.judges import LLMJudge, LLMJudgeConfig
 from streameval.scorer.report import RunScores, score_run
 from tests.test_cli import streameval
+from tests.test_import_trace import FIXTURES, sample
 
 MODEL = "Qwen3.5-35B-A3B"
 TIMEOUT_S = 1.0  # the judge's; the stand-in's slow reply takes three times as long
@@ -70,6 +73,10 @@ _FORM = re.compile(r"form(\d+)", re.IGNORECASE)
 # ----------------------------------------------------------------------------- the stand-in
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # every judge call in flight is accepted, none refused
+
+
 class StandInJudge:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
@@ -88,7 +95,7 @@ class StandInJudge:
             def log_message(self, *args) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -191,13 +198,34 @@ def scripts() -> list[Script]:
     ]
 
 
+def release_scripts(release: Path, cache: Path) -> list[Script]:
+    """A TRACE release's proactive records, an answer in each window and after every third
+    one, each carrying the next reply form."""
+    records = load_benchmark(str(release), cache).records
+    plan, form = [], 0
+    for record in records:
+        if not isinstance(record, ProactiveRecord):
+            continue
+        said: dict[int, str] = {}
+        for n, trigger in enumerate(sorted(record.triggers, key=lambda t: t.start_s)):
+            moments = [math.ceil(trigger.start_s)] + (
+                [math.ceil(trigger.start_s) + 6] * (n % 3 == 0)
+            )
+            for moment in moments:
+                said.setdefault(moment, f"{trigger.answer} form{form % len(FORMS)}")
+                form += 1
+        plan.append(Script(record, said))
+    return plan
+
+
 def session(script: Script) -> SessionLog:
     record = script.record
     log = SessionLog("judged", record.record_id).start()
+    first = int(record.instruction_time_s)
     end = int(max(t.start_s for t in record.triggers)) + 10
-    for t in range(end):
+    for t in range(first, end):
         log.frame(float(t))
-        if t == 0:
+        if t == first:
             log.instruction(record)
         log.step()
         if t in script.said:
@@ -286,13 +314,9 @@ def trace_oracle(plan: list[Script]) -> Oracle:
     for script in sorted(plan, key=lambda s: s.record.record_id):
         record = script.record
         said = sorted((float(t), text) for t, text in script.said.items())
-        starts = [trigger.start_s for trigger in record.triggers]
-        windows = [
-            (start, min([start + 5.0, *[s for s in starts if s > start]]), trigger.answer)
-            for start, trigger in zip(starts, record.triggers, strict=True)
-        ]
+        windows = trace_windows(record)
         strict, used = [], set()
-        for start, end, answer in windows:
+        for start, end, _eventual, answer in windows:
             inside = [i for i, (t, _x) in enumerate(said) if i not in used and start <= t < end]
             before = [i for i, (t, _x) in enumerate(said) if i not in used and t < start]
             if inside:
@@ -302,15 +326,30 @@ def trace_oracle(plan: list[Script]) -> Oracle:
                 used.update(before[-1:])
                 strict.append(0.0)
         eventual, taken = [], set()
-        for start, end, answer in windows:
-            later = [s for s in starts if s > start]
-            stop = later[0] if later else end
+        for start, _end, stop, answer in windows:
             free = [i for i, (t, _x) in enumerate(said) if i not in taken and start <= t < stop]
             taken.update(free[:1])
             eventual.append(judged(record, answer, said[free[0]][1]) if free else 0.0)
         oracle.strict[record.record_id] = strict
         oracle.eventual[record.record_id] = eventual
     return oracle
+
+
+def trace_windows(record: ProactiveRecord) -> list[tuple[float, float, float, str]]:
+    """(start, end, eventual end, answer) in time order: a point window lasts 5 s or up to
+    the next later start, its eventual view up to that start (else its own end); a state
+    interval keeps its end for both."""
+    starts = sorted({trigger.start_s for trigger in record.triggers})
+    windows = []
+    for index, trigger in enumerate(record.triggers):
+        later = [s for s in starts if s > trigger.start_s]
+        if trigger.is_state:
+            end = eventual = trigger.interval_end_s
+        else:
+            end = min([trigger.start_s + 5.0, *later[:1]])
+            eventual = later[0] if later else end
+        windows.append((trigger.start_s, end, index, eventual, trigger.answer))
+    return [(s, e, v, a) for s, e, _i, v, a in sorted(windows)]
 
 
 def window_scores(scores: RunScores, field: str) -> dict[str, list[float]]:
@@ -361,6 +400,23 @@ def test_trace_paper_sends_traces_requests_and_scores_every_window_as_trace(
     assert not any(b"Because It Rains" in body for body in sent)
     assert any(b"Task Type: ssr\\n" in body for body in sent)
     assert any(b"form10 step ten, late" in body for body in sent)
+
+
+@pytest.mark.parametrize("release", ["fixture", "sample"])
+def test_a_trace_release_is_judged_as_trace_judges_it(
+    stand_in: StandInJudge, tmp_path: Path, release: str
+) -> None:
+    """The release fixture always, the real sample where ../shared/data is present."""
+    path = FIXTURES / "trace_release" if release == "fixture" else sample("trace_release")
+    plan = release_scripts(path, tmp_path / "benchmarks")
+    oracle = trace_oracle(plan)
+    with Store(stored(tmp_path / "store.db", plan), read_only=True) as store:
+        before = len(stand_in.bodies)
+        scores = score_run(store, "judged", "trace-paper-v1", judge_for(stand_in))
+    assert sorted(stand_in.bodies[before:]) == sorted(oracle.bodies)
+    assert window_scores(scores, "score") == oracle.strict
+    assert window_scores(scores, "eventual_score") == oracle.eventual
+    assert len(oracle.bodies) >= 10  # the release's SSR and CRR windows were judged
 
 
 def test_trace_extended_keeps_this_projects_judge_and_disagrees_with_trace(
