@@ -467,3 +467,37 @@ def test_a_second_score_from_the_cli_makes_no_judge_call(
     assert (first["judge"]["cache_hits"], second["judge"]["cache_hits"]) == (0, len(clean))
     assert second["overall"] == first["overall"]
     assert (tmp_path / "cache" / "judge_verdicts.sqlite").is_file()
+
+
+def test_compare_report_and_the_results_api_reuse_the_verdicts(
+    stand_in: StandInJudge, tmp_path: Path
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from streameval.scorer.compare import compare_runs
+    from streameval.scorer.service.api import create_app
+    from streameval.scorer.service.html_report import write_report
+
+    clean = [n for n, (_reply, trace, _ours) in enumerate(FORMS) if trace is not None]
+    plan = [
+        Script(
+            proactive("clean", "CRR", [f"Cause {n}" for n in range(len(clean))]),
+            {5 + 10 * i + 1: f"form{n} cause {i}" for i, n in enumerate(clean)},
+        )
+    ]
+    url = stored(tmp_path / "store.db", plan)
+    before = len(stand_in.bodies)
+    with Store(url, read_only=True) as store:
+        first = score_run(store, "judged", "trace-paper-v1", judge_for(stand_in))
+        assert len(stand_in.bodies) - before == len(clean)
+        before = len(stand_in.bodies)
+        compared = compare_runs(store, "judged", "judged", "trace-paper-v1", judge_for(stand_in))
+        write_report(store, "judged", tmp_path / "r.html", "trace-paper-v1", judge_for(stand_in))
+    app = create_app(url, judge_for(stand_in))
+    with TestClient(app) as client:
+        served = client.get("/runs/judged/metrics", params={"profile": "trace-paper-v1"})
+    assert served.status_code == 200
+    assert len(stand_in.bodies) == before  # every verdict came from the cache
+    accuracy = first.overall["proactive"]["in_window_accuracy"].value
+    assert served.json()["overall"]["proactive"]["in_window_accuracy"]["value"] == accuracy
+    assert compared.overall["proactive"]["in_window_accuracy"].a == accuracy
