@@ -119,7 +119,10 @@ class ProfileReport(BaseModel):
 
 class JudgeReport(BaseModel):
     kind: str
-    incomplete: bool = Field(description="some judgements failed and scored 0")
+    incomplete: bool = Field(
+        description="some judgements failed and scored 0, or (TRACE's judge rules) semantic "
+        "ones fell back to exact match"
+    )
     requests: int
     unique: int
     semantic: int
