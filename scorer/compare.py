@@ -25,7 +25,7 @@ from streameval.scorer.profiles import ScoringProfile, get_profile
 from streameval.scorer.report import (
     EvaluatedRun,
     ProfileReport,
-    cached_in,
+    cached,
     evaluate_source,
     format_ci,
     profile_report,
@@ -124,8 +124,13 @@ def compare_sources(
         )
     if run_a.judge.kind != run_b.judge.kind:
         notes.append("the two runs were judged differently")
-    if run_a.judge.incomplete or run_b.judge.incomplete:
+    if run_a.judge.failures or run_b.judge.failures:
         notes.append("judge-incomplete: some content judgements failed and scored 0")
+    if run_a.judge.fallback_incomplete or run_b.judge.fallback_incomplete:
+        notes.append(
+            "judge-incomplete: TRACE's judge rules mark semantic task types scored by exact "
+            "match (no judge endpoint) as incomplete"
+        )
     return Comparison(
         run_a=source_a.run_id,
         run_b=source_b.run_id,
@@ -199,5 +204,5 @@ def compare_runs(
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: Judge | None = None,
 ) -> Comparison:
-    judge = cached_in(store, judge)
+    judge = cached(judge)
     return compare_sources(store_source(store, run_a), store_source(store, run_b), profile, judge)

@@ -30,6 +30,7 @@ _CHOICES = {
     "latency_population": ("responded", "records"),
     "sb_rules": ("streamingbench", "extended"),
     "ovo_rules": ("published", "extended"),
+    "judge_rules": ("trace", "extended"),
 }
 
 
@@ -57,8 +58,12 @@ class ScoringProfile:
     silence_tokens: tuple[str, ...] = ("wait",)
     exact_match_accepted_facts: bool = False  # exact judge: the trigger's answer only
     tolerance_s: float = 5.0  # point-trigger window length Δ
-    # Task types whose content the semantic judge scores; the rest use exact match.
+    # Task types whose content the semantic judge scores; the rest use exact match. Under
+    # TRACE's judge rules a task type matches whatever its case ("ssr" is SSR).
     semantic_task_types: tuple[str, ...] = ("SSR", "CRR")
+    # How the LLM judge is asked (scorer/judging/judges.py): "trace" (TRACE's prompt, the
+    # normalised answer, one attempt, TRACE's reply parsing) or "extended" (ours).
+    judge_rules: str = "trace"
     # Which response delays are reported: "runtime" (TRACE's: first token arrival minus the
     # send time of the first delivered frame at or after the window start) and/or "video"
     # (onset video time minus the window start).
@@ -120,10 +125,11 @@ class ScoringProfile:
         return is_answer(text, self.silence_tokens, ignore_trailing_punctuation=extended)
 
     def exact_rules(self) -> dict[str, Any]:
-        """How this profile's exact matching reads texts (the `JudgeRequest` fields)."""
+        """How this profile's judges read texts (the `JudgeRequest` fields)."""
         return {
             "normalisation": self.normalisation,
             "exact_accepts_facts": self.exact_match_accepted_facts,
+            "judge_rules": self.judge_rules,
         }
 
     def normalise(self, text: str) -> str:
@@ -132,6 +138,11 @@ class ScoringProfile:
 
     def is_semantic(self, task_type: str, realstream: bool = False) -> bool:
         chosen = self.rs_semantic_task_types if realstream else self.semantic_task_types
+        if self.judge_rules == "trace":
+            # TRACE strips and upper-cases both sides of the test.
+            return ALL_TASK_TYPES in chosen or task_type.strip().upper() in {
+                kind.strip().upper() for kind in chosen
+            }
         return ALL_TASK_TYPES in chosen or task_type in chosen
 
     def with_overrides(self, **changes: Any) -> ScoringProfile:
@@ -179,6 +190,7 @@ EXTENDED_RULES: dict[str, Any] = {
     "exact_match_accepted_facts": True,
     "response_delay_clocks": ("runtime", "video"),
     "latency_population": "records",
+    "judge_rules": "extended",
 }
 
 SCORING_PROFILES: dict[str, ScoringProfile] = {

@@ -120,7 +120,10 @@ class ProfileReport(BaseModel):
 
 class JudgeReport(BaseModel):
     kind: str
-    incomplete: bool = Field(description="some judgements failed and scored 0")
+    incomplete: bool = Field(
+        description="some judgements failed and scored 0, or (TRACE's judge rules) semantic "
+        "ones fell back to exact match"
+    )
     requests: int
     unique: int
     semantic: int
@@ -129,8 +132,15 @@ class JudgeReport(BaseModel):
     llm_judged: int
     calls: int
     failures: int
+    eventual_failures: int = Field(
+        description="failed judgements made only for TRACE's eventual view (not incomplete)"
+    )
     failure_reasons: list[str]
     fallback: bool
+    fallback_incomplete: bool = Field(
+        description="semantic judgements fell back to exact match under TRACE's judge rules, "
+        "which count that as incomplete"
+    )
     model: str | None
     base_url: str | None
     template_version: str | None
@@ -437,7 +447,12 @@ def _notes(run: EvaluatedRun, config: dict[str, Any]) -> list[str]:
     notes = []
     if run.judge.note and judges_content(run.profile):
         notes.append(run.judge.note)
-    if run.judge.incomplete:
+    if run.judge.fallback_incomplete:
+        notes.append(
+            "judge-incomplete: TRACE's judge rules mark semantic task types scored by exact "
+            "match (no judge endpoint) as incomplete"
+        )
+    if run.judge.failures:
         notes.append(
             f"judge-incomplete: {run.judge.failures} of {run.judge.semantic} semantic "
             "judgements failed and scored 0"
@@ -555,16 +570,16 @@ def score_run(
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: Judge | None = None,
 ) -> RunScores:
-    """Score a stored run; an LLM judge without a cache caches its verdicts in this store."""
-    judge = cached_in(store, judge)
+    """Score a stored run; an LLM judge keeps its verdicts in the verdict cache."""
+    judge = cached(judge)
     return scores_of(evaluate_source(store_source(store, run_id), profile, judge))
 
 
-def cached_in(store: Store, judge: Judge | None) -> Judge | None:
-    """An LLM judge that has no cache of its own keeps its verdicts in this store, unless
-    the store is open read-only (then the verdicts are not cached)."""
-    if isinstance(judge, LLMJudge) and judge.cache is None and not store.read_only:
-        return judge.with_cache(JudgeCache(store.engine))
+def cached(judge: Judge | None) -> Judge | None:
+    """An LLM judge that has no cache of its own keeps its verdicts in the sidecar verdict
+    cache (scorer/judging/cache.py), whichever store, if any, the run comes from."""
+    if isinstance(judge, LLMJudge) and judge.cache is None:
+        return judge.with_cache(JudgeCache())
     return judge
 
 
@@ -575,7 +590,7 @@ def score_exported(
 ) -> RunScores:
     """Score an exported JSONL event log (`streameval export`) with no store, reading it
     once, one session at a time (scorer/exported.py)."""
-    return scores_of(evaluate_source(load_exported(path), profile, judge))
+    return scores_of(evaluate_source(load_exported(path), profile, cached(judge)))
 
 
 def load_exported(path: str | Path) -> RunSource:

@@ -1,5 +1,7 @@
-"""The LLM judge against a real OpenAI-compatible HTTP server on loopback: prompts and
-parameters, retries, unparsable replies, failures, bounded concurrency, the store cache."""
+"""The LLM judge under this project's judge rules (the `-extended` profiles) against a real
+OpenAI-compatible HTTP server on loopback: prompts and parameters, retries, unparsable
+replies, failures, bounded concurrency, the verdict cache. TRACE's judge rules:
+tests/test_trace_judge.py."""
 
 from __future__ import annotations
 
@@ -98,6 +100,12 @@ class FakeJudgeServer:
         self._thread.join(timeout=10)
 
 
+@pytest.fixture(autouse=True)
+def _own_verdict_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test starts with an empty verdict cache (it lives in the cache directory)."""
+    monkeypatch.setenv("STREAMEVAL_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[FakeJudgeServer]:
     running = FakeJudgeServer()
@@ -158,7 +166,15 @@ def test_requests_carry_the_prompt_and_fixed_parameters(
 ) -> None:
     monkeypatch.setenv("STREAMEVAL_JUDGE_API_KEY", "secret-key")
     judge = judge_for(server, seed=1234, temperature=0.0)
-    request = JudgeRequest("CRR", "Why will it rain?", "clouds", "dark clouds", ("grey sky",), True)
+    request = JudgeRequest(
+        "CRR",
+        "Why will it rain?",
+        "clouds",
+        "dark clouds",
+        ("grey sky",),
+        True,
+        judge_rules="extended",
+    )
     before = len(server.bodies)
     scores, summary = judge.judge([request, request])
     assert scores == {request: 1.0}
@@ -176,7 +192,7 @@ def test_scoring_with_retries_failures_and_the_cache(
 ) -> None:
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         judged_run(store)
-        first = score_run(store, "judged", "trace-paper-v1", judge_for(server))
+        first = score_run(store, "judged", "trace-extended", judge_for(server))
         judge = first.judge
         # Four semantic judgements (SSR); the REC answer is matched exactly.
         assert (judge.kind, judge.semantic, judge.exact) == ("llm", 4, 1)
@@ -191,9 +207,9 @@ def test_scoring_with_retries_failures_and_the_cache(
         assert [w["score"] for w in windows] == [1.0, 1.0, 0.0, 0.0]
         assert first.overall["proactive"]["in_window_accuracy"].value == pytest.approx(3 / 5)
 
-        # Second scoring: the two good verdicts come from the store; failures are retried.
+        # Second scoring: the two good verdicts come from the cache; failures are retried.
         calls_before = len(server.bodies)
-        second = score_run(store, "judged", "trace-paper-v1", judge_for(server))
+        second = score_run(store, "judged", "trace-extended", judge_for(server))
         assert (second.judge.cache_hits, second.judge.llm_judged, second.judge.failures) == (
             2,
             0,
@@ -203,16 +219,24 @@ def test_scoring_with_retries_failures_and_the_cache(
         assert second.overall == first.overall
 
 
-def test_without_an_endpoint_semantic_tasks_fall_back_to_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("profile", "incomplete"), [("trace-extended", False), ("trace-paper-v1", True)]
+)
+def test_without_an_endpoint_semantic_tasks_fall_back_to_exact(
+    tmp_path: Path, profile: str, incomplete: bool
+) -> None:
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         judged_run(store)
-        scores = score_run(store, "judged")
+        scores = score_run(store, "judged", profile)
     assert (scores.judge.kind, scores.judge.fallback, scores.judge.incomplete) == (
         "exact",
         True,
-        False,
+        incomplete,
     )
     assert any("no judge endpoint configured" in note for note in scores.notes)
+    # TRACE marks a fallback judge-incomplete; this project's rules only note it.
+    marked = [note for note in scores.notes if note.startswith("judge-incomplete: TRACE's")]
+    assert len(marked) == int(incomplete)
     # Exact match: none of the SSR paraphrases equals its reference; the REC "3" does.
     assert scores.overall["proactive"]["in_window_accuracy"].value == pytest.approx(1 / 5)
 
@@ -225,16 +249,24 @@ def test_an_unreachable_endpoint_counts_failures(tmp_path: Path) -> None:
     judge = LLMJudge(
         LLMJudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", retries=1, backoff_s=0.01)
     )
-    request = JudgeRequest("SSR", "q", "stir", "stir it", semantic=True)
+    request = JudgeRequest("SSR", "q", "stir", "stir it", semantic=True, judge_rules="extended")
     scores, summary = judge.judge([request])
     assert scores == {request: 0.0}
     assert (summary.failures, summary.calls) == (1, 2)
     assert "failed" in summary.failure_reasons[0] and "(2 attempts)" in summary.failure_reasons[0]
+    # TRACE's rules ask once.
+    as_trace = JudgeRequest("SSR", "q", "stir", "stir it", semantic=True)
+    scores, summary = judge.judge([as_trace])
+    assert scores == {as_trace: 0.0}
+    assert (summary.failures, summary.calls) == (1, 1)
 
 
 def test_concurrency_is_bounded(server: FakeJudgeServer) -> None:
     server.most_in_flight = 0
-    requests = [JudgeRequest("SSR", "q", "stir", f"stir {n}", semantic=True) for n in range(12)]
+    requests = [
+        JudgeRequest("SSR", "q", "stir", f"stir {n}", semantic=True, judge_rules="extended")
+        for n in range(12)
+    ]
     scores, summary = judge_for(server, concurrency=3).judge(requests)
     assert set(scores.values()) == {1.0}
     assert summary.llm_judged == 12
@@ -249,10 +281,11 @@ def test_exported_logs_can_be_judged_too(server: FakeJudgeServer, tmp_path: Path
         path = tmp_path / "judged.jsonl"
         with path.open("w") as handle:
             export_jsonl(store, "judged", handle)
-        stored = score_run(store, "judged", "trace-paper-v1", judge_for(server))
-    exported = score_exported(path, "trace-paper-v1", judge_for(server))
+        stored = score_run(store, "judged", "trace-extended", judge_for(server))
+    exported = score_exported(path, "trace-extended", judge_for(server))
     assert exported.overall == stored.overall
-    assert exported.judge.cache_hits == 0  # no store, no cache
+    # The verdict cache is no part of the store: the export reuses the two good verdicts.
+    assert (stored.judge.cache_hits, exported.judge.cache_hits) == (0, 2)
 
 
 @pytest.mark.parametrize(

@@ -148,7 +148,10 @@ def test_compare_of_runs_sharing_no_record_is_a_422_naming_both(tmp_path: Path) 
     assert partial["paired_records"] == 1
     assert partial["notes"] == [
         "the runs share 1 of their records, which are compared; left out: 4 of the 5 of run "
-        "run-a and 0 of the 1 of run run-c"
+        "run-a and 0 of the 1 of run run-c",
+        # run-a's SSR answers fall back to exact match, which TRACE counts as incomplete.
+        "judge-incomplete: TRACE's judge rules mark semantic task types scored by exact match "
+        "(no judge endpoint) as incomplete",
     ]
 
 

@@ -318,7 +318,7 @@ def test_a_metric_drawn_from_one_video_has_no_interval_in_table_or_json(
     body = json.loads(runner.invoke(app, ["score", "one-video", "--store", url, "--json"]).stdout)
     assert body["overall"]["qa"]["accuracy"]["value"] == pytest.approx(2 / 3)
     intervals = [m["ci95"] for family in body["overall"].values() for m in family.values()]
-    assert intervals == [None] * 26
+    assert intervals == [None] * 27
 
 
 def test_a_difference_drawn_from_one_video_has_no_interval(sqlite_store: Store) -> None:
@@ -362,7 +362,12 @@ def test_compare_of_runs_sharing_some_records_says_how_many_are_left_out(
         "the runs share 3 of their records, which are compared; left out: 2 of the 5 of run "
         "run-a and 0 of the 3 of run run-c"
     )
-    assert comparison.notes == [note]
+    # run-a's SSR answers fall back to exact match, which TRACE counts as incomplete.
+    assert comparison.notes == [
+        note,
+        "judge-incomplete: TRACE's judge rules mark semantic task types scored by exact match "
+        "(no judge endpoint) as incomplete",
+    ]
     assert comparison.overall["qa"]["accuracy"].population_a == 1
     url = f"sqlite:///{tmp_path / 'store.db'}"
     shown = runner.invoke(app, ["compare", "run-a", "run-c", "--store", url])

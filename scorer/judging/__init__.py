@@ -1,2 +1,3 @@
-"""Judges of response content (judges.py: exact match and an LLM judge) and the LLM judge's
-verdict cache in the store (cache.py)."""
+"""Judges of response content (judges.py: exact match and an LLM judge under this project's
+rules; trace_judge.py: TRACE's judge rules) and the LLM judge's verdict cache, a SQLite file
+in the cache directory (cache.py)."""

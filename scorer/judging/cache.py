@@ -1,91 +1,93 @@
-"""The LLM judge's cache: one row per judged (template, model, task type, question,
-reference, prediction), kept in the store so a second scoring costs no judge calls.
+"""The LLM judge's verdict cache: a SQLite file of its own beside the stores, so every
+command that scores (`score`, `compare`, `report`, the results API), whatever its store
+and even with the store opened read-only or an exported log, reuses verdicts and a second
+scoring of a run costs no judge calls.
 
-The table lives on its own MetaData (the store's models describe the Core's tables); the
-store creates it through migration 0002_judge_cache.
+It lives at `judge_verdicts.sqlite` in the cache directory (~/.cache/streameval, moved by
+$STREAMEVAL_CACHE_DIR). A row is one verdict, keyed by the sha256 of the judge rules' prompt
+version, the judge model and what the rules ask (judges.py `LLMJudge.key`); only verdicts
+are kept: a failed judgement is asked again next time.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
-from sqlalchemy import Column, DateTime, Double, Engine, MetaData, String, Table, Text, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
-
+from streameval.core.paths import default_cache_dir
 from streameval.scorer.errors import ScoreError
 
-metadata = MetaData()
-
-judge_cache = Table(
-    "judge_cache",
-    metadata,
-    Column("key", String(64), primary_key=True),  # sha256 hex of the fields below
-    Column("template_version", String(50), nullable=False),
-    Column("model", String(200), nullable=False),
-    Column("task_type", String(200), nullable=False),
-    Column("question", Text, nullable=False),
-    Column("reference", Text, nullable=False),
-    Column("prediction", Text, nullable=False),
-    Column("score", Double, nullable=False),
-    Column("reply", Text, nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+CACHE_FILE = "judge_verdicts.sqlite"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, rules TEXT NOT NULL, "
+    "model TEXT NOT NULL, request TEXT NOT NULL, score REAL NOT NULL, reply TEXT NOT NULL, "
+    "created_at TEXT NOT NULL)"
 )
-
-_LOOKUP_CHUNK = 500  # keys per IN (...) query, well under every driver's parameter limit
+_LOOKUP_CHUNK = 500  # keys per IN (...) query, under SQLite's parameter limit
 
 
 @dataclass(frozen=True)
 class CachedVerdict:
     key: str
-    template_version: str
+    rules: str  # the judge rules' prompt version
     model: str
-    task_type: str
-    question: str
-    reference: str
-    prediction: str
+    request: str  # JSON of what was judged, for people reading the file
     score: float
     reply: str
+
+
+def default_cache_path() -> Path:
+    return default_cache_dir() / CACHE_FILE
 
 
 class JudgeCache:
     """Read and add verdicts; a key already present is left as it is."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or default_cache_path()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30)
+            conn.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ScoreError(f"cannot open the judge verdict cache {self.path}: {exc}") from None
+        return conn
 
     def get_many(self, keys: Iterable[str]) -> dict[str, float]:
         wanted = sorted(set(keys))
         found: dict[str, float] = {}
+        conn = self._connect()
         try:
-            with self._engine.connect() as conn:
-                for start in range(0, len(wanted), _LOOKUP_CHUNK):
-                    chunk = wanted[start : start + _LOOKUP_CHUNK]
-                    query = select(judge_cache.c.key, judge_cache.c.score).where(
-                        judge_cache.c.key.in_(chunk)
-                    )
-                    found.update({row.key: row.score for row in conn.execute(query)})
-        except SQLAlchemyError as exc:
-            raise ScoreError(f"cannot read the judge cache: {_first_line(exc)}") from exc
+            for start in range(0, len(wanted), _LOOKUP_CHUNK):
+                chunk = wanted[start : start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT key, score FROM verdicts WHERE key IN ({marks})", chunk
+                )
+                found.update(dict(rows))
+        except sqlite3.Error as exc:
+            raise ScoreError(f"cannot read the judge verdict cache {self.path}: {exc}") from None
+        finally:
+            conn.close()
         return found
 
     def put_many(self, verdicts: Sequence[CachedVerdict]) -> None:
         if not verdicts:
             return
-        now = datetime.now(UTC)
-        rows = [{**verdict.__dict__, "created_at": now} for verdict in verdicts]
+        now = datetime.now(UTC).isoformat()
+        conn = self._connect()
         try:
-            with self._engine.begin() as conn:
-                dialect = conn.dialect.name
-                insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-                conn.execute(insert(judge_cache).on_conflict_do_nothing(), rows)
-        except SQLAlchemyError as exc:
-            raise ScoreError(f"cannot write the judge cache: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+            with conn:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(*astuple(verdict), now) for verdict in verdicts],
+                )
+        except sqlite3.Error as exc:
+            raise ScoreError(f"cannot write the judge verdict cache {self.path}: {exc}") from None
+        finally:
+            conn.close()

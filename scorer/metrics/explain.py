@@ -96,6 +96,13 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
             "without one scores 0)",
         ),
         MetricHelp(
+            "eventual_accuracy",
+            FRACTION,
+            _HIGHER,
+            "TRACE's eventual view: content scores of the first answer from each window's start "
+            "up to the next window's start, each answer taken once / windows",
+        ),
+        MetricHelp(
             "miss_rate",
             FRACTION,
             _LOWER,

@@ -8,13 +8,18 @@ Assignment, windows in time order, each answered episode used at most once: the 
 unused episode with its onset in the window is `in_window`; else the latest unused one with
 its onset before the window start is `before_window` (consumed, scores 0); else `no_output`.
 
+TRACE's eventual view, a second assignment of its own: windows in time order, each takes the
+first answered episode not yet taken in this view with its onset from the window start up to
+the next later window start (a state interval, or the last point window: its own end);
+the answer is judged like an in-window one. It reports the eventual accuracy.
+
 An in-window assignment has two delays, each on its own clock: on the runtime clock
 (TRACE's) and in video seconds (onset video time minus the window start); the profile says
 which are reported.
 
-The family (`PROACTIVE`) reports over windows: in-window accuracy, miss and before-window
-rates, median response delays and redundant responses; over answered episodes the false
-alarm rate; over records the completion rate.
+The family (`PROACTIVE`) reports over windows: in-window and eventual accuracy, miss and
+before-window rates, median response delays and redundant responses; over answered
+episodes the false alarm rate; over records the completion rate.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class Window:
     answer: str
     accepted: tuple[str, ...] = ()
     evidence: tuple[float, float] | None = None  # annotated evidence bounds, when given
+    eventual_end: float = 0.0  # end of the eventual view: the next later window start
 
     def contains(self, t: float) -> bool:
         return self.start <= t < self.end
@@ -53,13 +59,16 @@ def build_windows(triggers: Sequence[Trigger], tolerance_s: float) -> list[Windo
     windows = []
     for index, trigger in enumerate(triggers):
         start = trigger.start_s
+        later = bisect.bisect_right(starts, start)
         if trigger.is_state:
             end = trigger.interval_end_s if trigger.interval_end_s is not None else start
+            eventual_end = end
         else:
-            later = bisect.bisect_right(starts, start)
             end = start + tolerance_s
+            eventual_end = end
             if later < len(starts):
                 end = min(end, starts[later])
+                eventual_end = starts[later]
         evidence = None
         if trigger.evidence_start_s is not None and trigger.evidence_end_s is not None:
             evidence = (trigger.evidence_start_s, trigger.evidence_end_s)
@@ -72,6 +81,7 @@ def build_windows(triggers: Sequence[Trigger], tolerance_s: float) -> list[Windo
                 trigger.answer,
                 tuple(trigger.accepted_facts),
                 evidence,
+                eventual_end,
             )
         )
     windows.sort(key=lambda window: (window.start, window.end, window.trigger))
@@ -103,6 +113,25 @@ def assign(
     return result
 
 
+def assign_eventual(windows: Sequence[Window], onsets: Sequence[float | None]) -> list[int | None]:
+    """TRACE's eventual view: the episode index each window takes, or None."""
+    order = sorted(
+        (index for index, onset in enumerate(onsets) if onset is not None),
+        key=lambda index: (onsets[index], index),
+    )
+    used: set[int] = set()
+    result: list[int | None] = []
+    for window in windows:
+        taken = next(
+            (i for i in order if i not in used and window.start <= onsets[i] < window.eventual_end),
+            None,
+        )
+        if taken is not None:
+            used.add(taken)
+        result.append(taken)
+    return result
+
+
 @dataclass(slots=True)
 class WindowOutcome:
     window: Window
@@ -113,6 +142,9 @@ class WindowOutcome:
     delay_runtime_s: float | None = None
     delay_video_s: float | None = None
     onsets_inside: int = 0  # answered episodes with their onset in the window
+    eventual_episode: int | None = None  # the eventual view's episode
+    eventual_request: JudgeRequest | None = None
+    eventual_score: float = 0.0
 
 
 @dataclass(slots=True)
@@ -131,16 +163,24 @@ class ProactiveResult:
         return sum(1 for outcome in self.windows if outcome.assignment == assignment)
 
     @property
+    def eventual_score_sum(self) -> float:
+        return sum(outcome.eventual_score for outcome in self.windows)
+
+    @property
     def redundant(self) -> int:
         return sum(max(0, outcome.onsets_inside - 1) for outcome in self.windows)
 
     def requests(self) -> list[JudgeRequest]:
-        return [outcome.request for outcome in self.windows if outcome.request is not None]
+        strict = [outcome.request for outcome in self.windows]
+        eventual = [outcome.eventual_request for outcome in self.windows]
+        return [request for request in strict + eventual if request is not None]
 
     def apply(self, scores: Mapping[JudgeRequest, float]) -> None:
         for outcome in self.windows:
             if outcome.request is not None:
                 outcome.score = scores[outcome.request]
+            if outcome.eventual_request is not None:
+                outcome.eventual_score = scores[outcome.eventual_request]
 
 
 def evaluate_proactive(
@@ -153,21 +193,31 @@ def evaluate_proactive(
     answered = [e for e in episodes if profile.is_answer(e.text)]
     onsets = [episode.onset_t for episode in answered]
     semantic = profile.is_semantic(record.task_type)
+
+    def request(window: Window, episode: Episode, primary: bool) -> JudgeRequest:
+        return JudgeRequest(
+            task_type=record.task_type,
+            question=record.instruction,
+            reference=window.answer,
+            prediction=episode.text,
+            accepted=window.accepted,
+            semantic=semantic,
+            primary=primary,
+            **profile.exact_rules(),
+        )
+
     outcomes = []
-    for window, (assignment, index) in zip(windows, assign(windows, onsets), strict=True):
-        outcome = WindowOutcome(window, assignment, index)
+    eventual = assign_eventual(windows, onsets)
+    for window, (assignment, index), later in zip(
+        windows, assign(windows, onsets), eventual, strict=True
+    ):
+        outcome = WindowOutcome(window, assignment, index, eventual_episode=later)
         outcome.onsets_inside = sum(1 for t in onsets if t is not None and window.contains(t))
+        if later is not None:
+            outcome.eventual_request = request(window, answered[later], primary=False)
         if assignment == IN_WINDOW:
             episode = answered[index]
-            outcome.request = JudgeRequest(
-                task_type=record.task_type,
-                question=record.instruction,
-                reference=window.answer,
-                prediction=episode.text,
-                accepted=window.accepted,
-                semantic=semantic,
-                **profile.exact_rules(),
-            )
+            outcome.request = request(window, episode, primary=True)
             outcome.delay_runtime_s = runtime_delay(trace, window, episode)
             if episode.onset_t is not None:
                 outcome.delay_video_s = episode.onset_t - window.start
@@ -218,6 +268,7 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
         "normalisation",
         "silence_tokens",
         "semantic_task_types",
+        "judge_rules",
         "exact_match_accepted_facts",
         "response_delay_clocks",
     )
@@ -254,6 +305,7 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
             "pr_finished": float(evaluation.status == "finished"),
             "pr_windows": float(windows),
             "pr_score": result.score_sum,
+            "pr_eventual_score": result.eventual_score_sum,
             "pr_in_window": float(in_window),
             "pr_missed": float(windows - in_window),
             "pr_before": float(result.count(BEFORE_WINDOW)),
@@ -276,6 +328,7 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
         }
         return {
             "in_window_accuracy": Ratio("pr_score", "pr_windows", "windows"),
+            "eventual_accuracy": Ratio("pr_eventual_score", "pr_windows", "windows"),
             "miss_rate": Ratio("pr_missed", "pr_windows", "windows"),
             "before_window_rate": Ratio("pr_before", "pr_windows", "windows"),
             "false_alarm_rate": Ratio("pr_false_alarms", "pr_answered", "answered episodes"),
@@ -290,6 +343,7 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
         windows = []
         for outcome in result.windows:
             episode = None if outcome.episode is None else result.answered[outcome.episode]
+            later = outcome.eventual_episode
             windows.append(
                 {
                     "trigger": outcome.window.trigger,
@@ -305,6 +359,11 @@ class ProactiveFamily(MetricFamily[ProactiveResult]):
                     "delay_runtime_s": outcome.delay_runtime_s,
                     "delay_video_s": outcome.delay_video_s,
                     "answered_inside": outcome.onsets_inside,
+                    "eventual_end": outcome.window.eventual_end,
+                    "eventual_response_id": (
+                        None if later is None else result.answered[later].response_id
+                    ),
+                    "eventual_score": outcome.eventual_score,
                 }
             )
         return {

@@ -213,6 +213,7 @@ class RealstreamFamily(MetricFamily[RealstreamResult]):
         "rs_repetition_multiplier",
         "rs_floor_score_at_zero",
         "rs_semantic_task_types",
+        "judge_rules",
         "option_parser",
         "normalisation",
         "silence_tokens",

@@ -37,7 +37,7 @@ from streameval.scorer.report import (
     ProfileReport,
     RecordResult,
     RunScores,
-    cached_in,
+    cached,
     profile_report,
     score_run,
 )
@@ -217,7 +217,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
     """The API over one store (opened read-only, once). Raises StoreError if it cannot."""
     store = Store(store_url, read_only=True)
     hidden = _store_names(store_url, store)
-    judge = cached_in(store, judge)
+    judge = cached(judge)
     scores = _Scores(store, judge)
     meter = RateMeter()
     frames = RunFrames(store)

@@ -10,6 +10,8 @@ The store URL comes from --store, else $STREAMEVAL_STORE, else
 sqlite:///~/.cache/streameval/streameval.db. A user mistake prints one line and exits 2.
 Every command here only reads the store (Store(url, read_only=True)): a store on read-only
 media can be scored, and nothing (no migration, no WAL file) is written next to it.
+An LLM judge's verdicts go to the verdict cache in the cache directory instead
+(scorer/judging/cache.py), so rescoring a run costs no judge calls.
 """
 
 from __future__ import annotations

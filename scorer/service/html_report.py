@@ -21,7 +21,7 @@ from typing import Any
 from streameval.core.store.store import Store
 from streameval.scorer.judging.judges import Judge
 from streameval.scorer.profiles import ScoringProfile, get_profile
-from streameval.scorer.report import cached_in, profile_report, score_run
+from streameval.scorer.report import cached, profile_report, score_run
 from streameval.scorer.service.api import RunDetail, run_detail
 from streameval.scorer.service.dashboard import STATIC_DIR
 from streameval.scorer.service.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
@@ -58,7 +58,7 @@ def report_data(
     `max_timelines` records (by id) only, so that huge runs stay a readable file; with
     `thumbnails`, the frames those timelines sent, per video."""
     profile = get_profile(profile)
-    judge = cached_in(store, judge)
+    judge = cached(judge)
     scores = score_run(store, run_id, profile, judge)
     source = store_source(store, run_id)
     record_ids = [record.record_id for record in scores.records]

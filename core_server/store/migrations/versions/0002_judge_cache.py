@@ -1,4 +1,5 @@
-"""The LLM judge's verdict cache (scorer/judging/cache.py describes the same table).
+"""The table of the LLM judge's former verdict cache in the store (the verdicts now live in
+the sidecar file of scorer/judging/cache.py, which read-only commands can write too).
 
 Revision ID: 0002
 Revises: 0001
