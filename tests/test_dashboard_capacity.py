@@ -1,8 +1,8 @@
 """A capacity search's run page in a real headless browser (tests/test_dashboard_browser.py's
 harness: Debian's chromium driven by Playwright, `streameval results-api` in its own process).
 
-The search is a real one (tests/test_capacity.py's load adapter, 0.2 s x sessions open to the
-first token) under `ttft_p95=0.5,lag_p99=0.25`: levels 1 and 2 pass, 4 and then 3 break it,
+The search is a real one (tests/test_capacity.py's load adapter, 0.5 s x sessions open to the
+first token) under `ttft_p95=1.25,lag_p99=1`: levels 1 and 2 pass, 4 and then 3 break it,
 so the knee is 2. The page must draw each level at its place, the SLO as a line between
 the last passing and the first failing level, and the knee where the curve crosses it.
 """
@@ -34,7 +34,7 @@ KNEE = 2
 @pytest.fixture(scope="module")
 def search(tmp_path_factory: pytest.TempPathFactory) -> Search:
     return capacity_search(
-        tmp_path_factory.mktemp("capacity"), "ttft_p95=0.5,lag_p99=0.25", start=1, most=8
+        tmp_path_factory.mktemp("capacity"), "ttft_p95=1.25,lag_p99=1", start=1, most=8
     )
 
 
@@ -76,7 +76,7 @@ def test_the_curve_the_slo_and_the_knee_show(page, server: str, search: Search) 
     ys = [ttft[n][1] for n in (1, 2, 3, 4)]
     assert ys == sorted(ys, reverse=True)  # TTFT grows with the sessions (SVG y points down)
     slo = page.locator('[data-chart="capacity-ttft_p95_s"] .slo-line')
-    assert slo.get_attribute("data-limit") == "0.5"
+    assert slo.get_attribute("data-limit") == "1.25"
     slo_y = float(slo.get_attribute("y1"))
     assert ttft[2][1] > slo_y > ttft[3][1]  # between the last passing and first failing
     knee = page.locator('[data-chart="capacity-ttft_p95_s"] .knee')
@@ -84,7 +84,7 @@ def test_the_curve_the_slo_and_the_knee_show(page, server: str, search: Search) 
     assert float(knee.get_attribute("x1")) == pytest.approx(ttft[KNEE][0])
 
     lag = page.locator('[data-chart="capacity-lag_p99_s"] .slo-line')
-    assert lag.get_attribute("data-limit") == "0.25"
+    assert lag.get_attribute("data-limit") == "1"
     assert len(point_centres(page, "capacity-lag_p99_s")) == 4
 
     rows = table_cells(page, "capacity-levels")
@@ -98,7 +98,7 @@ def test_the_curve_the_slo_and_the_knee_show(page, server: str, search: Search) 
     )
     assert "QA accuracy" in headers and "in-window accuracy" not in headers  # QA only
     assert [row[-1] for row in rows[:2]] == ["meets", "meets"]
-    assert rows[3][-1] == f"breaks: ttft_p95 {points[3]['metrics']['ttft_p95_s']:.4g} > 0.5"
+    assert rows[3][-1] == f"breaks: ttft_p95 {points[3]['metrics']['ttft_p95_s']:.4g} > 1.25"
     assert page.locator('[data-chart="capacity-failed_rate"]').count() == 0  # none failed
     screenshot(page, "capacity-run.png", full_page=True)
 
