@@ -131,6 +131,13 @@ def _labels(record: QARecord) -> tuple[str, ...]:
 
 
 PAPER_LABEL = {text: paper for text, _strict, paper in GOLDEN} | ADVERSARIAL
+# TRACE's strict parse (`trace-strict`): the whole normalised text is one bracketed or bare
+# label; of the adversarial texts only the full-width colon's leaves one ("b").
+STRICT_LABEL = (
+    {text: strict for text, strict, _paper in GOLDEN}
+    | dict.fromkeys(ADVERSARIAL)
+    | {"\uff1aB": "B"}
+)
 ROLES = ("user", "assistant", "system")
 
 
@@ -216,7 +223,10 @@ def read_sessions(lines: list[dict]) -> dict[str, Session]:
 
 
 def qa_oracle(
-    records: list[QARecord], sessions: dict[str, Session], labels: dict[str, str | None]
+    records: list[QARecord],
+    sessions: dict[str, Session],
+    labels: dict[str, str | None],
+    table: dict[str, str | None] = PAPER_LABEL,
 ) -> dict[str, tuple]:
     correct = invalid = finished = 0
     ttft, latency, timed = [], [], 0
@@ -227,7 +237,7 @@ def qa_oracle(
         prediction = after[-1] if after and after[-1].final_ns is not None else None
         label = None
         if prediction is not None and is_answer(prediction.text):
-            label = PAPER_LABEL[prediction.text]
+            label = table[prediction.text]
         labels[record.record_id] = label
         correct += label == record.answer
         invalid += label is None
@@ -352,6 +362,7 @@ class Round:
     labels: dict[str, str | None]  # the oracle's parsed label per QA record
     sessions: dict[str, Session]
     exported: Path
+    strict: Round | None = None  # the same export under `trace-strict`, with its oracle
 
 
 def run_rounds(release: Path, root: Path) -> list[Round]:
@@ -394,7 +405,16 @@ def run_rounds(release: Path, root: Path) -> list[Round]:
                 proactive_oracle(proactive, sessions, tally)
                 oracle["proactive"] = proactive_metrics(tally, len(proactive))
             scores = score_exported(exported, "trace-paper-v1")
-            done.append(Round(scores, oracle, labels, sessions, exported))
+            strict_labels: dict[str, str | None] = {}
+            strict_oracle = {**oracle, "qa": qa_oracle(qa, sessions, strict_labels, STRICT_LABEL)}
+            strict = Round(
+                score_exported(exported, "trace-strict"),
+                strict_oracle,
+                strict_labels,
+                sessions,
+                exported,
+            )
+            done.append(Round(scores, oracle, labels, sessions, exported, strict))
     return done
 
 
@@ -420,9 +440,18 @@ def test_every_qa_and_proactive_metric_agrees_with_traces_rules(rounds: list[Rou
     assert_agreement(rounds)
 
 
+def test_trace_strict_agrees_with_traces_strict_parse(rounds: list[Round]) -> None:
+    """`trace-strict`: the same runs, TRACE's strict parse; it reads fewer labels than the
+    recoverable parse, so the two oracles differ and each profile meets its own."""
+    assert_agreement([r.strict for r in rounds])
+    assert any(r.strict.labels != r.labels for r in rounds)
+
+
 def test_the_real_sample_agrees_with_traces_rules_too(tmp_path: Path) -> None:
     """An extra check where ../shared/data is present: the public sample's own records."""
-    assert_agreement(run_rounds(sample("trace_release"), tmp_path))
+    rounds = run_rounds(sample("trace_release"), tmp_path)
+    assert_agreement(rounds)
+    assert_agreement([r.strict for r in rounds])
 
 
 def test_the_run_exercised_every_rule(rounds: list[Round]) -> None:
