@@ -36,15 +36,13 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import QARecord, Record
-from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.events import probe_task_id
 from streameval.scorer.report import RunScores, score_exported
-from tests.test_data_cli import execute, write_video
+from tests.scripted_runs import scripted_run
+from tests.test_data_cli import write_video
 from tests.test_import_trace import FIXTURES, sample
 
 FIXTURE = FIXTURES / "ovo_bench" / "ovo_bench_new.json"
@@ -275,25 +273,18 @@ def run_rounds(source: Path, root: Path, rounds: int) -> list[Round]:
     records = list(load_benchmark(str(path), root / "cache").records)
     stand_ins(records, videos)
     done = []
-    with Store(f"sqlite:///{root / 'store.db'}") as store, pytest.MonkeyPatch.context() as env:
+    with Store(f"sqlite:///{root / 'store.db'}") as store:
         for round_ in range(rounds):
             entries_said, forms = script(records, round_)
-            script_path = root / f"script{round_}.json"
-            script_path.write_text(json.dumps(entries_said))
-            env.setenv("STREAMEVAL_TEST_SCRIPT", str(script_path))
-            with AdapterProcess("tests.wire_adapters:ScriptedAdapter") as adapter:
-                config = RunConfig(
-                    benchmark=str(path),
-                    endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
-                    cache_dir=str(root / "cache"),
-                    profile="ovo-offline",
-                )
-                summary = execute(config, store)
-            assert summary.failed == 0
-            exported = root / f"round{round_}.jsonl"
-            with exported.open("w") as handle:
-                export_jsonl(store, summary.run_id, handle)
-            lines = [json.loads(line) for line in exported.read_text().splitlines()]
+            exported, lines = scripted_run(
+                store,
+                root,
+                f"round{round_}",
+                entries_said,
+                benchmark=str(path),
+                cache_dir=str(root / "cache"),
+                profile="ovo-offline",
+            )
             said = {task: entry["answer"] for task, entry in entries_said.items()}
             done.append(Round(exported, ovo_oracle(entries, lines), said, forms))
     return done

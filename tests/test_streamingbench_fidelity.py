@@ -37,14 +37,12 @@ from typing import Any
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import QARecord, Record
-from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.scorer.report import RunScores, score_exported
-from tests.test_data_cli import execute, stand_in_videos
+from tests.scripted_runs import scripted_run
+from tests.test_data_cli import stand_in_videos
 from tests.test_import_trace import FIXTURES, SAMPLES
 
 PARTS = ("real", "omni", "sqa", "proactive")
@@ -258,25 +256,19 @@ def run_file(original: Path, root: Path, offset: int) -> list[Scored]:
     stand_in_videos(benchmark, root)
     records = list(benchmark.records)
     done = []
-    with Store(f"sqlite:///{root / 'store.db'}") as store, pytest.MonkeyPatch.context() as env:
+    with Store(f"sqlite:///{root / 'store.db'}") as store:
         for round_ in range(ROUNDS):
             entries = script(records, offset + round_ * len(records))
-            script_path = root / f"script{round_}.json"
-            script_path.write_text(json.dumps(entries))
-            env.setenv("STREAMEVAL_TEST_SCRIPT", str(script_path))
-            with AdapterProcess("tests.wire_adapters:ScriptedAdapter") as adapter:
-                config = RunConfig(
-                    benchmark=str(path),
-                    endpoints=[EndpointConfig(url=adapter.url, concurrency=8)],
-                    cache_dir=str(root / "cache"),
-                    profile="streamingbench-polling",
-                )
-                summary = execute(config, store)
-            assert summary.failed == 0
-            exported = root / f"round{round_}.jsonl"
-            with exported.open("w") as handle:
-                export_jsonl(store, summary.run_id, handle)
-            lines = [json.loads(line) for line in exported.read_text().splitlines()]
+            exported, lines = scripted_run(
+                store,
+                root,
+                f"round{round_}",
+                entries,
+                concurrency=8,
+                benchmark=str(path),
+                cache_dir=str(root / "cache"),
+                profile="streamingbench-polling",
+            )
             sessions = read_sessions(lines)
             oracle = count_py(part, data, sessions)
             texts = [entries[r.record_id].get("answer") for r in records]

@@ -24,7 +24,6 @@ Where ../shared/data is present, the real TRACE sample is run the same way as an
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +31,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
-from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from streameval.scorer.report import RunScores, score_exported
-from tests.test_data_cli import execute, stand_in_videos
+from tests.scripted_runs import scripted_run
+from tests.test_data_cli import stand_in_videos
 from tests.test_import_trace import FIXTURES, sample
 from tests.test_scorer_parsing import GOLDEN
 
@@ -379,24 +376,17 @@ def run_rounds(release: Path, root: Path) -> list[Round]:
     proactive = [r for r in records if isinstance(r, ProactiveRecord)]
     assert ROUNDS * len(qa) > len(TEXTS)  # every text is answered
     done = []
-    with Store(f"sqlite:///{root / 'store.db'}") as store, pytest.MonkeyPatch.context() as env:
+    with Store(f"sqlite:///{root / 'store.db'}") as store:
         for round_ in range(ROUNDS):
-            script_path = root / f"script{round_}.json"
-            script_path.write_text(json.dumps(script(records, round_)))
-            env.setenv("STREAMEVAL_TEST_SCRIPT", str(script_path))
-            with AdapterProcess("tests.wire_adapters:ScriptedAdapter") as adapter:
-                config = RunConfig(
-                    benchmark=str(path),
-                    endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
-                    cache_dir=str(root / "cache"),
-                    tasks=["qa", "proactive"] if round_ == 0 else ["qa"],
-                )
-                summary = execute(config, store)
-            assert summary.failed == 0
-            exported = root / f"round{round_}.jsonl"
-            with exported.open("w") as handle:
-                export_jsonl(store, summary.run_id, handle)
-            lines = [json.loads(line) for line in exported.read_text().splitlines()]
+            exported, lines = scripted_run(
+                store,
+                root,
+                f"round{round_}",
+                script(records, round_),
+                benchmark=str(path),
+                cache_dir=str(root / "cache"),
+                tasks=["qa", "proactive"] if round_ == 0 else ["qa"],
+            )
             sessions = read_sessions(lines)
             labels: dict[str, str | None] = {}
             oracle = {"qa": qa_oracle(qa, sessions, labels)}
