@@ -443,16 +443,19 @@ def test_trace_extended_keeps_this_projects_judge_and_disagrees_with_trace(
     assert windows != oracle.strict
 
 
+def judged_by_clean_forms(task_type: str, word: str) -> tuple[list[int], list[Script]]:
+    """One proactive record with a window per reply form TRACE accepts, each answered once
+    (the stand-in judge answers `formN ...` in form N): the forms and the plan."""
+    clean = [n for n, (_reply, trace, _ours) in enumerate(FORMS) if trace is not None]
+    triggers = [f"{word.capitalize()} {n}" for n in range(len(clean))]
+    said = {5 + 10 * i + 1: f"form{n} {word} {i}" for i, n in enumerate(clean)}
+    return clean, [Script(proactive("clean", task_type, triggers), said)]
+
+
 def test_a_second_score_from_the_cli_makes_no_judge_call(
     stand_in: StandInJudge, tmp_path: Path
 ) -> None:
-    clean = [n for n, (reply, trace, _ours) in enumerate(FORMS) if trace is not None]
-    plan = [
-        Script(
-            proactive("clean", "SSR", [f"Step {n}" for n in range(len(clean))]),
-            {5 + 10 * i + 1: f"form{n} step {i}" for i, n in enumerate(clean)},
-        )
-    ]
+    clean, plan = judged_by_clean_forms("SSR", "step")
     store = stored(tmp_path / "store.db", plan)
     command = ["score", "judged", "--store", store, "--json", "--judge-url", stand_in.base_url]
     command += ["--judge-model", MODEL, "--profile", "trace-paper-v1"]
@@ -478,13 +481,7 @@ def test_compare_report_and_the_results_api_reuse_the_verdicts(
     from streameval.scorer.service.api import create_app
     from streameval.scorer.service.html_report import write_report
 
-    clean = [n for n, (_reply, trace, _ours) in enumerate(FORMS) if trace is not None]
-    plan = [
-        Script(
-            proactive("clean", "CRR", [f"Cause {n}" for n in range(len(clean))]),
-            {5 + 10 * i + 1: f"form{n} cause {i}" for i, n in enumerate(clean)},
-        )
-    ]
+    clean, plan = judged_by_clean_forms("CRR", "cause")
     url = stored(tmp_path / "store.db", plan)
     before = len(stand_in.bodies)
     with Store(url, read_only=True) as store:
