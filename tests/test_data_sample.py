@@ -139,21 +139,23 @@ def expected_scores(records: list[Record]) -> dict[tuple[str, str], tuple[float,
 
 def _expected_ovo(records: list[Record]) -> dict[tuple[str, str], tuple[float, int]]:
     """QA right; a REC probe right only when the digits of the policy's reply are its count
-    (the policy has no reading of the probe questions: it says "Unable to answer")."""
+    (the policy has no reading of the probe questions: it says "Unable to answer"). As
+    OVO-Bench's script counts: a task over its questions pooled (a forward record's probes
+    one by one), a category the mean of its tasks, the total the mean of the categories."""
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
+        task = scores[category_of(record)][record.task_type]
         if isinstance(record, QARecord):
-            score = 100.0
+            task.append(100.0)
         else:
             policy = ReferencePolicy()
             said = [(policy.answer(p.question, p.options), p.answer) for p in record.probes]
-            right = [count_correct(reply, count) for reply, count in said]
-            score = 100.0 * statistics.fmean(right)
-        scores[category_of(record)][record.task_type].append(score)
+            task.extend(100.0 * count_correct(reply, count) for reply, count in said)
     means = {c: statistics.fmean(map(statistics.fmean, t.values())) for c, t in scores.items()}
     assert set(means) == set(CATEGORIES)  # the sample has each category
     expected = {("ovo", c): (mean, sum(map(len, scores[c].values()))) for c, mean in means.items()}
-    expected[("ovo", "total")] = (statistics.fmean(means.values()), len(records))
+    questions = sum(population for _mean, population in expected.values())
+    expected[("ovo", "total")] = (statistics.fmean(means.values()), questions)
     return expected
 
 
