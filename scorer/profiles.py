@@ -198,7 +198,7 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
     for profile in (
         ScoringProfile(
             name="trace-paper-v1",
-            version="2",
+            version="3",
             description=(
                 "TRACE's public scorer, rule for rule: its recoverable option parser, 5 s "
                 "windows, semantic judge for SSR and CRR, exact match on the trigger's answer "
@@ -209,7 +209,7 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
         ),
         ScoringProfile(
             name="trace-strict",
-            version="2",
+            version="3",
             description="TRACE's public scorer with its strict option parse (one bare label)",
             families=_TRACE_FAMILIES,
             protocols=TRACE_PROTOCOLS,
@@ -242,7 +242,7 @@ SCORING_PROFILES: dict[str, ScoringProfile] = {
         ),
         ScoringProfile(
             name="readiness",
-            version="2",
+            version="3",
             description=(
                 "Answer Readiness Score (EP, LP, ARS, Acc_e) over questions with an evidence "
                 "window, with the TRACE metrics as TRACE's public scorer computes them"
