@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import build_adapter
-from streameval.adapters.server import serve
+from streameval.adapters.server import AdapterStartFailed, serve
 from streameval.core.exit_codes import EXIT_CANNOT_START
 from streameval.listening import listening_line
 from streameval.protocol import WS_PATH
@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         run_adapter(args.name, args.host, args.port, args.config, args.options)
+    except AdapterStartFailed as exc:
+        # It listened, then its start() raised: a service that failed (1, as
+        # docs/adapter-guide.md says), not one that could not start (2).
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except AdapterSetupError as exc:
         _cannot_start(str(exc))
     except OSError as exc:

@@ -222,6 +222,31 @@ def test_a_class_that_cannot_be_served_is_one_line_and_exit_2(command, target, l
     assert done.stderr.splitlines() == [line.format(folder=user_folder)]
 
 
+BROKEN_MODULE = """
+from my_adapter import MyAdapter
+
+
+class BrokenAdapter(MyAdapter):
+    async def start(self) -> None:
+        raise RuntimeError("no GPU here")
+"""
+
+
+def test_an_adapter_whose_start_fails_exits_1_after_saying_why(user_folder):
+    """Listening came first (a Core may have seen it), so this is a failed service (1), not
+    one that could not start (2)."""
+    (user_folder / "broken_adapter.py").write_text(BROKEN_MODULE)
+    done = streameval(
+        "adapter", "serve", "broken_adapter:BrokenAdapter", "--port", "0", "-A", "endpoint=x",
+        cwd=user_folder,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stdout.startswith("streameval-adapter listening on ws://127.0.0.1:")
+    assert done.stderr.splitlines()[-1] == (
+        "error: adapter mine failed to start: RuntimeError: no GPU here"
+    )
+
+
 # --------------------------------------------------------------------------- list
 
 
