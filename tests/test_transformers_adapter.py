@@ -20,15 +20,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.model_stack import require_model_stack
+
 # No hub access, here and in the adapter processes (set before huggingface_hub reads it).
 os.environ["HF_HUB_OFFLINE"] = "1"
-EXTRA = "optional: pip install 'streameval[transformers]'"
-if os.environ.get("STREAMEVAL_REQUIRE_MODELS"):
-    # CI installs the CPU model stack: there a missing torch is an error, not a skip.
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-pytest.importorskip("torch", reason=f"torch is not installed ({EXTRA})")
-pytest.importorskip("transformers", reason=f"transformers is not installed ({EXTRA})")
+require_model_stack()
 pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 import torch  # noqa: E402

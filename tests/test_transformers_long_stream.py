@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.model_stack import require_model_stack
+
 os.environ["HF_HUB_OFFLINE"] = "1"
-EXTRA = "optional: pip install 'streameval[transformers]'"
-if os.environ.get("STREAMEVAL_REQUIRE_MODELS"):
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-pytest.importorskip("torch", reason=f"torch is not installed ({EXTRA})")
-pytest.importorskip("transformers", reason=f"transformers is not installed ({EXTRA})")
+require_model_stack()
 pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 import av  # noqa: E402

@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-pytest.importorskip("torch", reason="torch is not installed (pip install 'streameval[test]')")
-pytest.importorskip("transformers", reason="transformers is not installed")
+from tests.model_stack import require_model_stack
+
+require_model_stack()
 pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
