@@ -369,18 +369,25 @@ def judge_for(server: StandInJudge) -> LLMJudge:
 # ----------------------------------------------------------------------------- the tests
 
 
+def judged_scripts(
+    stand_in: StandInJudge, tmp_path: Path, profile: str
+) -> tuple[Oracle, RunScores, list[bytes]]:
+    """The release's scripted run scored under `profile` by the stand-in judge: TRACE's
+    oracle of it, the scores, and the request bodies the scoring sent."""
+    plan = scripts()
+    with Store(stored(tmp_path / "store.db", plan), read_only=True) as store:
+        before = len(stand_in.bodies)
+        scores = score_run(store, "judged", profile, judge_for(stand_in))
+    return trace_oracle(plan), scores, stand_in.bodies[before:]
+
+
 def test_trace_paper_sends_traces_requests_and_scores_every_window_as_trace(
     stand_in: StandInJudge, tmp_path: Path
 ) -> None:
-    plan = scripts()
-    oracle = trace_oracle(plan)
-    with Store(stored(tmp_path / "store.db", plan), read_only=True) as store:
-        before = len(stand_in.bodies)
-        scores = score_run(store, "judged", "trace-paper-v1", judge_for(stand_in))
-    sent = stand_in.bodies[before:]
+    oracle, scores, sent = judged_scripts(stand_in, tmp_path, "trace-paper-v1")
     # Byte for byte the bodies TRACE sends, one per verdict TRACE asks for (no retries).
     assert sorted(sent) == sorted(oracle.bodies)
-    assert set(stand_in.paths[before:]) == {"/v1/chat/completions"}
+    assert set(stand_in.paths[-len(sent) :]) == {"/v1/chat/completions"}  # with each body
     assert window_scores(scores, "score") == oracle.strict
     assert window_scores(scores, "eventual_score") == oracle.eventual
     windows = sum(len(v) for v in oracle.strict.values())
@@ -422,12 +429,8 @@ def test_a_trace_release_is_judged_as_trace_judges_it(
 def test_trace_extended_keeps_this_projects_judge_and_disagrees_with_trace(
     stand_in: StandInJudge, tmp_path: Path
 ) -> None:
-    plan = scripts()
-    oracle = trace_oracle(plan)
-    with Store(stored(tmp_path / "store.db", plan), read_only=True) as store:
-        before = len(stand_in.bodies)
-        scores = score_run(store, "judged", "trace-extended", judge_for(stand_in))
-    sent = [json.loads(body) for body in stand_in.bodies[before:]]
+    oracle, scores, bodies = judged_scripts(stand_in, tmp_path, "trace-extended")
+    sent = [json.loads(body) for body in bodies]
     assert {body["messages"][0]["role"] for body in sent} == {"system"}
     assert {(body["seed"], body["max_tokens"]) for body in sent} == {(0, 16)}
     prompts = [body["messages"][1]["content"] for body in sent]
