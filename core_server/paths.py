@@ -66,8 +66,11 @@ def _parse_store_url(value: str, must_exist: bool) -> str:
                 "(sqlite:///FILE, three slashes), or give the file path alone"
             )
         return _sqlite_url(Path(value), must_exist)
-    # Imported here: every command imports this module, and a file path needs none of it
-    # (`streameval runs` reads a SQLite file without SQLAlchemy).
+    plain = sqlite_file(value)
+    if plain is not None:
+        return _sqlite_url(plain, must_exist)
+    # Imported here: every command imports this module, and a file path or a plain
+    # sqlite:/// URL needs none of it (`streameval runs` reads SQLite without SQLAlchemy).
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -90,6 +93,20 @@ def _parse_store_url(value: str, must_exist: bool) -> str:
         return value
     path = _checked_file(Path(url.database), must_exist)
     return url.set(database=str(path)).render_as_string(hide_password=False)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a plain `sqlite:///PATH` URL (as `resolve_store_url` makes of a path);
+    None for any other URL (PostgreSQL, in memory, `file:` URIs, query options, and any
+    percent-escape, which only SQLAlchemy's URL parsing decodes the same way). Such a URL is
+    read without SQLAlchemy, whose import costs more than all of `streameval runs`."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or "?" in url or "%" in url:
+        return None
+    database = url.removeprefix(prefix)
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
 
 
 def _sqlite_url(path: Path, must_exist: bool) -> str:

@@ -133,7 +133,8 @@ def _perturbation_names(labels: list[str]) -> str:
 def _stored_runs(url: str) -> list[RunInfo]:
     """The store's runs, newest first. A SQLite file is read with the standard library
     alone (store/light.py), without SQLAlchemy's fifth of a second of imports."""
-    from streameval.core.store.light import OlderSchema, sqlite_file, sqlite_runs
+    from streameval.core.paths import sqlite_file
+    from streameval.core.store.light import OlderSchema, sqlite_runs
 
     path = sqlite_file(url)
     if path is not None:

@@ -63,16 +63,18 @@ def test_help_lists_the_commands_without_the_runtime(argv: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "listed", "allowed"),
+    ("argv", "as_url", "listed", "allowed"),
     [
-        # The runs of a SQLite file: read with the standard library alone.
-        (["runs"], '"run_id": "r1"', set()),
-        (["runs", "r1"], '"session_id": "qa:001"', {"sqlalchemy"}),
+        # The runs of a SQLite file, named by its path or a plain sqlite:/// URL: read with
+        # the standard library alone.
+        (["runs"], False, '"run_id": "r1"', set()),
+        (["runs"], True, '"run_id": "r1"', set()),
+        (["runs", "r1"], False, '"session_id": "qa:001"', {"sqlalchemy"}),
     ],
-    ids=["runs", "sessions"],
+    ids=["runs", "runs-url", "sessions"],
 )
 def test_listing_runs_imports_neither_the_runner_nor_migrations(
-    argv: list[str], listed: str, allowed: set[str], tmp_path: Path
+    argv: list[str], as_url: bool, listed: str, allowed: set[str], tmp_path: Path
 ) -> None:
     """`streameval runs` reads the store read-only: no Alembic, no runner, no run-input
     checks, no video or network stack (bench/bench_startup.py measures the CPU saved)."""
@@ -80,7 +82,8 @@ def test_listing_runs_imports_neither_the_runner_nor_migrations(
     with Store(f"sqlite:///{path}") as store:
         store.create_run("r1", "synthetic", {"profile": "trace"})
         store.add_sessions("r1", [("qa:001", ["qa:001"])])
-    loaded, printed = _modules_after(_command([*argv, "--json", "--store", str(path)]))
+    store = f"sqlite:///{path}" if as_url else str(path)
+    loaded, printed = _modules_after(_command([*argv, "--json", "--store", store]))
     assert listed in printed, printed  # the listing itself ran
     heavy = {"streameval.core.runner", "streameval.core.run_inputs"}
     tops = {name.partition(".")[0] for name in loaded}

@@ -17,8 +17,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
+from streameval.core.paths import sqlite_file
 from streameval.core.store import models
-from streameval.core.store.light import schema_versions, sqlite_file, sqlite_runs
+from streameval.core.store.light import schema_versions, sqlite_runs
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
     AdapterEndpoint,
@@ -189,6 +190,8 @@ def test_the_light_sqlite_reader_lists_the_runs_store_lists(tmp_path: Path) -> N
         ("sqlite:////data/a%40b.db", None),
         ("sqlite:////data/runs.db?timeout=5", None),
         ("sqlite://", None),
+        ("sqlite:///:memory:", None),
+        ("sqlite:///file:runs.db", None),
         ("postgresql+psycopg://u@h/db", None),
     ],
 )

@@ -135,16 +135,6 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file of a plain `sqlite:///PATH` URL (as `resolve_store_url` makes of a path);
-    None for any other URL (PostgreSQL, in memory, `file:` URIs, query options, and any
-    percent-escape, which only SQLAlchemy's URL parsing decodes the same way)."""
-    prefix = "sqlite:///"
-    if not url.startswith(prefix) or url == prefix or "?" in url or "%" in url:
-        return None
-    return Path(url.removeprefix(prefix))
-
-
 _RUN_COLUMNS = tuple(field.name for field in fields(RunInfo))
 _JSON_COLUMNS = ("config", "versions", "conditions")
 _TIME_COLUMNS = ("created_at", "finished_at")
