@@ -42,9 +42,9 @@ BEFORE = (
     "Before (2026-12-06, same machine and store, load average 5): the listing imported the "
     "runner, Alembic and the run-input checks and opened the store read-write, 1.36 CPU-s, "
     "3.9x `--help`. "
-    "It now reads a SQLite file with the standard library (core_server/store/light.py); "
-    "a `sqlite:///` URL still loads SQLAlchemy to parse it, a PostgreSQL store reads "
-    "through `Store`."
+    "It now reads a SQLite file, named by its path or a plain `sqlite:///` URL, with the "
+    "standard library (core_server/store/light.py, core_server/paths.py); a PostgreSQL "
+    "store reads through `Store`."
 )
 
 
