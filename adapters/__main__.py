@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.registry import build_adapter
 from streameval.adapters.server import AdapterStartFailed, serve
-from streameval.core.exit_codes import EXIT_CANNOT_START
+from streameval.core.run.exit_codes import EXIT_CANNOT_START
 from streameval.listening import listening_line
 from streameval.protocol import WS_PATH
 

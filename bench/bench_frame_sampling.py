@@ -228,8 +228,8 @@ def _torchcodec_decoder(video: str, size: tuple[int, int]):
 def run_framecache(job: Job) -> tuple[int, str]:
     """A cold FrameCache build (probe, hash, plan, decode, JPEG, index), then its JPEGs are
     copied out for the comparison."""
-    from streameval.core import frames as frames_module
-    from streameval.core.frames import DecodeStats, FrameCache, ImageRules
+    from streameval.core.frames import pipeline as frames_module
+    from streameval.core.frames.pipeline import DecodeStats, FrameCache, ImageRules
 
     rules = ImageRules(fps=job.fps, max_width=job.max_width, jpeg_quality=job.quality)
     stats = DecodeStats()
@@ -254,7 +254,7 @@ IMPORTS = {
     "pyav-full": ("av", "av.video.reformatter", "PIL.Image"),
     "opencv-seek": ("cv2",),
     "torchcodec": ("torchcodec.decoders", "torchcodec.transforms", "PIL.Image"),
-    "framecache": ("streameval.core.frames",),
+    "framecache": ("streameval.core.frames.pipeline",),
 }
 RUNNERS: dict[str, Callable[[Job], tuple[int, str]]] = {
     "pyav-full": run_pyav_full,
@@ -278,7 +278,7 @@ def worker(job: Job) -> dict:
 
 def warm_lookup_worker(video: str, cache: str, fps: float, max_width: int, quality: int) -> dict:
     """A new process finding a built entry: only the lookup itself is timed."""
-    from streameval.core.frames import FrameCache, ImageRules
+    from streameval.core.frames.pipeline import FrameCache, ImageRules
 
     rules = ImageRules(fps=fps, max_width=max_width, jpeg_quality=quality)
     started = time.perf_counter()

@@ -33,10 +33,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_section  # noqa: E402
-from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, Trigger  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
-from streameval.core.runner import RunExecutor  # noqa: E402
+from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from tests.recording import RssSampler  # noqa: E402

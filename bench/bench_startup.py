@@ -43,7 +43,7 @@ BEFORE = (
     "runner, Alembic and the run-input checks and opened the store read-write, 1.36 CPU-s, "
     "3.9x `--help`. "
     "It now reads a SQLite file, named by its path or a plain `sqlite:///` URL, with the "
-    "standard library (core_server/store/light.py, core_server/paths.py); a PostgreSQL "
+    "standard library (core_server/store/light.py, core_server/store/locations.py); a PostgreSQL "
     "store reads through `Store`."
 )
 

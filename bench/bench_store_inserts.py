@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from streameval.core.recorder import frame_sent_payload  # noqa: E402
+from streameval.core.session.recorder import frame_sent_payload  # noqa: E402
 from streameval.core.store.store import EventRow, Store  # noqa: E402
 from streameval.core.store.writer import BATCH_SIZE  # noqa: E402
 

@@ -14,9 +14,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from streameval.core.capacity import MAX_ENDPOINT_CONCURRENCY
-from streameval.core.paths import default_cache_dir
+from streameval.core.store.locations import default_cache_dir
 from streameval.protocol import WS_PATH, AdapterConditions, RunConditions
+
+# One local port per connection to an endpoint's host:port: a Core cannot hold more.
+MAX_ENDPOINT_CONCURRENCY = 65_535
 
 Pacing = Literal["logical", "wall_clock"]
 
@@ -311,14 +313,14 @@ class RunConfig(BaseModel):
     @field_validator("perturbations")
     @classmethod
     def _normal_perturbations(cls, specs: list[str]) -> list[str]:
-        from streameval.core.perturb_spec import parse_spec
+        from streameval.core.streams.perturb_spec import parse_spec
 
         return [parse_spec(spec).label for spec in specs]
 
     @field_validator("robustness")
     @classmethod
     def _known_preset(cls, preset: str | None) -> str | None:
-        from streameval.core.perturb_spec import run_variants
+        from streameval.core.streams.perturb_spec import run_variants
 
         run_variants((), preset)
         return preset

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pydantic import BaseModel
 from rich.console import Console
 
+from streameval.core.cli.terminal import Column, print_table
 from streameval.core.store.store import Store
-from streameval.core.terminal import Column, print_table
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import Judge
 from streameval.scorer.metrics.aggregate import Difference, compare_tables, is_timing

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from streameval.core.cli.terminal import Column, print_table
 from streameval.core.store.store import Store
-from streameval.core.terminal import Column, print_table
 from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
 from streameval.scorer.errors import ScoreError

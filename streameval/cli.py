@@ -1,4 +1,4 @@
-"""The one `streameval` command: the Core's commands (core_server/cli.py), the scorer's
+"""The one `streameval` command: the Core's commands (core_server/cli/commands.py), the scorer's
 (scorer/service/cli.py), and what needs both: the demo, which runs, then scores, and
 `profiles`, which lists the protocol and the scoring profiles (streameval/profiles_cli.py).
 
@@ -19,8 +19,8 @@ import typer
 from rich.console import Console
 
 from streameval.cli_help import HelpGroup
-from streameval.core import cli as core_cli
-from streameval.core.cli_common import SCORING_PROFILES_KEY
+from streameval.core.cli import commands as core_cli
+from streameval.core.cli.common import SCORING_PROFILES_KEY
 from streameval.errors import UserError
 from streameval.profiles_cli import profiles
 from streameval.scorer.profiles import SCORING_PROFILES
@@ -72,7 +72,7 @@ def options(
         ),
     ] = False,
 ) -> None:
-    # For the Core's commands, which never import the scorer (core_server/cli_common.py).
+    # For the Core's commands, which never import the scorer (core_server/cli/common.py).
     ctx.meta[SCORING_PROFILES_KEY] = tuple(SCORING_PROFILES)
 
 
@@ -84,12 +84,12 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
 ) -> None:
     """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
-    from streameval.core.adapter_process import AdapterProcess
+    from streameval.core.cli.progress_display import progress_display
     from streameval.core.config import EndpointConfig, RunConfig
-    from streameval.core.paths import default_cache_dir, resolve_store_url
-    from streameval.core.progress import Phase
-    from streameval.core.progress_display import progress_display
+    from streameval.core.launch.adapter_process import AdapterProcess
+    from streameval.core.store.locations import default_cache_dir, resolve_store_url
     from streameval.core.store.store import Store
+    from streameval.progress import Phase
     from streameval.scorer.report import score_run
 
     cache = cache_dir or default_cache_dir()

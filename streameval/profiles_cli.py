@@ -21,8 +21,8 @@ def profiles(
     (docs/protocol.md, docs/metrics.md)."""
     from rich.console import Console
 
+    from streameval.core.cli.terminal import Column, print_table
     from streameval.core.config import PROFILE_KINDS, PROTOCOL_PROFILES
-    from streameval.core.terminal import Column, print_table
     from streameval.scorer.profiles import SCORING_PROFILES
     from streameval.scorer.report import profile_report
 

@@ -53,8 +53,8 @@ def synth(
 
     from rich.markup import escape
 
-    from streameval.core.cli_common import console, fail
-    from streameval.core.exit_codes import EXIT_ALL_FAILED, EXIT_FINISHED, EXIT_SOME_FAILED
+    from streameval.core.cli.common import console, fail
+    from streameval.core.run.exit_codes import EXIT_ALL_FAILED, EXIT_FINISHED, EXIT_SOME_FAILED
     from streameval.errors import UserError
     from streameval.synth.client import ModelSettings
     from streameval.synth.pipeline import SynthOptions, synthesise
@@ -140,7 +140,7 @@ def synth(
 def _video_pool(folder: Path | None, benchmark: str | None) -> list[Path]:
     """The videos to synthesise from, in order; UserError when there are none."""
     from streameval.core.benchmark.loader import load_benchmark
-    from streameval.core.paths import default_cache_dir
+    from streameval.core.store.locations import default_cache_dir
     from streameval.errors import UserError
 
     if folder is not None:

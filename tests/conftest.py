@@ -129,7 +129,7 @@ def benchmark_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records every video the frame pipeline decodes in full (each one a cache entry built)."""
-    from streameval.core import frames as frames_module
+    from streameval.core.frames import pipeline as frames_module
 
     calls: list[str] = []
     real_sample = frames_module._sample_video

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from streameval.core.progress import Phase
+from streameval.progress import Phase
 
 # How the lines of a run's progress begin on a stderr that is no terminal.
 PROGRESS_LINES = tuple(f"{phase.value}: " for phase in Phase)
@@ -28,7 +28,7 @@ def cli(*args: str) -> list[str]:
 
 def without_progress(stderr: str) -> list[str]:
     """The non-blank lines of a command's stderr but its progress: without a terminal a run
-    says as each phase starts and ends (core_server/progress_display.py), before any error."""
+    says as each phase starts and ends (core_server/cli/progress_display.py), before any error."""
     return [
         line for line in stderr.splitlines() if line.strip() and not line.startswith(PROGRESS_LINES)
     ]

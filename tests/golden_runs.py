@@ -101,8 +101,8 @@ def golden_scores(name: str) -> dict[str, Any]:
 
 
 def _record_demo(store_url: str, directory: Path) -> str:
-    from streameval.core.adapter_process import AdapterProcess
     from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.launch.adapter_process import AdapterProcess
     from streameval.core.store.store import Store
     from tests.test_data_cli import execute
 
@@ -116,8 +116,8 @@ def _record_demo(store_url: str, directory: Path) -> str:
 
 
 def _record_trace(release: Path, keep_records: bool, store_url: str, directory: Path) -> str:
-    from streameval.core.adapter_process import AdapterProcess
     from streameval.core.config import EndpointConfig, RunConfig
+    from streameval.core.launch.adapter_process import AdapterProcess
     from streameval.core.store.store import Store
     from tests.test_data_cli import execute, stand_in_videos
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
 from tests.test_data_cli import execute

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from streameval.core.api import create_app as core_app
+from streameval.core.launch.control_api import create_app as core_app
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app as results_app
 from tests.servers import served, streameval_command

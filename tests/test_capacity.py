@@ -26,15 +26,15 @@ import pytest
 from typer.testing import CliRunner
 
 from streameval.cli import app
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.benchmark.records import Benchmark
-from streameval.core.capacity_search import (
+from streameval.core.analyses.capacity_search import (
     CapacityError,
     answer,
     next_level,
     parse_prometheus,
     parse_slo,
 )
+from streameval.core.benchmark.records import Benchmark
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from tests.servers import served, streameval_command
 from tests.timeline_fixtures import QA, write_video

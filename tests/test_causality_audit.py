@@ -1,4 +1,4 @@
-"""The causality audit (`streameval audit causality`, core_server/causality_audit.py): real
+"""The causality audit (`streameval audit causality`, core_server/analyses/causality_audit.py): real
 adapter processes, the real command in its own process, a real SQLite store, the verdict read
 back through the results API."""
 
@@ -14,9 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.benchmark.benchmark_json import load_benchmark_file
-from streameval.core.causality_audit import (
+from streameval.core.analyses.causality_audit import (
     COPIES,
     CUT_S,
     WORDS,
@@ -24,6 +22,8 @@ from streameval.core.causality_audit import (
     _verdict,
     prepare,
 )
+from streameval.core.benchmark.benchmark_json import load_benchmark_file
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import Event, EventKind
 from streameval.scorer.service.api import create_app

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import SessionInfo, Store
 from streameval.events import EventKind
 from tests.faults import cli, free_port, restart_postgres, wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from tests.faults import without_progress
 from tests.test_export import validate_line
 

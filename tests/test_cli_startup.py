@@ -85,6 +85,6 @@ def test_listing_runs_imports_neither_the_runner_nor_migrations(
     store = f"sqlite:///{path}" if as_url else str(path)
     loaded, printed = _modules_after(_command([*argv, "--json", "--store", store]))
     assert listed in printed, printed  # the listing itself ran
-    heavy = {"streameval.core.runner", "streameval.core.run_inputs"}
+    heavy = {"streameval.core.run.runner", "streameval.core.run.inputs"}
     tops = {name.partition(".")[0] for name in loaded}
     assert sorted(loaded & heavy) + sorted(tops & set(RUNTIME) - allowed) == []

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from streameval.adapters.registry import build_adapter
 from streameval.cli import app as cli_app
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -302,7 +302,7 @@ def test_every_variable_has_the_default_env_example_documents():
 
 def test_health_check_routes_are_served(tmp_path):
     """The URLs the health checks poll answer 200 on the real apps, without credentials."""
-    from streameval.core.api import create_app as core_app
+    from streameval.core.launch.control_api import create_app as core_app
     from streameval.scorer.service.api import create_app as results_app
 
     def polled(service: str) -> str:

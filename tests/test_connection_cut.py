@@ -21,16 +21,16 @@ from websockets.asyncio.client import connect
 from streameval.adapters.reference import ReferenceAdapter
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 from streameval.adapters.server import serve
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.benchmark.synthetic import generate
 from streameval.core.config import PROTOCOL_PROFILES
-from streameval.core.frames import FrameCache, ImageRules, VideoFrames
-from streameval.core.plan import SessionPlan
-from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
-from streameval.core.session import SessionDriver, SessionOutcome
+from streameval.core.frames.pipeline import FrameCache, ImageRules, VideoFrames
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.session.driver import SessionDriver, SessionOutcome
+from streameval.core.session.protocol_state import Awaited, ProtocolState, Resolution
 from streameval.core.store.store import EventRow, Store
-from streameval.core.timeline import Timeline, TimelineItem, proactive_timeline, qa_timeline
+from streameval.core.streams.plan import SessionPlan
+from streameval.core.streams.timeline import Timeline, TimelineItem, proactive_timeline, qa_timeline
 from streameval.events import Event, EventKind
 from streameval.protocol import (
     FEATURES_HEADER,

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.api import create_app
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.launch.control_api import create_app
 from streameval.core.store.store import Store
 from tests.timeline_fixtures import write_benchmark
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunError, RunExecutor, RunStopped
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunError, RunExecutor, RunStopped
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.run_lease import current_owner
 from streameval.core.store.store import Store
 from streameval.events import EventKind

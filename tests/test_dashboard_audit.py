@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.causality_audit import prepare
+from streameval.core.analyses.causality_audit import prepare
+from streameval.core.launch.adapter_process import AdapterProcess
 from tests.browser import chromium, require_browser
 from tests.servers import served, streameval_command
 from tests.test_dashboard_browser import open_page

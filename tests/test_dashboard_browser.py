@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from tests.browser import chromium, require_browser
 from tests.servers import served, streameval_command

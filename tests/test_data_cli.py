@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner, Result
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.benchmark.data_cli import data_app
 from streameval.core.benchmark.loader import import_path, load_benchmark
 from streameval.core.benchmark.records import Benchmark, QARecord
 from streameval.core.benchmark.validate import trigger_bounds, validate, video_duration_s
+from streameval.core.cli.data import data_app
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunExecutor, RunSummary
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunExecutor, RunSummary
 from streameval.core.store.store import Store
 from streameval.scorer.report import score_run
 from tests.test_import_streamingbench import entries

@@ -25,11 +25,11 @@ import pytest
 from typer.testing import CliRunner
 
 from streameval.adapters.reference_policy import ReferencePolicy
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.benchmark.data_cli import REFERENCE_URL, data_app
 from streameval.core.benchmark.loader import import_path
 from streameval.core.benchmark.ovo_bench import CATEGORIES
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
+from streameval.core.cli.data import REFERENCE_URL, data_app
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.scorer.metrics.ovo import category_of, count_correct
 
 runner = CliRunner()

@@ -2,7 +2,7 @@
 
 A cited path is a Markdown document (`*.md`, relative to the citing page or to the
 repository's root) or a path under one of the repository's top-level folders
-(`core_server/timeline.py`, `tests/fixtures/`), in a link, in code or in prose. A path
+(`core_server/streams/timeline.py`, `tests/fixtures/`), in a link, in code or in prose. A path
 written with a placeholder in capitals (`adapters/presets/NAME.yaml`, `000N_name.py`)
 stands for files of that form and is not looked up; a document never is a placeholder.
 """
@@ -54,14 +54,14 @@ def test_every_cited_path_exists(page: Path) -> None:
 
 def test_the_check_finds_paths_in_links_code_and_prose() -> None:
     text = (
-        "See [the protocol](protocol.md#frames), `core_server/timeline.py`, "
+        "See [the protocol](protocol.md#frames), `core_server/streams/timeline.py`, "
         "docs/metrics.md and `tests/fixtures/`; not https://x.org/a/b.md, "
         "/etc/hosts.md, `adapters/presets/NAME.yaml` or `synth-out/train.jsonl`."
     )
     cited = cited_paths(text)
     assert cited == [
         "protocol.md",
-        "core_server/timeline.py",
+        "core_server/streams/timeline.py",
         "docs/metrics.md",
         "tests/fixtures/",
         "adapters/presets/NAME.yaml",

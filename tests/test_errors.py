@@ -8,14 +8,14 @@ import pytest
 from streameval.adapters.config import AdapterConfigError
 from streameval.adapters.errors import AdapterSetupError, ModelLoadError
 from streameval.adapters.registry import AdapterLoadError
-from streameval.core.adapter_process import AdapterProcessError
 from streameval.core.benchmark.importing import BenchmarkError, EntryError
 from streameval.core.errors import CoreError
-from streameval.core.frames import ImageRulesError, VideoDecodeError
-from streameval.core.runner import RunError
+from streameval.core.frames.pipeline import ImageRulesError, VideoDecodeError
+from streameval.core.launch.adapter_process import AdapterProcessError
+from streameval.core.run.runner import RunError
 from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import StoreError
-from streameval.core.timeline import TimelineError
+from streameval.core.streams.timeline import TimelineError
 from streameval.errors import UserError
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import JudgeError

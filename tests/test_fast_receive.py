@@ -20,7 +20,7 @@ from websockets.frames import Frame, Opcode
 from websockets.utils import accept_key
 
 from streameval.adapters.server import CoreConnection
-from streameval.core.connection import AdapterConnection
+from streameval.core.session.connection import AdapterConnection
 from streameval.delivery import Arrival
 from streameval.fast_receive import MAX_HEAD_BYTES, FrameReader
 from tests.test_send_path import framed_messages

@@ -16,8 +16,8 @@ import av
 import numpy as np
 import pytest
 
-from streameval.core import frames as frames_module
-from streameval.core.frames import DecodeStats, ImageRules, VideoDecodeError
+from streameval.core.frames import pipeline as frames_module
+from streameval.core.frames.pipeline import DecodeStats, ImageRules, VideoDecodeError
 from tests.test_frames import encode_video, numbered_picture, shown_frame_number
 
 HAS_HEVC_ENCODER = "libx265" in av.codecs_available

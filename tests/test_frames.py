@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streameval.core.frames import (
+from streameval.core.frames.pipeline import (
     FrameCache,
     ImageRules,
     ImageRulesError,

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core import frames as frames_module
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import (
+from streameval.core.frames import pipeline as frames_module
+from streameval.core.frames.pipeline import (
     DIGEST_MEMO_DIR,
     DigestMemo,
     FrameCache,
     ImageRules,
     video_digest,
 )
-from streameval.core.runner import RunExecutor
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from tests.test_frames import encode_numbered_video, sha256_of
 
@@ -46,7 +46,9 @@ def watch(event, args):
 
 sys.addaudithook(watch)
 from pathlib import Path
-from streameval.core.frames import DIGEST_MEMO_DIR, DigestMemo, FrameCache, ImageRules, video_digest
+from streameval.core.frames.pipeline import (
+    DIGEST_MEMO_DIR, DigestMemo, FrameCache, ImageRules, video_digest,
+)
 
 frames = FrameCache(root).lookup(video, ImageRules())
 print(json.dumps({

@@ -16,10 +16,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.frames import FrameCache, ImageRules, VideoDecodeError, VideoInfo, probe
+from streameval.core.frames.pipeline import (
+    FrameCache,
+    ImageRules,
+    VideoDecodeError,
+    VideoInfo,
+    probe,
+)
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
-from streameval.core.timeline import TimelineError, qa_timeline
+from streameval.core.streams.timeline import TimelineError, qa_timeline
 from tests.test_core_run import execute, run_config
 from tests.test_frames import (
     NTSC,

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import FrameCache, FrameCacheError, ImageRules
-from streameval.core.runner import RunExecutor, RunSummary
+from streameval.core.frames.pipeline import FrameCache, FrameCacheError, ImageRules
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunExecutor, RunSummary
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark, write_video

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from streameval.adapters.registry import build_adapter
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.paths import CACHE_ENV, STORE_ENV
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.locations import CACHE_ENV, STORE_ENV
 from tests.test_compose import check_streameval, cli_command, dockerfile
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,6 @@ import pytest
 from pydantic import ValidationError
 
 from streameval.adapters.sdk import Adapter, Responder, Session
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import QARecord
 from streameval.core.config import (
     MAX_FPS,
@@ -27,7 +26,8 @@ from streameval.core.config import (
     EndpointConfig,
     RunConfig,
 )
-from streameval.core.protocol_state import ResponseLimits
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.session.protocol_state import ResponseLimits
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from streameval.protocol import MAX_COUNT, MAX_TEXT_CHARS, AdapterConditions, Question

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord, Trigger
-from streameval.core.negative_streams import negative_records
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.negative_streams import negative_records
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from streameval.scorer.report import score_run

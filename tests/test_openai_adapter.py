@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from tests.openai_stand_in import FakeOpenAIServer, Reply, images, labels

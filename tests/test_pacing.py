@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.frame_messages import FrameMessages
-from streameval.core.frames import FrameRef
-from streameval.core.pacing import LogicalPacing, VideoClock, WallClockPacing, pacing_for
-from streameval.core.plan import SessionPlan
-from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
-from streameval.core.recorder import Recorder
-from streameval.core.sender import SessionStream
-from streameval.core.timeline import Timeline, TimelineItem
-from streameval.core.waiting import Waits
+from streameval.core.frames.pipeline import FrameRef
+from streameval.core.session.failures import FailureStage, SessionFailure
+from streameval.core.session.frame_messages import FrameMessages
+from streameval.core.session.pacing import LogicalPacing, VideoClock, WallClockPacing, pacing_for
+from streameval.core.session.protocol_state import Awaited, ProtocolState, Resolution
+from streameval.core.session.recorder import Recorder
+from streameval.core.session.sender import SessionStream
+from streameval.core.session.waiting import Waits
+from streameval.core.streams.plan import SessionPlan
+from streameval.core.streams.timeline import Timeline, TimelineItem
 from streameval.events import Event, EventKind
 from tests.recording import reading_into
 

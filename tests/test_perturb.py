@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import FrameRef
-from streameval.core.perturb import perturb
-from streameval.core.perturb_spec import PerturbationError, parse_spec, run_variants
-from streameval.core.runner import RunExecutor
+from streameval.core.frames.pipeline import FrameRef
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
-from streameval.core.timeline import Timeline, TimelineItem
+from streameval.core.streams.perturb import perturb
+from streameval.core.streams.perturb_spec import PerturbationError, parse_spec, run_variants
+from streameval.core.streams.timeline import Timeline, TimelineItem
 from streameval.events import EventKind
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
 from streameval.variants import RobustnessCondition, read_condition, variant_record_id

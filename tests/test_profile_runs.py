@@ -26,12 +26,12 @@ import pytest
 
 from streameval.adapters.baselines import AlwaysAdapter, RandomChoiceAdapter, SilentAdapter
 from streameval.adapters.sdk import Adapter, Responder
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.ovo_bench import CATEGORY_OF
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
 from streameval.core.benchmark.validate import trigger_bounds
 from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import probe_task_id
 from streameval.protocol import Question, Step

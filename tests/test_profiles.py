@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import Probe
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunExecutor
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark

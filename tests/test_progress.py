@@ -1,4 +1,4 @@
-"""Progress of a run's phases (core_server/progress.py): the synthetic benchmark generated,
+"""Progress of a run's phases (streameval/progress.py): the synthetic benchmark generated,
 the frames prepared, the sessions streamed, then scoring for the demo.
 
 A recorder stands where the terminal display would be and gets every report of real runs
@@ -20,21 +20,21 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from streameval.core import frames as frames_module
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.loader import synthetic_dir
-from streameval.core.cli import execute
-from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import FrameCache, ImageRules
-from streameval.core.progress import Phase
-from streameval.core.progress_display import (
+from streameval.core.cli.commands import execute
+from streameval.core.cli.progress_display import (
     PLAIN_PERIOD_S,
     PlainProgress,
     TerminalProgress,
     WarningsOnly,
     progress_display,
 )
+from streameval.core.config import EndpointConfig, RunConfig
+from streameval.core.frames import pipeline as frames_module
+from streameval.core.frames.pipeline import FrameCache, ImageRules
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
+from streameval.progress import Phase
 from tests.terminal import plain, read_terminal, sized_terminal
 
 # The first ten synthetic records ask about the first three of its seven videos.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.protocol_state import (
+from streameval.core.session.failures import FailureStage, SessionFailure
+from streameval.core.session.protocol_state import (
     Awaited,
     ProtocolState,
     Reaction,

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.light import OlderSchema
 from streameval.core.store.store import Store, StoreError
 from tests.faults import cli, free_port, unprivileged

@@ -15,9 +15,9 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from streameval.core.config import PROTOCOL_PROFILES
-from streameval.core.plan import SessionPlan
-from streameval.core.session import SessionDriver, SessionOutcome
-from streameval.core.timeline import Timeline, TimelineItem
+from streameval.core.session.driver import SessionDriver, SessionOutcome
+from streameval.core.streams.plan import SessionPlan
+from streameval.core.streams.timeline import Timeline, TimelineItem
 from streameval.delivery import MAX_FRAGMENTS
 from streameval.events import Event, EventKind
 from streameval.protocol import MAX_MESSAGE_BYTES, WS_PATH, AdapterConditions, Hello

@@ -27,7 +27,7 @@ from streameval.adapters.registry import (
 )
 from streameval.adapters.transformers_adapter import TransformersAdapterConfig
 from streameval.adapters.vllm_engine import VLLMEngineConfig
-from streameval.core.adapter_process import AdapterProcess, AdapterProcessError
+from streameval.core.launch.adapter_process import AdapterProcess, AdapterProcessError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 
 

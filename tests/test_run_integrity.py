@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.runner import RunExecutor, session_failure_cause
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.runner import RunExecutor, session_failure_cause
 from streameval.core.store.store import SessionInfo, Store
 from streameval.events import EventKind, failure_cause
 from tests.integrity_adapters import CRASH_AT_ENV

@@ -15,7 +15,7 @@ import socket
 import subprocess
 from datetime import UTC, datetime
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.run_lease import current_owner
 from streameval.core.store.store import Store
 from streameval.events import EventKind

@@ -11,7 +11,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.light import MIGRATIONS_DIR, schema_versions
 from streameval.core.store.store import Store
 from tests.test_cli import streameval

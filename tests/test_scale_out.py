@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
 from streameval.events import Event, EventKind

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from streameval.adapters.reference import ReferenceAdapter
 from streameval.adapters.sdk import Frame, Session
 from streameval.cli import app
-from streameval.core.adapter_process import AdapterProcess
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from streameval.scorer.eventlog import SessionLog

@@ -25,14 +25,14 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from streameval.core.adapter_process import AdapterProcess
-from streameval.core.api import (
+from streameval.core.config import EndpointConfig, adapter_host_patterns, host_allowed
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.launch.control_api import (
     UNREACHABLE,
     TokenError,
     create_app,
     resolve_token,
 )
-from streameval.core.config import EndpointConfig, adapter_host_patterns, host_allowed
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app as results_app
 from tests.test_scorer_report import mixed_run
@@ -335,7 +335,7 @@ def test_a_background_runs_crash_is_logged_and_shown_as_failed(api, tmp_path, ad
     assert status["status"] == "failed"
     assert status["reason"].startswith("StoreError: ") and "disk on fire" in status["reason"]
     assert "\n" not in status["reason"]
-    logged = [r for r in caplog.records if r.name == "streameval.core.api"]
+    logged = [r for r in caplog.records if r.name == "streameval.core.launch.control_api"]
     assert logged and logged[0].getMessage() == f"run {run_id} crashed: {status['reason']}"
     with Store(store_url) as store:
         assert store.get_run(run_id).status == "failed"

@@ -24,25 +24,25 @@ from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
 from streameval import fast_send
-from streameval.core.api import AdapterRegistration
-from streameval.core.capacity import slots_per_endpoint
-from streameval.core.collector import fewer_pauses
 from streameval.core.config import EndpointConfig
-from streameval.core.failures import FailureStage, SessionFailure
-from streameval.core.frame_messages import FrameMessages, build_message, retimed
-from streameval.core.frames import FrameCacheError, FrameRef
-from streameval.core.pacing import VideoClock, WallClockPacing, _NextFrame
-from streameval.core.plan import SessionPlan
-from streameval.core.protocol_state import Awaited, ProtocolState, Resolution
-from streameval.core.recorder import Recorder, frame_sent_payload
-from streameval.core.sender import SessionStream
-from streameval.core.session import SessionOutcome
+from streameval.core.frames.pipeline import FrameCacheError, FrameRef
+from streameval.core.launch.control_api import AdapterRegistration
+from streameval.core.run.capacity import slots_per_endpoint
+from streameval.core.run.collector import fewer_pauses
+from streameval.core.run.worker import Worker
+from streameval.core.session.driver import SessionOutcome
+from streameval.core.session.failures import FailureStage, SessionFailure
+from streameval.core.session.frame_messages import FrameMessages, build_message, retimed
+from streameval.core.session.pacing import VideoClock, WallClockPacing, _NextFrame
+from streameval.core.session.protocol_state import Awaited, ProtocolState, Resolution
+from streameval.core.session.recorder import Recorder, frame_sent_payload
+from streameval.core.session.sender import SessionStream
+from streameval.core.session.waiting import Waits
 from streameval.core.store.store import SessionInfo, Store, StoreError, StoreLost, event_row
 from streameval.core.store.writer import EventWriter
-from streameval.core.store_process import StoreProcess, child_url
-from streameval.core.timeline import Timeline, TimelineItem
-from streameval.core.waiting import Waits
-from streameval.core.worker import Worker
+from streameval.core.store.writer_process import StoreProcess, child_url
+from streameval.core.streams.plan import SessionPlan
+from streameval.core.streams.timeline import Timeline, TimelineItem
 from streameval.events import Event, EventKind, read_payload
 from streameval.fast_send import send_message
 from streameval.open_files import raise_open_file_limit

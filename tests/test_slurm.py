@@ -24,7 +24,7 @@ from typing import NoReturn
 
 import pytest
 
-from streameval.core import launch_slurm
+from streameval.core.launch import slurm as launch_slurm
 from streameval.core.store.store import Store
 from tests.conftest import PG_URL_ENV, _fresh_pg_database
 

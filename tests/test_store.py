@@ -17,9 +17,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from streameval.core.benchmark.records import EvidenceSpan, ProactiveRecord, QARecord, Trigger
-from streameval.core.paths import sqlite_file
 from streameval.core.store import models
 from streameval.core.store.light import schema_versions, sqlite_runs
+from streameval.core.store.locations import sqlite_file
 from streameval.core.store.store import (
     MIGRATIONS_DIR,
     AdapterEndpoint,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from streameval.core.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store, StoreError, StoreLost
 from streameval.core.store.writer import EventWriter, EventWriterFailed
 from streameval.events import Event, EventKind

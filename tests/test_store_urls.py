@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.paths import STORE_ENV, resolve_store_url
+from streameval.core.store.locations import STORE_ENV, resolve_store_url
 from streameval.core.store.store import Store, StoreError
 from tests.test_cli import streameval
 

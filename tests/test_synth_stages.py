@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.frames import FrameCache, ImageRules
+from streameval.core.frames.pipeline import FrameCache, ImageRules
 from streameval.synth import prompts
 from streameval.synth.client import CallFailed, ModelClient, ModelSettings
 from streameval.synth.models import Action

@@ -38,9 +38,9 @@ from streameval.adapters.transformers_adapter import (  # noqa: E402
     TransformersAdapter,
     TransformersAdapterConfig,
 )
-from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
-from streameval.core.runner import RunExecutor  # noqa: E402
+from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import Instruction, Question, RunConditions, Step  # noqa: E402

@@ -24,14 +24,14 @@ pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 import av  # noqa: E402
 import numpy as np  # noqa: E402
 
-from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.benchmark.records import (  # noqa: E402
     Benchmark,
     ProactiveRecord,
     Trigger,
 )
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
-from streameval.core.runner import RunExecutor  # noqa: E402
+from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from tests.recording import RssSampler  # noqa: E402

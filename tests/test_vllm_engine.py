@@ -29,13 +29,13 @@ pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
 from streameval.adapters.sdk import Frame, Responder, Session  # noqa: E402
-from streameval.core.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
-from streameval.core.connection import connect_adapter  # noqa: E402
-from streameval.core.failures import SessionFailure  # noqa: E402
-from streameval.core.runner import RunError, RunExecutor, RunStopped  # noqa: E402
+from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.run.runner import RunError, RunExecutor, RunStopped  # noqa: E402
+from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S  # noqa: E402
+from streameval.core.session.connection import connect_adapter  # noqa: E402
+from streameval.core.session.failures import SessionFailure  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
-from streameval.core.timeouts import ALL_DOWN_GIVE_UP_S  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import HEARTBEAT_TIMEOUT_S, Question, RunConditions  # noqa: E402
 from tests.recording import Wire  # noqa: E402

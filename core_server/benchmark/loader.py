@@ -21,7 +21,7 @@ from streameval.core.benchmark.importing import (
 )
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
-from streameval.core.progress import NO_PROGRESS, Progress
+from streameval.progress import NO_PROGRESS, Progress
 
 __all__ = [
     "BenchmarkError",

@@ -116,7 +116,7 @@ class ProactiveRecord(BaseModel):
     triggers: tuple[Trigger, ...]
     probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
-    # A negative stream (core_server/negative_streams.py): no triggers, frames up to here.
+    # A negative stream (core_server/run/negative_streams.py): no triggers, frames up to here.
     # Left out of a dump when unset: a benchmark record dumps as before the field existed,
     # so runs stored earlier compare equal on resume (run_inputs.records_diff) and exports
     # keep their bytes.

@@ -38,7 +38,7 @@ from streameval.core.benchmark.records import (
     Record,
     Trigger,
 )
-from streameval.core.progress import NO_PROGRESS, Phase, Progress
+from streameval.progress import NO_PROGRESS, Phase, Progress
 
 GENERATOR_VERSION = "1"
 SOURCE = "synthetic"

@@ -17,7 +17,7 @@ from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streameval.core.paths import default_cache_dir
+from streameval.core.store.locations import default_cache_dir
 from streameval.scorer.errors import ScoreError
 
 CACHE_FILE = "judge_verdicts.sqlite"

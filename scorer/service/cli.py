@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from streameval.core.paths import resolve_store_url
+from streameval.core.store.locations import resolve_store_url
 from streameval.errors import UserError
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.profiles import (

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from streameval.core.benchmark.benchmark_json import load_benchmark_file
 from streameval.core.benchmark.importing import BenchmarkError
 from streameval.core.benchmark.loader import load_benchmark, synthetic_dir
-from streameval.core.frames import (
+from streameval.core.frames.pipeline import (
     FrameCache,
     FrameCacheError,
     ImageRules,
