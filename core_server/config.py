@@ -2,6 +2,8 @@
 
 The resolved `RunConfig` is stored with every run (and hashed), so a number can always be
 traced back to the conditions it was obtained under.
+
+May import: errors, store, frames, benchmark, streams.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pydantic import BaseModel
 from rich.console import Console
 
-from streameval.core.cli.terminal import Column, print_table
 from streameval.core.store.store import Store
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import Judge
@@ -33,6 +32,7 @@ from streameval.scorer.report import (
     unit_label,
 )
 from streameval.scorer.source import RunSource, store_source
+from streameval.terminal import Column, print_table
 
 # Pydantic serialises the aggregate's plain dataclass as it is: one definition of a difference.
 Differences = dict[str, dict[str, Difference]]

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from streameval.core.cli.terminal import Column, print_table
 from streameval.core.store.store import Store
 from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
@@ -76,6 +75,7 @@ from streameval.scorer.profiles import (
     scoring_profile_for,
 )
 from streameval.scorer.source import RunSource, store_source
+from streameval.terminal import Column, print_table
 from streameval.variants import CLEAN, read_condition
 
 SCHEMA = "streameval-scores/1"

@@ -21,10 +21,10 @@ def profiles(
     (docs/protocol.md, docs/metrics.md)."""
     from rich.console import Console
 
-    from streameval.core.cli.terminal import Column, print_table
     from streameval.core.config import PROFILE_KINDS, PROTOCOL_PROFILES
     from streameval.scorer.profiles import SCORING_PROFILES
     from streameval.scorer.report import profile_report
+    from streameval.terminal import Column, print_table
 
     if as_json:
         protocol = [p.model_dump(mode="json") for p in PROTOCOL_PROFILES.values()]

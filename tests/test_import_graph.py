@@ -1,5 +1,6 @@
-"""The modules of the `streameval` namespace import each other without a cycle, and the Core
-and the adapters never import the scorer.
+"""The modules of the `streameval` namespace import each other without a cycle, the Core
+and the adapters never import the scorer, and each room (a subpackage, or a top-level
+module of the Core) imports only the sibling rooms its docstring lists after "May import:".
 
 Every module under the folders pyproject.toml maps into the namespace is parsed, not
 imported. Every import statement counts, at module level, inside a function or under
@@ -9,6 +10,7 @@ imported. Every import statement counts, at module level, inside a function or u
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -123,3 +125,118 @@ def test_the_graph_sees_every_import_form() -> None:
 def test_a_cycle_is_found_however_it_is_closed() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+# The packages whose rooms declare their imports; every top-level module of the Core
+# declares too, so that nothing sits beside the rooms undeclared.
+DECLARING_PACKAGES = ("streameval.core", "streameval.scorer", "streameval.adapters")
+EVERY_MODULE_DECLARES = ("streameval.core",)
+_MAY_IMPORT = re.compile(r"^May import: (.*?)\.?$", re.MULTILINE)
+
+
+def declared_imports(path: Path) -> set[str] | None:
+    """The sibling rooms a module's or package's docstring allows ("May import: a, b."),
+    None where it declares nothing; "nothing ..." declares the empty set."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+    found = _MAY_IMPORT.search(docstring)
+    if found is None:
+        return None
+    names = found.group(1)
+    return set() if names.startswith("nothing") else {n.strip() for n in names.split(",")}
+
+
+def rooms() -> dict[str, tuple[Path, set[str] | None]]:
+    """Each room by dotted name: the file that declares it (a package's __init__.py) and
+    what it declares. A room is a subpackage anywhere below a declaring package, or a
+    top-level module of a package where every module declares."""
+    known = modules()
+    found = {}
+    for name, path in known.items():
+        parent = name.rpartition(".")[0]
+        inside = any(name.startswith(f"{package}.") for package in DECLARING_PACKAGES)
+        is_package = path.name == "__init__.py"
+        if inside and (is_package or parent in EVERY_MODULE_DECLARES):
+            found[name] = (path, declared_imports(path))
+    return found
+
+
+def _room_of(module: str, room_names: set[str]) -> str | None:
+    """The innermost room a module lies in."""
+    while module and module not in room_names:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def undeclared_imports() -> list[str]:
+    """Imports from one room into a sibling room (same parent) its docstring does not list."""
+    declared = rooms()
+    room_names = set(declared)
+    wrong = []
+    for module, targets in import_graph().items():
+        for target in targets:
+            source_room = _room_of(module, room_names)
+            for room in _enclosing(source_room, room_names):
+                sibling = _sibling_room(room, target, room_names)
+                allowed = declared[room][1] or set()
+                if sibling is not None and sibling.rpartition(".")[2] not in allowed:
+                    wrong.append(f"{module} -> {target} ({room} may not import {sibling})")
+    return sorted(set(wrong))
+
+
+def _enclosing(room: str | None, room_names: set[str]) -> Iterator[str]:
+    """A room and the rooms it lies in, innermost first."""
+    while room is not None:
+        yield room
+        room = _room_of(room.rpartition(".")[0], room_names)
+
+
+def _sibling_room(room: str, target: str, room_names: set[str]) -> str | None:
+    """The room beside `room` (same parent) that `target` lies in, if any."""
+    parent = room.rpartition(".")[0]
+    if not target.startswith(f"{parent}.") or target == room or target.startswith(f"{room}."):
+        return None
+    sibling = ".".join(target.split(".")[: room.count(".") + 1])
+    return sibling if sibling in room_names else None
+
+
+def test_every_room_declares_what_it_may_import() -> None:
+    silent = sorted(name for name, (_, allowed) in rooms().items() if allowed is None)
+    assert not silent, "no 'May import:' line in the docstring of: " + ", ".join(silent)
+
+
+def test_every_room_declares_only_rooms_that_exist_beside_it() -> None:
+    declared = rooms()
+    unknown = sorted(
+        f"{name}: {other}"
+        for name, (_, allowed) in declared.items()
+        for other in allowed or ()
+        if f"{name.rpartition('.')[0]}.{other}" not in modules()
+    )
+    assert not unknown, "declared rooms that do not exist: " + ", ".join(unknown)
+
+
+def test_the_declared_rooms_have_no_cycle() -> None:
+    """The declarations themselves point one way: rooms form layers, no upward arrow."""
+    declared = rooms()
+    graph = {
+        name: {f"{name.rpartition('.')[0]}.{other}" for other in allowed or ()}
+        for name, (_, allowed) in declared.items()
+    }
+    assert not cycles(graph)
+
+
+def test_each_room_imports_only_what_it_declares() -> None:
+    wrong = undeclared_imports()
+    assert not wrong, "\n".join(wrong)
+
+
+def test_an_undeclared_import_is_found() -> None:
+    """A guard against a vacuous pass: the session room does not declare the run room."""
+    declared = rooms()
+    assert "run" not in (declared["streameval.core.session"][1] or set())
+    assert (
+        _sibling_room("streameval.core.session", "streameval.core.run.runner", set(declared))
+        == "streameval.core.run"
+    )
+    # A top-level module of the Core is a room of its own, declaring like a package.
+    assert declared["streameval.core.errors"][1] == set()

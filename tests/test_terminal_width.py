@@ -20,13 +20,13 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from streameval.core.cli.terminal import Column, print_table
 from streameval.core.config import PROTOCOL_PROFILES
 from streameval.core.store.store import Store
 from streameval.scorer.metrics.explain import explain, family_glossary, glossary
 from streameval.scorer.metrics.registry import FAMILIES
 from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import score_run
+from streameval.terminal import Column, print_table
 from tests.terminal import plain, read_terminal, sized_terminal
 
 WIDTH = 80

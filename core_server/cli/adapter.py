@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from streameval.core.cli.common import fail
-from streameval.core.cli.terminal import Column, print_table
+from streameval.terminal import Column, print_table
 
 if TYPE_CHECKING:
     from streameval.adapters.options import OptionInfo

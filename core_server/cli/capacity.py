@@ -26,7 +26,6 @@ from streameval.core.cli.common import (
     fail,
     first_validation_error,
 )
-from streameval.core.cli.terminal import Column, print_table
 from streameval.core.run.exit_codes import (
     EXIT_INTERRUPTED,
     EXIT_STOPPED,
@@ -34,6 +33,7 @@ from streameval.core.run.exit_codes import (
 )
 from streameval.core.store.locations import resolve_store_url
 from streameval.errors import UserError
+from streameval.terminal import Column, print_table
 
 if TYPE_CHECKING:
     from streameval.core.analyses.capacity_search import CapacityResult, CapacitySearch, CurvePoint

@@ -20,9 +20,9 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from streameval.core.cli.common import StoreOption, console, fail
-from streameval.core.cli.terminal import Column, print_table
 from streameval.core.run.adapter_identity import adapter_identity, identity_label
 from streameval.core.store.locations import default_cache_dir, resolve_store_url
+from streameval.terminal import Column, print_table
 
 # The store (SQLAlchemy) is imported by the commands: `streameval --help` needs none of it.
 if TYPE_CHECKING:

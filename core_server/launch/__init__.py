@@ -1,1 +1,6 @@
-"""TODO launch"""
+"""Starting things elsewhere: runs over the Core's HTTP control API (control_api.py), workers
+as a Slurm job array (slurm.py) and adapters as local processes on a free port
+(adapter_process.py).
+
+May import: errors, store, frames, benchmark, streams, config, session, run.
+"""

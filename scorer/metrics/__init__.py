@@ -6,4 +6,6 @@ streamingbench.py) declares itself in one module, next to its evaluation, as a
 every family a profile needs; statistic.py holds the statistics a family declares over the
 fields its records contribute; aggregate.py computes them overall and per slice, with
 bootstrap intervals.
+
+May import: episodes, errors, judging, parsing, profiles.
 """

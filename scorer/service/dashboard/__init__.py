@@ -3,6 +3,8 @@ that the results API serves under /ui/, and the helpers behind the endpoints it 
 API: live run progress (progress.py), frame thumbnails from the frame cache (frames.py) and
 the metric glossary behind its hover text (help.py).
 The same page, with its data inlined, is the static report (scorer/service/html_report.py).
+
+May import: nothing beside it in service/ (it reads the store and the scorer's metrics).
 """
 
 from pathlib import Path
