@@ -1,8 +1,8 @@
 """Feeding the decoder: every frame of the stream in presentation order, or only the packets
 a plan names.
 
-Every frame out of the decoder is checked against the plan (timestamps in presentation
-order, none missing); any difference raises PlanMismatch.
+Decoding to a plan checks every frame out of the decoder against it (timestamps in
+presentation order, none missing); any difference raises PlanMismatch.
 """
 
 from __future__ import annotations
