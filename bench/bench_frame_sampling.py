@@ -228,18 +228,20 @@ def _torchcodec_decoder(video: str, size: tuple[int, int]):
 def run_framecache(job: Job) -> tuple[int, str]:
     """A cold FrameCache build (probe, hash, plan, decode, JPEG, index), then its JPEGs are
     copied out for the comparison."""
-    from streameval.core.frames import pipeline as frames_module
-    from streameval.core.frames.pipeline import DecodeStats, FrameCache, ImageRules
+    from streameval.core.frames import entries
+    from streameval.core.frames.cache import FrameCache
+    from streameval.core.frames.decoding import DecodeStats
+    from streameval.core.frames.types import ImageRules
 
     rules = ImageRules(fps=job.fps, max_width=job.max_width, jpeg_quality=job.quality)
     stats = DecodeStats()
-    real_sample = frames_module._sample_video
+    real_sample = entries.sample_video
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         return real_sample(*args, **kwargs, stats=stats)
 
     # Only this worker process: the statistics of the one build it runs.
-    frames_module._sample_video = counted
+    entries.sample_video = counted
     built = FrameCache(Path(job.out) / "cache").get(Path(job.video), rules)
     for ref in built.frames:
         shutil.copyfile(
@@ -254,7 +256,7 @@ IMPORTS = {
     "pyav-full": ("av", "av.video.reformatter", "PIL.Image"),
     "opencv-seek": ("cv2",),
     "torchcodec": ("torchcodec.decoders", "torchcodec.transforms", "PIL.Image"),
-    "framecache": ("streameval.core.frames.pipeline",),
+    "framecache": ("streameval.core.frames.cache",),
 }
 RUNNERS: dict[str, Callable[[Job], tuple[int, str]]] = {
     "pyav-full": run_pyav_full,
@@ -278,7 +280,8 @@ def worker(job: Job) -> dict:
 
 def warm_lookup_worker(video: str, cache: str, fps: float, max_width: int, quality: int) -> dict:
     """A new process finding a built entry: only the lookup itself is timed."""
-    from streameval.core.frames.pipeline import FrameCache, ImageRules
+    from streameval.core.frames.cache import FrameCache
+    from streameval.core.frames.types import ImageRules
 
     rules = ImageRules(fps=fps, max_width=max_width, jpeg_quality=quality)
     started = time.perf_counter()

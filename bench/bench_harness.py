@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_section  # noqa: E402
 from streameval.core.benchmark.records import Benchmark, QARecord  # noqa: E402
-from streameval.core.frames.pipeline import FrameCache, ImageRules  # noqa: E402
+from streameval.core.frames.cache import FrameCache  # noqa: E402
+from streameval.core.frames.types import ImageRules  # noqa: E402
 from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.session.frame_messages import build_message  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402

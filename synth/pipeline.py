@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from streameval.core.frames.pipeline import FrameCache, ImageRules, VideoDecodeError
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import VideoDecodeError
+from streameval.core.frames.types import ImageRules
 from streameval.synth.client import CallFailed, ModelClient, ModelSettings
 from streameval.synth.models import Trajectory
 from streameval.synth.rollout import roll_out, tie_breaker

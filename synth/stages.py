@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from streameval.adapters.chat_prompts import PromptImage
-from streameval.core.frames.pipeline import FrameRef, VideoFrames
+from streameval.core.frames.types import FrameRef, VideoFrames
 from streameval.synth import prompts
 from streameval.synth.client import Call, ModelClient, Stage
 from streameval.synth.models import Category, Segment, SynthQuestion

@@ -129,14 +129,14 @@ def benchmark_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records every video the frame pipeline decodes in full (each one a cache entry built)."""
-    from streameval.core.frames import pipeline as frames_module
+    from streameval.core.frames import entries
 
     calls: list[str] = []
-    real_sample = frames_module._sample_video
+    real_sample = entries.sample_video
 
     def counting_sample(path, *args, **kwargs):
         calls.append(str(path))
         return real_sample(path, *args, **kwargs)
 
-    monkeypatch.setattr(frames_module, "_sample_video", counting_sample)
+    monkeypatch.setattr(entries, "sample_video", counting_sample)
     return calls

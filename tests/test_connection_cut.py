@@ -24,7 +24,8 @@ from streameval.adapters.server import serve
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.benchmark.synthetic import generate
 from streameval.core.config import PROTOCOL_PROFILES
-from streameval.core.frames.pipeline import FrameCache, ImageRules, VideoFrames
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.types import ImageRules, VideoFrames
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.session.driver import SessionDriver, SessionOutcome
 from streameval.core.session.protocol_state import Awaited, ProtocolState, Resolution

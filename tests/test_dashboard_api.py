@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from streameval.core.frames.pipeline import FrameCache, ImageRules
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.types import ImageRules
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app

@@ -10,7 +10,7 @@ from streameval.adapters.errors import AdapterSetupError, ModelLoadError
 from streameval.adapters.registry import AdapterLoadError
 from streameval.core.benchmark.importing import BenchmarkError, EntryError
 from streameval.core.errors import CoreError
-from streameval.core.frames.pipeline import ImageRulesError, VideoDecodeError
+from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
 from streameval.core.launch.adapter_process import AdapterProcessError
 from streameval.core.run.runner import RunError
 from streameval.core.store.export import ExportFormatError

@@ -16,8 +16,11 @@ import av
 import numpy as np
 import pytest
 
-from streameval.core.frames import pipeline as frames_module
-from streameval.core.frames.pipeline import DecodeStats, ImageRules, VideoDecodeError
+from streameval.core.frames import decoding, planning, sampling
+from streameval.core.frames.decoding import DecodeStats
+from streameval.core.frames.errors import VideoDecodeError
+from streameval.core.frames.timing import Timing
+from streameval.core.frames.types import ImageRules
 from tests.test_frames import encode_video, numbered_picture, shown_frame_number
 
 HAS_HEVC_ENCODER = "libx265" in av.codecs_available
@@ -58,7 +61,7 @@ def sample_both(
         folder = tmp_path / mode
         folder.mkdir()
         stats = DecodeStats()
-        sampled = frames_module._sample_video(
+        sampled = sampling.sample_video(
             video, "0" * 64, rules, folder, decode_all=mode == "all", stats=stats
         )
         results += [sampled, stats]
@@ -147,7 +150,7 @@ def leading_frames(video: Path) -> list[int]:
     """The frames (in presentation order) shown before their GOP's keyframe: an open GOP's
     leading frames, decoded after the keyframe but referencing the GOP before it."""
     with av.open(str(video)) as container:
-        packets = frames_module._scan_packets(container, container.streams.video[0])
+        packets = planning.scan_packets(container, container.streams.video[0])
     assert packets is not None
     rank = {pts: r for r, pts in enumerate(sorted(packets.pts))}
     starts = packets.keyframes
@@ -231,14 +234,14 @@ def test_a_packet_that_differs_on_the_second_read_falls_back_to_decoding_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     video = encode_video(tmp_path / "v.mp4", numbered(90), 30, codec_options=x264(10))
-    real_scan = frames_module._scan_packets
+    real_scan = planning.scan_packets
 
     def scan_with_a_wrong_timestamp(container, stream):
         packets = real_scan(container, stream)
         packets.pts[45] += 1
         return packets
 
-    monkeypatch.setattr(frames_module, "_scan_packets", scan_with_a_wrong_timestamp)
+    monkeypatch.setattr(sampling, "scan_packets", scan_with_a_wrong_timestamp)
     planned, stats, decode_all, _ = sample_both(video, ImageRules(fps=7), tmp_path)
 
     assert not stats.planned
@@ -249,12 +252,12 @@ def test_a_frame_the_decoder_does_not_bring_out_falls_back_to_decoding_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     video = encode_video(tmp_path / "v.mp4", numbered(90), 30, codec_options=x264(10, b_frames=2))
-    real_decode = frames_module._decode
+    real_decode = decoding._decode
 
     def decode_losing_a_frame(codec, packet):
         return [frame for frame in real_decode(codec, packet) if frame.pts != 41 * 512]
 
-    monkeypatch.setattr(frames_module, "_decode", decode_losing_a_frame)
+    monkeypatch.setattr(decoding, "_decode", decode_losing_a_frame)
     planned, stats, decode_all, _ = sample_both(video, ImageRules(fps=7), tmp_path)
 
     assert not stats.planned
@@ -293,16 +296,16 @@ def test_a_truncated_video_is_still_refused(tmp_path: Path) -> None:
         folder = tmp_path / f"out-{decode_all}"
         folder.mkdir()
         with pytest.raises(VideoDecodeError, match="truncated video: decoded"):
-            frames_module._sample_video(cut, "0" * 64, ImageRules(), folder, decode_all=decode_all)
+            sampling.sample_video(cut, "0" * 64, ImageRules(), folder, decode_all=decode_all)
 
 
 def test_the_plan_places_samples_as_the_decode_all_loop_does() -> None:
     # Two frames 1 ms apart round to one source number at a constant rate: the later one is
     # shown, as when decoding every frame.
-    timing = frames_module._Timing(False, Fraction(25), Fraction(1, 1000))
-    packets = frames_module._Packets(pts=[0, 40, 41, 120, 160], keyframes=[0, 3])
+    timing = Timing(False, Fraction(25), Fraction(1, 1000))
+    packets = planning.Packets(pts=[0, 40, 41, 120, 160], keyframes=[0, 3])
 
-    plan = frames_module._make_plan(packets, timing, fps=25.0)
+    plan = planning.make_plan(packets, timing, fps=25.0)
 
     assert [place for place, _ in plan.placements] == [0, 1, 1, 3, 4]
     # Samples 0..3 (frames 0, 1, 2, 3 by number) show ranks 0, 2, 2, 3; sample 4 and later

@@ -23,13 +23,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streameval.core.frames.pipeline import (
-    FrameCache,
-    ImageRules,
-    ImageRulesError,
-    VideoDecodeError,
-    VideoFrames,
-)
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
+from streameval.core.frames.types import ImageRules, VideoFrames
 
 NTSC = Fraction(30000, 1001)
 

@@ -17,14 +17,10 @@ from pathlib import Path
 import pytest
 
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import pipeline as frames_module
-from streameval.core.frames.pipeline import (
-    DIGEST_MEMO_DIR,
-    DigestMemo,
-    FrameCache,
-    ImageRules,
-    video_digest,
-)
+from streameval.core.frames import digest as digest_module
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.digest import DIGEST_MEMO_DIR, DigestMemo, video_digest
+from streameval.core.frames.types import ImageRules
 from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from tests.test_frames import encode_numbered_video, sha256_of
@@ -46,9 +42,9 @@ def watch(event, args):
 
 sys.addaudithook(watch)
 from pathlib import Path
-from streameval.core.frames.pipeline import (
-    DIGEST_MEMO_DIR, DigestMemo, FrameCache, ImageRules, video_digest,
-)
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.digest import DIGEST_MEMO_DIR, DigestMemo, video_digest
+from streameval.core.frames.types import ImageRules
 
 frames = FrameCache(root).lookup(video, ImageRules())
 print(json.dumps({
@@ -63,14 +59,14 @@ print(json.dumps({
 @pytest.fixture
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget the digests this test process found, as a new process would not know them."""
-    monkeypatch.setattr(frames_module, "_digests", {})
+    monkeypatch.setattr(digest_module, "_digests", {})
 
 
 @pytest.fixture
 def settled(monkeypatch: pytest.MonkeyPatch, fresh_process: None) -> None:
     """Count every file as unchanged for long enough to remember its digest (the videos of
     these tests are seconds old)."""
-    monkeypatch.setattr(frames_module, "DIGEST_SETTLED_NS", -(10**12))
+    monkeypatch.setattr(digest_module, "DIGEST_SETTLED_NS", -(10**12))
 
 
 @pytest.fixture
@@ -201,7 +197,7 @@ def test_a_settled_file_is_remembered_once_old_enough(
     assert not list((tmp_path / "memo").rglob("*.json"))
 
     # The file's last change now lies further back than the settling time.
-    monkeypatch.setattr(frames_module, "DIGEST_SETTLED_NS", 0)
+    monkeypatch.setattr(digest_module, "DIGEST_SETTLED_NS", 0)
     time.sleep(0.05)
     digest = video_digest(video, memo)
 
@@ -229,12 +225,12 @@ def test_verify_hashes_the_video_whatever_the_memo_says(
     forged = json.loads(record.read_text())
     forged["sha256"] = "f" * 64
     record.write_text(json.dumps(forged))
-    frames_module._digests.clear()
+    digest_module._digests.clear()
 
     # Without verifying, the memo is believed: it is the cache's own file.
     assert FrameCache(root).lookup(video, ImageRules()) is None
     assert video_digest(video, DigestMemo(root / DIGEST_MEMO_DIR)) == "f" * 64
-    frames_module._digests.clear()
+    digest_module._digests.clear()
 
     verified = FrameCache(root, verify=True).get(video, ImageRules())
 
@@ -254,7 +250,7 @@ def test_a_broken_memo_record_is_ignored_and_rewritten(
     video_digest(video, DigestMemo(root / DIGEST_MEMO_DIR))
     (record,) = memo_files(root)
     record.write_text(content)
-    frames_module._digests.clear()
+    digest_module._digests.clear()
 
     assert video_digest(video, DigestMemo(root / DIGEST_MEMO_DIR)) == sha256_of(video)
     assert json.loads(record.read_text())["sha256"] == sha256_of(video)

@@ -16,13 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streameval.core.frames.pipeline import (
-    FrameCache,
-    ImageRules,
-    VideoDecodeError,
-    VideoInfo,
-    probe,
-)
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import VideoDecodeError
+from streameval.core.frames.probing import probe
+from streameval.core.frames.types import ImageRules, VideoInfo
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.core.streams.timeline import TimelineError, qa_timeline

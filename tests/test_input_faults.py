@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames.pipeline import FrameCache, FrameCacheError, ImageRules
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import FrameCacheError
+from streameval.core.frames.types import ImageRules
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.run.runner import RunExecutor, RunSummary
 from streameval.core.store.store import Store

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from streameval.core.benchmark.records import ProactiveRecord, Probe, QARecord
-from streameval.core.frames.pipeline import FrameRef
+from streameval.core.frames.types import FrameRef
 from streameval.core.session.failures import FailureStage, SessionFailure
 from streameval.core.session.frame_messages import FrameMessages
 from streameval.core.session.pacing import LogicalPacing, VideoClock, WallClockPacing, pacing_for

@@ -18,7 +18,7 @@ import pytest
 
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames.pipeline import FrameRef
+from streameval.core.frames.types import FrameRef
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store

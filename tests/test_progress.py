@@ -30,8 +30,9 @@ from streameval.core.cli.progress_display import (
     progress_display,
 )
 from streameval.core.config import EndpointConfig, RunConfig
-from streameval.core.frames import pipeline as frames_module
-from streameval.core.frames.pipeline import FrameCache, ImageRules
+from streameval.core.frames import jpeg_writer
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.types import ImageRules
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.progress import Phase
@@ -132,7 +133,7 @@ def test_frame_extraction_reports_the_seconds_sampled(runs, tmp_path, monkeypatc
     the seconds of video sampled so far, of the video's duration."""
     _, _, cache = runs
     video = synthetic_dir(cache, 0) / "videos" / "v2_no_triangle.mp4"  # 25 s long
-    monkeypatch.setattr(frames_module, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(jpeg_writer, "PROGRESS_INTERVAL_S", 0.0)
     heard: list[tuple[float, float]] = []
     frames = FrameCache(tmp_path / "frames").get(
         video, ImageRules(fps=1.0), lambda done, total: heard.append((done, total))

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.frames.pipeline import FrameCache, ImageRules
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.types import ImageRules
 from streameval.synth import prompts
 from streameval.synth.client import CallFailed, ModelClient, ModelSettings
 from streameval.synth.models import Action

@@ -15,7 +15,8 @@ from pathlib import Path
 from streameval.core.benchmark.importing import Imported, Problem, option_letter
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
 from streameval.core.errors import CoreError
-from streameval.core.frames.pipeline import VideoDecodeError, probe
+from streameval.core.frames.errors import VideoDecodeError
+from streameval.core.frames.probing import probe
 
 # Annotated times and container durations are both rounded decimals; this is their noise.
 EPSILON_S = 1e-3

@@ -37,7 +37,9 @@ from streameval.core.benchmark.loader import load_benchmark
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.errors import CoreError
-from streameval.core.frames.pipeline import FrameCache, FramesError, ImageRules, VideoFrames
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import FramesError
+from streameval.core.frames.types import ImageRules, VideoFrames
 from streameval.core.run.adapter_identity import adapter_identity, identity_label
 from streameval.core.run.endpoint_health import EndpointsGone
 from streameval.core.run.exit_codes import EXIT_ALL_FAILED, EXIT_FINISHED, EXIT_SOME_FAILED

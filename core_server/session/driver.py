@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
 from streameval.core.benchmark.records import ProactiveRecord
 from streameval.core.config import ProtocolProfile
-from streameval.core.frames.pipeline import FrameRef
+from streameval.core.frames.types import FrameRef
 from streameval.core.session.connection import (
     AdapterConnection,
     closed_failure,

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from streameval.core.frames.pipeline import FrameRef, FramesError
+from streameval.core.frames.errors import FramesError
+from streameval.core.frames.types import FrameRef
 from streameval.core.session.recorder import frame_sent_payload
 from streameval.protocol import FrameHeader, encode_frame
 

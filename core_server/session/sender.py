@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.frames.pipeline import FrameRef, FramesError
+from streameval.core.frames.errors import FramesError
+from streameval.core.frames.types import FrameRef
 from streameval.core.session.failures import FailureStage, SessionFailure
 from streameval.core.session.frame_chain import FrameChain, FrameOutbox, running_outbox
 from streameval.core.session.frame_messages import SHARED, FrameMessage, FrameMessages, retimed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.frames.pipeline import VideoFrames
+from streameval.core.frames.types import VideoFrames
 from streameval.core.streams.timeline import Timeline
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.frames.pipeline import FrameRef, FramesError, VideoFrames
+from streameval.core.frames.errors import FramesError
+from streameval.core.frames.types import FrameRef, VideoFrames
 
 ItemKind = Literal["frame", "question", "instruction", "step", "cut"]
 

@@ -25,14 +25,9 @@ from pydantic import BaseModel
 from streameval.core.benchmark.benchmark_json import load_benchmark_file
 from streameval.core.benchmark.importing import BenchmarkError
 from streameval.core.benchmark.loader import load_benchmark, synthetic_dir
-from streameval.core.frames.pipeline import (
-    FrameCache,
-    FrameCacheError,
-    ImageRules,
-    ImageRulesError,
-    VideoDecodeError,
-    VideoFrames,
-)
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import FrameCacheError, ImageRulesError, VideoDecodeError
+from streameval.core.frames.types import ImageRules, VideoFrames
 from streameval.core.store.store import Store
 
 THUMBNAIL_QUALITY = 80

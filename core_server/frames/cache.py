@@ -1,0 +1,95 @@
+"""The frame cache: decode what a video's samples need once, keep the JPEGs on disk.
+
+`FrameCache` finds a video's entry by its digest (streameval.core.frames.digest) and builds
+it when missing (streameval.core.frames.entries), one build at a time per entry, from
+threads and event-loop tasks alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+from streameval.core.frames.digest import DIGEST_MEMO_DIR, DigestMemo, video_digest
+from streameval.core.frames.entries import build_entry, entry_dir, load_entry
+from streameval.core.frames.jpeg_writer import DecodeProgress
+from streameval.core.frames.types import INDEX_NAME, ImageRules, VideoFrames
+
+
+class FrameCache:
+    """Sampled frames of every video, on disk under `root`, decoded at most once."""
+
+    def __init__(self, root: Path, *, verify: bool = False) -> None:
+        """`verify`: never take a video's digest from the on-disk memo (see
+        streameval.core.frames.digest); hash each video in full, once per process and
+        version of the file."""
+        self.root = Path(root)
+        self.verify = verify
+        memo = self.root / DIGEST_MEMO_DIR
+        self._memo = DigestMemo(memo, read=not verify)
+        # Readers that must never write (the read-only results API) use it without adding.
+        self._reading_memo = DigestMemo(memo, read=not verify, write=False)
+        self._loaded: dict[str, VideoFrames] = {}
+        self._guard = threading.Lock()
+        self._build_locks: dict[str, threading.Lock] = {}
+        self._async_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+    def lookup(self, video_path: Path, rules: ImageRules) -> VideoFrames | None:
+        """The cached entry of this video under these rules, reading only (None if absent):
+        for readers that must never decode or write, such as the read-only results API."""
+        digest = video_digest(Path(video_path), self._reading_memo)
+        return load_entry(entry_dir(self.root, digest, rules), digest, rules)
+
+    def has(self, video_path: Path, rules: ImageRules) -> bool:
+        """Whether the video's samples under these rules are cached (hashing the video, and
+        remembering its digest, if need be); VideoDecodeError for a video that is not there."""
+        video_path = Path(video_path)
+        digest = video_digest(video_path, self._memo)
+        return load_entry(entry_dir(self.root, digest, rules), digest, rules) is not None
+
+    def get(
+        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+    ) -> VideoFrames:
+        """The video's samples under these rules, decoding the video if no entry exists;
+        while it decodes, `on_progress` hears how far it is, a few times a second (in the
+        decoding thread)."""
+        video_path = Path(video_path)
+        digest = video_digest(video_path, self._memo)
+        final = entry_dir(self.root, digest, rules)
+        key = final.name
+        with self._build_lock(key):
+            frames = self._loaded.get(key)
+            if frames is not None and not (final / INDEX_NAME).exists():
+                frames = None  # marked broken by a failed `read`: rebuild it
+            frames = frames or load_entry(final, digest, rules)
+            if frames is None:
+                frames = build_entry(video_path, digest, rules, final, on_progress)
+            self._loaded[key] = frames
+            return frames
+
+    async def aget(
+        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+    ) -> VideoFrames:
+        """`get` off the event loop; concurrent calls for one video wait for one decode."""
+        # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
+        # `get` turns the loop into a VideoDecodeError.
+        key = (os.path.abspath(video_path), rules.key())
+        lock, users = self._async_locks.get(key, (asyncio.Lock(), 0))
+        self._async_locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                return await asyncio.to_thread(self.get, video_path, rules, on_progress)
+        finally:
+            # Drop the lock with its last user: the map stays small and no lock outlives
+            # the event loop it was used on.
+            lock, users = self._async_locks[key]
+            if users == 1:
+                del self._async_locks[key]
+            else:
+                self._async_locks[key] = (lock, users - 1)
+
+    def _build_lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._build_locks.setdefault(key, threading.Lock())
