@@ -389,9 +389,10 @@ def test_a_store_from_before_revision_0003_is_upgraded_in_place(store_url):
     from alembic.config import Config
     from sqlalchemy import text
 
-    from streameval.core.store.store import MIGRATIONS_DIR, _create_engine
+    from streameval.core.store.engine import store_engine
+    from streameval.core.store.store import MIGRATIONS_DIR
 
-    engine = _create_engine(store_url)
+    engine = store_engine(store_url)
     try:
         with engine.begin() as conn:
             cfg = Config()

@@ -5,7 +5,7 @@ library alone.
 Importing SQLAlchemy costs a fifth of a second of CPU, more than the rest of `streameval
 runs`: the listing reads a SQLite store through `sqlite_runs` (bench/bench_startup.py
 measures it; tests/test_store.py checks that it reads what `Store.list_runs` reads).
-store.py builds on this module.
+The Store (store.py and the modules it is built from) builds on this module.
 """
 
 from __future__ import annotations

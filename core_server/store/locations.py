@@ -95,6 +95,11 @@ def _parse_store_url(value: str, must_exist: bool) -> str:
     return url.set(database=str(path)).render_as_string(hide_password=False)
 
 
+def default_store_url(directory: Path) -> str:
+    """The URL of the store file named DEFAULT_STORE_NAME in `directory`."""
+    return f"sqlite:///{Path(directory) / DEFAULT_STORE_NAME}"
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file of a plain `sqlite:///PATH` URL (as `resolve_store_url` makes of a path);
     None for any other URL (PostgreSQL, in memory, `file:` URIs, query options, and any
@@ -135,6 +140,6 @@ def _masked(value: str) -> str:
 
 def _store_error(message: str) -> CoreError:
     # A StoreError, which every command that opens a store already reports as one line.
-    from streameval.core.store.store import StoreError
+    from streameval.core.store.light import StoreError
 
     return StoreError(message)

@@ -24,12 +24,9 @@ from sqlalchemy import Select, Update, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from streameval.core.store import models
-from streameval.core.store.store import (
-    SessionInfo,
-    Store,
-    delete_session_events,
-    reset_values,
-)
+from streameval.core.store.light import SessionInfo
+from streameval.core.store.sessions import delete_session_events, reset_values
+from streameval.core.store.store import Store
 
 # Runs whose sessions workers take: a run being created has all of its sessions already.
 CLAIMABLE_RUN_STATUSES = ("created", "running", "interrupted")
