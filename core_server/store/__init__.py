@@ -1,9 +1,16 @@
-"""The store: the SQL schema that is the contract between the Core and the scorer, and every
-read and write of it (store.py), the session queue and leases that let workers share a run
-(queue.py, run_lease.py), the batched event writer (writer.py, writer_process.py), the
-schema's migrations (migrations/), the export of a run (export.py) and a light SQLite reader
-for quick listings (light.py). locations.py says where things are kept by default: the store
-URL a `--store` option names and the cache folder.
+"""The store: the SQL schema that is the contract between the Core and the scorer
+(models.py, open it first) and every read and write of it.
+
+`Store` (store.py) is the one object callers hold; it is assembled from one part per
+responsibility, each holding its own SQL: runs and their records (runs.py), sessions
+(sessions.py), events (events.py), analyses (analyses.py) and adapter endpoints
+(endpoints.py), over a shared database base (database.py: connecting, transactions and the
+retry of transient failures in retry.py, engine.py, errors.py). The session queue and the
+leases let workers share a run (queue.py, run_lease.py); the event writer batches a
+session's events (writer.py, writer_process.py); migrations/ and schema.py bring an older
+store up to date; export.py writes a run as JSONL and light.py lists a SQLite store without
+SQLAlchemy. locations.py says where things are kept: the store a `--store` option names and
+the cache folder.
 
 May import: errors.
 """
