@@ -1,5 +1,12 @@
 """What serves scores to people: the `streameval` scorer commands (cli.py), the read-only
-results API (api.py) with its dashboard (dashboard/), the static HTML report
-(html_report.py) and one record's timeline (timeline.py).
+results API (api.py assembles it from the routers of routes/, the scored runs it keeps in
+score_cache.py, its error answers in error_responses.py) with its dashboard (dashboard/),
+the static HTML report (html_report.py), the run details both show (run_details.py) and
+one record's timeline (timeline.py).
 
-Nothing here computes a metric: it asks scorer/report.py and scorer/compare.py."""
+Nothing here computes a metric: it asks scorer/report.py and scorer/compare.py.
+
+It may import the rest of the scorer (report, compare, profiles, source, episodes, judging,
+metrics), the Core's store, benchmark and frame modules (read-only use), and the shared
+top-level modules of `streameval` (api_docs, errors, listening). Only the top-level CLI
+(streameval/cli.py) imports it; nothing in the scorer below it does."""

@@ -3,6 +3,9 @@ that the results API serves under /ui/, and the helpers behind the endpoints it 
 API: live run progress (progress.py), frame thumbnails from the frame cache (frames.py) and
 the metric glossary behind its hover text (help.py).
 The same page, with its data inlined, is the static report (scorer/service/html_report.py).
+
+Its helpers may import the Core's store, benchmark and frame modules and the scorer's metric
+glossary (scorer/metrics/explain.py); never the rest of scorer/service/, which imports them.
 """
 
 from pathlib import Path
