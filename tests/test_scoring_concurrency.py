@@ -20,6 +20,8 @@ import uvicorn
 
 from streameval.core.store.store import Store
 from streameval.scorer.service import api as results_api
+from streameval.scorer.service import score_cache
+from streameval.scorer.service.routes.params import DEFAULT_PROFILE
 from tests.test_scorer_report import mixed_run
 
 GATE_TIMEOUT_S = 30.0
@@ -30,7 +32,7 @@ class SlowScoring:
     counted per run and profile)."""
 
     def __init__(self) -> None:
-        self.real = results_api.score_run
+        self.real = score_cache.score_run
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.calls: dict[tuple[str, str], int] = {}
@@ -39,7 +41,7 @@ class SlowScoring:
     def __call__(self, store, run_id, profile, judge):
         with self._lock:
             self.calls[run_id, profile] = self.calls.get((run_id, profile), 0) + 1
-        if (run_id, profile) == ("run-a", results_api.DEFAULT_PROFILE):
+        if (run_id, profile) == ("run-a", DEFAULT_PROFILE):
             self.entered.set()
             assert self.gate.wait(GATE_TIMEOUT_S), "the test never released run A"
         return self.real(store, run_id, profile, judge)
@@ -48,7 +50,7 @@ class SlowScoring:
 @pytest.fixture
 def slow(monkeypatch: pytest.MonkeyPatch) -> SlowScoring:
     scoring = SlowScoring()
-    monkeypatch.setattr(results_api, "score_run", scoring)
+    monkeypatch.setattr(score_cache, "score_run", scoring)
     return scoring
 
 

@@ -22,10 +22,10 @@ from streameval.core.store.store import Store
 from streameval.scorer.judging.judges import Judge
 from streameval.scorer.profiles import ScoringProfile, get_profile
 from streameval.scorer.report import cached, profile_report, score_run
-from streameval.scorer.service.api import RunDetail, run_detail
 from streameval.scorer.service.dashboard import STATIC_DIR
 from streameval.scorer.service.dashboard.frames import FramesUnavailable, RunFrames, thumbnail
 from streameval.scorer.service.dashboard.help import metric_help
+from streameval.scorer.service.run_details import RunDetail, run_detail
 from streameval.scorer.service.timeline import record_timeline
 from streameval.scorer.source import store_source
 

@@ -4,7 +4,10 @@ API: live run progress (progress.py), frame thumbnails from the frame cache (fra
 the metric glossary behind its hover text (help.py).
 The same page, with its data inlined, is the static report (scorer/service/html_report.py).
 
-May import: nothing beside it in service/ (it reads the store and the scorer's metrics).
+Its helpers read the Core's store, benchmark and frame modules and the scorer's metric
+glossary (scorer/metrics/explain.py).
+
+May import: nothing beside it in service/, which imports it.
 """
 
 from pathlib import Path
