@@ -25,7 +25,8 @@ import pytest
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.frames.pipeline import FrameCache, FrameCacheError, ImageRules
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import RunExecutor, RunSummary
+from streameval.core.run.run_end import RunSummary
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark, write_video
