@@ -23,6 +23,8 @@ FRAME_PREPARERS = 4
 
 @dataclass
 class FramePreparation:
+    """Fills `cache` with the frames `rules` make, telling `progress` (Phase.FRAMES)."""
+
     cache: FrameCache
     rules: ImageRules
     progress: Progress

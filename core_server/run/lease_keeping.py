@@ -26,7 +26,7 @@ STORE_CHECK_S = 1.0
 class RunLease:
     """One executor's lease on one run, and the watch that keeps it while work runs."""
 
-    def __init__(self, store: Store, run_id: str, identity: WorkerIdentity, lease_s: float):
+    def __init__(self, store: Store, run_id: str, identity: WorkerIdentity, lease_s: float) -> None:
         self.store = store
         self.run_id = run_id
         self.identity = identity

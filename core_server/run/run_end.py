@@ -21,7 +21,7 @@ from streameval.core.store.models import RunStatus
 from streameval.core.store.run_lease import StoreFileGone
 from streameval.core.store.store import Store, StoreError, StoreLost
 
-NOT_MARKED = "not marked (the store takes no writes)"
+_NOT_MARKED = "not marked (the store takes no writes)"
 
 
 @dataclass
@@ -85,11 +85,11 @@ async def await_run_work(store: Store, lease: RunLease, work: Awaitable[None]) -
 def _mark_failed(lease: RunLease, exc: StoreError) -> str:
     """Mark the run `failed` after the store failed, if it still can; what became of it."""
     if isinstance(exc, StoreFileGone | StoreLost) or getattr(exc, "lost", False):
-        return NOT_MARKED  # writing to the unlinked file would only pretend to mark it
+        return _NOT_MARKED  # writing to the unlinked file would only pretend to mark it
     try:
         if not lease.renew():
             return "left to the Core that took it over"
         lease.store.set_run_status(lease.run_id, "failed")
     except StoreError:
-        return NOT_MARKED
+        return _NOT_MARKED
     return "marked failed"
