@@ -10,7 +10,8 @@ import pytest
 
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import RunError, RunExecutor, RunStopped
+from streameval.core.run.errors import RunError, RunStopped
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 

@@ -25,7 +25,8 @@ from streameval.core.benchmark.validate import trigger_bounds, validate, video_d
 from streameval.core.cli.data import data_app
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import RunExecutor, RunSummary
+from streameval.core.run.run_end import RunSummary
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.scorer.report import score_run
 from tests.test_import_streamingbench import entries

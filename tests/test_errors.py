@@ -12,7 +12,7 @@ from streameval.core.benchmark.importing import BenchmarkError, EntryError
 from streameval.core.errors import CoreError
 from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
 from streameval.core.launch.adapter_process import AdapterProcessError
-from streameval.core.run.runner import RunError
+from streameval.core.run.errors import RunError
 from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import StoreError
 from streameval.core.streams.timeline import TimelineError

@@ -27,7 +27,8 @@ from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FrameCacheError
 from streameval.core.frames.types import ImageRules
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import RunExecutor, RunSummary
+from streameval.core.run.run_end import RunSummary
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark, write_video

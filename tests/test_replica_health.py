@@ -26,7 +26,8 @@ import pytest
 
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import INFO_MAX_BYTES, RunError, check_endpoint
+from streameval.core.run.endpoint_admission import INFO_MAX_BYTES, check_endpoint
+from streameval.core.run.errors import RunError
 from streameval.core.store.store import Store
 from tests.faults import PROGRESS_LINES, cli, free_port, wait_for, without_progress
 from tests.timeline_fixtures import write_benchmark

@@ -17,7 +17,8 @@ import pytest
 
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.run.runner import RunExecutor, session_failure_cause
+from streameval.core.run.runner import RunExecutor
+from streameval.core.run.sessions_to_run import session_failure_cause
 from streameval.core.store.store import SessionInfo, Store
 from streameval.events import EventKind, failure_cause
 from tests.integrity_adapters import CRASH_AT_ENV

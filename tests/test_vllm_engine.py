@@ -31,7 +31,8 @@ from streameval.adapters.registry import load_adapter  # noqa: E402
 from streameval.adapters.sdk import Frame, Responder, Session  # noqa: E402
 from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
-from streameval.core.run.runner import RunError, RunExecutor, RunStopped  # noqa: E402
+from streameval.core.run.errors import RunError, RunStopped  # noqa: E402
+from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S  # noqa: E402
 from streameval.core.session.connection import connect_adapter  # noqa: E402
 from streameval.core.session.failures import SessionFailure  # noqa: E402

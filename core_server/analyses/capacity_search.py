@@ -38,15 +38,12 @@ from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QAReco
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.errors import CoreError
 from streameval.core.run.capacity import session_capacity
+from streameval.core.run.endpoint_admission import INFO_TIMEOUT_S, fetch_info
+from streameval.core.run.errors import EndpointUnusable
 from streameval.core.run.inputs import create_run
-from streameval.core.run.runner import (
-    INFO_TIMEOUT_S,
-    EndpointUnusable,
-    RunExecutor,
-    fetch_info,
-    new_run_id,
-    select_records,
-)
+from streameval.core.run.run_creation import new_run_id
+from streameval.core.run.run_records import select_records
+from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from streameval.progress import NO_PROGRESS

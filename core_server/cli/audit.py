@@ -16,7 +16,7 @@ from streameval.errors import UserError
 
 if TYPE_CHECKING:
     from streameval.core.config import RunConfig
-    from streameval.core.run.runner import RunSummary
+    from streameval.core.run.run_end import RunSummary
     from streameval.core.store.store import Store
     from streameval.progress import Progress
 

@@ -53,7 +53,7 @@ from streameval.errors import UserError
 # it: `streameval --help` builds the command tree without it (streameval/cli.py).
 if TYPE_CHECKING:
     from streameval.core.config import EndpointConfig, RunConfig
-    from streameval.core.run.runner import RunSummary
+    from streameval.core.run.run_end import RunSummary
     from streameval.core.run.worker import WorkerSummary
     from streameval.core.store.store import Store
     from streameval.progress import Progress
@@ -90,7 +90,8 @@ def execute(
     the queue, the run is `interrupted` (resumable at once: its lease is released) and the
     command exits 143."""
     from streameval.core.cli.progress_display import progress_display
-    from streameval.core.run.runner import RunExecutor, RunStopped, RunTakenOver
+    from streameval.core.run.errors import RunStopped, RunTakenOver
+    from streameval.core.run.runner import RunExecutor
 
     started: list[str] = []
     terminated: list[bool] = []

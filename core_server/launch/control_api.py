@@ -254,7 +254,7 @@ def _note_crash(store: Store, run_id: str, task: asyncio.Task, crashes: dict[str
 def _is_unreachable(exc: CoreError) -> bool:
     """Whether the run could not start because an endpoint could not be used: refused,
     timed out, an HTTP error, not ready, an /info that is missing, too big, not JSON or
-    without valid conditions. runner.check_endpoint words each of them "adapter endpoint
+    without valid conditions. endpoint_admission.check_endpoint words each "adapter endpoint
     URL ..." or (readiness) "adapter at URL ...", which may quote what the peer said; a
     profile conflict of a real adapter ("adapter NAME at URL: ...") is not one of them."""
     return str(exc).startswith(("adapter endpoint ", "adapter at "))

@@ -1,9 +1,16 @@
-"""One run: expanding a benchmark into sessions and executing them over the adapter endpoints
-(runner.py), the workers that claim sessions from the store's queue (worker.py), endpoint
-health (endpoint_health.py), the run's bound inputs (inputs.py), the records of a robustness
-run (perturb_records.py, negative_streams.py), the adapter identity compared on a resume
-(adapter_identity.py), how many sessions a process can hold (capacity.py) and what a run
-exits with (exit_codes.py, timeouts.py).
+"""One run: a benchmark expanded into sessions, executed over the adapter endpoints.
+
+runner.py (`RunExecutor`, open it first) creates or resumes a run and dispatches each
+session a worker claims; it composes one module per concern: the records a run streams
+(run_records.py, with perturb_records.py and negative_streams.py for a robustness run),
+storing a new run bound to its inputs (run_creation.py, inputs.py), which sessions are left
+(sessions_to_run.py), admitting endpoints and checking the adapter's identity
+(endpoint_admission.py, adapter_identity.py, endpoint_health.py), keeping the run's lease
+(lease_keeping.py), filling the frame cache first (frame_preparation.py), each session's
+timeline (session_timeline.py), the run's phases (run_progress.py) and its end: summary,
+status and exit code (run_end.py, exit_codes.py). A worker (worker.py) claims sessions from
+the store's queue, which is how a run spreads over machines; capacity.py says how many
+sessions a process can hold, timeouts.py the defaults the command line shows.
 
 May import: errors, store, frames, benchmark, streams, config, session.
 """

@@ -27,3 +27,19 @@ def identity_label(info: dict) -> str:
         str(conditions[k]) for k in ("model_name", "model_version") if conditions.get(k)
     )
     return f"{label} ({model})" if model else label
+
+
+def identity_differences(used: dict, new: dict) -> list[str]:
+    """`field old -> new` for each field of the identity that differs."""
+    old, now = adapter_identity(used), adapter_identity(new)
+    changes = [
+        f"{key} {old[key]} -> {now[key]}"
+        for key in ("adapter", "adapter_version")
+        if old[key] != now[key]
+    ]
+    keys = list(old["conditions"]) + [k for k in now["conditions"] if k not in old["conditions"]]
+    for key in keys:
+        before, after = old["conditions"].get(key), now["conditions"].get(key)
+        if before != after:
+            changes.append(f"conditions.{key} {before} -> {after}")
+    return changes

@@ -1,0 +1,70 @@
+"""Before a run's sessions start, the frames of every video they use are extracted into the
+frame cache (Phase.FRAMES), a few videos at once; a cached video costs a lookup. A video
+whose frames cannot be made is left to its sessions, which fail at stage `frames` with its
+error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.errors import FramesError
+from streameval.core.frames.types import ImageRules
+from streameval.core.run.perturb_records import Record
+from streameval.core.run.run_progress import FramesPhase
+from streameval.progress import Phase, Progress
+
+# Videos whose frames are extracted at once before the sessions start (each decode also
+# uses every core).
+FRAME_PREPARERS = 4
+
+
+@dataclass
+class FramePreparation:
+    """Fills `cache` with the frames `rules` make, telling `progress` (Phase.FRAMES)."""
+
+    cache: FrameCache
+    rules: ImageRules
+    progress: Progress
+
+    async def prepare(self, root: Path, records: Sequence[Record]) -> None:
+        """Fill the frame cache for the videos (under `root`) the records use."""
+        names = sorted({record.video_path for record in records})
+        if not names:
+            return
+        phase = FramesPhase(self.progress, len(names))
+        slots = asyncio.Semaphore(FRAME_PREPARERS)
+
+        async def prepare(name: str) -> None:
+            async with slots:
+                if not await self._cached(root / name):
+                    phase.show()
+                    await self._extract(root, name)
+            phase.one_done()
+
+        await asyncio.gather(*(prepare(name) for name in names))
+        phase.end()
+
+    async def _extract(self, root: Path, name: str) -> None:
+        """Fill the frame cache for one video, telling `progress` how far a long one is."""
+        loop = asyncio.get_running_loop()
+        reported: list[float] = []
+
+        def decoded(done_s: float, total_s: float) -> None:  # in the decoding thread
+            reported.append(total_s)
+            loop.call_soon_threadsafe(self.progress.item, Phase.FRAMES, name, done_s, total_s)
+
+        with contextlib.suppress(FramesError):
+            await self.cache.aget(root / name, self.rules, decoded)
+        if reported:  # its line goes
+            self.progress.item(Phase.FRAMES, name, reported[-1], reported[-1])
+
+    async def _cached(self, video: Path) -> bool:
+        try:
+            return await asyncio.to_thread(self.cache.has, video, self.rules)
+        except FramesError:
+            return False  # preparing it fails too, and its sessions say why
