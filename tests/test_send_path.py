@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from streameval import fast_send
 from streameval.core.config import EndpointConfig
 from streameval.core.frames.pipeline import FrameCacheError, FrameRef
-from streameval.core.launch.control_api import AdapterRegistration
+from streameval.core.launch.control_adapters import AdapterRegistration
 from streameval.core.run.capacity import slots_per_endpoint
 from streameval.core.run.collector import fewer_pauses
 from streameval.core.run.worker import Worker
