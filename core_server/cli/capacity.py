@@ -24,6 +24,7 @@ from streameval.core.cli.capacity_options import (
 )
 from streameval.core.cli.common import (
     BenchmarkOption,
+    JsonOption,
     RecordChoice,
     SeedOption,
     StoreOption,
@@ -37,7 +38,6 @@ from streameval.core.cli.common import (
 )
 from streameval.core.cli.run_options import (
     CacheDirOption,
-    JsonOption,
     ResponseTimeoutOption,
     SpeedOption,
 )

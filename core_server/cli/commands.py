@@ -20,7 +20,13 @@ import typer
 from streameval.core.cli.adapter import adapter_app
 from streameval.core.cli.audit import audit_app
 from streameval.core.cli.capacity import capacity
-from streameval.core.cli.common import StoreOption, console, fail, first_validation_error
+from streameval.core.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    first_validation_error,
+)
 from streameval.core.cli.data import data_app
 from streameval.core.cli.launch import launch_app
 from streameval.core.cli.run_command import run
@@ -83,7 +89,7 @@ def worker(
         bool,
         typer.Option(help="Accept an adapter identity the run has not used yet (recorded)."),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Claim sessions of stored runs and run them against one adapter (docs/scale.md).
 

@@ -75,6 +75,8 @@ StoreOption = Annotated[
     ),
 ]
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
 # The records of a benchmark a command streams.
 BenchmarkOption = Annotated[
     str,

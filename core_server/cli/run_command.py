@@ -14,6 +14,7 @@ import typer
 
 from streameval.core.cli.common import (
     BenchmarkOption,
+    JsonOption,
     RecordChoice,
     SeedOption,
     StoreOption,
@@ -34,7 +35,6 @@ from streameval.core.cli.run_options import (
     ConcurrencyOption,
     DetachOption,
     FpsOption,
-    JsonOption,
     LeaseTimeoutOption,
     LimitOption,
     MaxWidthOption,

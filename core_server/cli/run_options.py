@@ -119,7 +119,6 @@ RobustnessOption = Annotated[
 PerturbSeedOption = Annotated[
     int, typer.Option("--perturb-seed", help="Seed of the perturbations' random draws.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 @dataclass(frozen=True)
