@@ -22,9 +22,10 @@ from pathlib import Path
 
 from streameval.core.errors import CoreError
 
-# In a source checkout (the editable install), beside the package's folder.
+# In a source checkout (the editable install), beside the package's folder (core_server/,
+# two levels above this module of core_server/launch/).
 DEFAULT_TEMPLATE = (
-    Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "streameval-worker.sbatch"
+    Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "streameval-worker.sbatch"
 )
 
 # Slurm's job states after which a task runs no more.
