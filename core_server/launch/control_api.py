@@ -1,7 +1,8 @@
 """The Core's control API: register adapter endpoints, start runs, follow their status.
-This module builds the app (its token, docs and lifespan); the routes are grouped by
+This module builds the app (its token, docs and lifespan); its routes are grouped by
 resource: adapters (core_server/launch/control_adapters.py) and runs
-(core_server/launch/control_runs.py, which run they may be: control_run_config.py).
+(core_server/launch/control_runs.py; what a run over the API may be:
+core_server/launch/control_run_config.py).
 
 Every route but `/healthz` needs `Authorization: Bearer <token>`; the server binds to
 loopback unless told otherwise, because starting a run makes the Core open connections on
@@ -86,6 +87,7 @@ def docs_line() -> str:
 
 
 def create_app(store_url: str, token: str) -> FastAPI:
+    """The control API on the store at `store_url`, every route but /healthz behind `token`."""
     store = Store(store_url)
     runs = BackgroundRuns(store)
 
