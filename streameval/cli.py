@@ -21,6 +21,7 @@ from rich.console import Console
 from streameval.cli_help import HelpGroup
 from streameval.core.cli import commands as core_cli
 from streameval.core.cli.common import SCORING_PROFILES_KEY
+from streameval.core.cli.run_command import execute
 from streameval.errors import UserError
 from streameval.profiles_cli import profiles
 from streameval.scorer.profiles import SCORING_PROFILES
@@ -106,7 +107,7 @@ def demo(
                 endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
                 cache_dir=str(cache),
             )
-            summary = core_cli.execute(config, opened, progress=progress)
+            summary = execute(config, opened, progress=progress)
             progress.start(Phase.SCORING, None)
             scores = score_run(opened, summary.run_id)
             progress.finish(Phase.SCORING)

@@ -21,7 +21,6 @@ import pytest
 from rich.console import Console
 
 from streameval.core.benchmark.loader import synthetic_dir
-from streameval.core.cli.commands import execute
 from streameval.core.cli.progress_display import (
     PLAIN_PERIOD_S,
     PlainProgress,
@@ -29,6 +28,7 @@ from streameval.core.cli.progress_display import (
     WarningsOnly,
     progress_display,
 )
+from streameval.core.cli.run_command import execute
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.frames import jpeg_writer
 from streameval.core.frames.cache import FrameCache

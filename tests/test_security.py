@@ -27,12 +27,8 @@ from sqlalchemy import text
 
 from streameval.core.config import EndpointConfig, adapter_host_patterns, host_allowed
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.launch.control_api import (
-    UNREACHABLE,
-    TokenError,
-    create_app,
-    resolve_token,
-)
+from streameval.core.launch.control_api import TokenError, create_app, resolve_token
+from streameval.core.launch.control_runs import UNREACHABLE
 from streameval.core.store.store import Store
 from streameval.scorer.service.api import create_app as results_app
 from tests.test_scorer_report import mixed_run

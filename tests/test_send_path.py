@@ -27,7 +27,7 @@ from streameval import fast_send
 from streameval.core.config import EndpointConfig
 from streameval.core.frames.errors import FrameCacheError
 from streameval.core.frames.types import FrameRef
-from streameval.core.launch.control_api import AdapterRegistration
+from streameval.core.launch.control_adapters import AdapterRegistration
 from streameval.core.run.capacity import slots_per_endpoint
 from streameval.core.run.collector import fewer_pauses
 from streameval.core.run.worker import Worker

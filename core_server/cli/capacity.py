@@ -1,19 +1,31 @@
 """`streameval capacity`: concurrent live streams one endpoint holds at a latency target
-(docs/capacity.md; the search is core_server/analyses/capacity_search.py)."""
+(docs/capacity.md; the search is core_server/analyses/capacity_search.py, the command's
+options core_server/cli/capacity_options.py): run the search, report its curve."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
+from streameval.core.cli.capacity_options import (
+    AdapterUrlOption,
+    CapacityOptions,
+    LevelLimitOption,
+    MostOption,
+    ServerMetricsOption,
+    SessionsPerLevelOption,
+    SloOption,
+    StartOption,
+    WallClockProfileOption,
+)
 from streameval.core.cli.common import (
-    PROFILE_HELP,
     BenchmarkOption,
+    JsonOption,
+    RecordChoice,
     SeedOption,
     StoreOption,
     SubsetOption,
@@ -21,10 +33,13 @@ from streameval.core.cli.common import (
     TaskTypeOption,
     VideoRootOption,
     cancel_on_sigterm,
-    check_protocol_profile,
     console,
     fail,
-    first_validation_error,
+)
+from streameval.core.cli.run_options import (
+    CacheDirOption,
+    ResponseTimeoutOption,
+    SpeedOption,
 )
 from streameval.core.run.exit_codes import (
     EXIT_INTERRUPTED,
@@ -41,54 +56,25 @@ if TYPE_CHECKING:
 
 def capacity(
     ctx: typer.Context,
-    adapter_url: Annotated[
-        str, typer.Option("--adapter-url", help="The one adapter endpoint, ws://host:port/ws.")
-    ],
-    slo: Annotated[
-        str,
-        typer.Option(
-            "--slo",
-            help="Latency target, TERM=VALUE,...: ttft_p50, ttft_p95, latency_p95, lag_p99 "
-            "(seconds, at most), drop_rate, failed_rate (at most; failed_rate=0 unless "
-            "given), qa_accuracy, in_window_accuracy (at least).",
-        ),
-    ],
+    adapter_url: AdapterUrlOption,
+    slo: SloOption,
     benchmark: BenchmarkOption = "synthetic",
     video_root: VideoRootOption = None,
     subset: SubsetOption = None,
     seed: SeedOption = 0,
     task: TaskOption = None,
     task_type: TaskTypeOption = None,
-    limit: Annotated[
-        int | None, typer.Option(help="Use at most this many records (repeated per level).")
-    ] = None,
-    profile: Annotated[
-        str, typer.Option(help=f"{PROFILE_HELP.removesuffix('.')}; one that allows wall-clock.")
-    ] = "trace",
-    speed: Annotated[float, typer.Option(help="Wall-clock speed factor.")] = 1.0,
-    start: Annotated[int, typer.Option(min=1, help="The first level (sessions at once).")] = 1,
-    most: Annotated[int, typer.Option("--max", min=1, help="The largest level tried.")] = 256,
-    sessions_per_level: Annotated[
-        int | None,
-        typer.Option(
-            "--sessions-per-level",
-            min=1,
-            help="Sessions each level runs, N at once (at least N) [default: N].",
-        ),
-    ] = None,
-    server_metrics: Annotated[
-        str | None,
-        typer.Option(
-            "--server-metrics",
-            help="The model server's Prometheus endpoint (vLLM: http://HOST:PORT/metrics), "
-            "read before, during and after each level [default: the one the adapter's /info "
-            "names, e.g. the openai adapter's server].",
-        ),
-    ] = None,
-    response_timeout: Annotated[float, typer.Option(help="Seconds per answer/step.")] = 60.0,
-    cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
+    limit: LevelLimitOption = None,
+    profile: WallClockProfileOption = "trace",
+    speed: SpeedOption = 1.0,
+    start: StartOption = 1,
+    most: MostOption = 256,
+    sessions_per_level: SessionsPerLevelOption = None,
+    server_metrics: ServerMetricsOption = None,
+    response_timeout: ResponseTimeoutOption = 60.0,
+    cache_dir: CacheDirOption = None,
     store: StoreOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Concurrent wall-clock sessions one endpoint holds at a latency target.
 
@@ -98,78 +84,64 @@ def capacity(
     levels). Exit status: 0 searched; 2 could not start; 4 stopped part-way; 130 interrupted,
     143 terminated by SIGTERM (the curve so far stays stored).
     """
-    from streameval.core.analyses.capacity_search import (
-        CapacitySearch,
-        SearchSettings,
-        parse_slo,
-    )
-    from streameval.core.config import EndpointConfig, RunConfig
-    from streameval.core.store.store import Store
-
-    if start > most:
-        raise fail(f"--start {start} is above --max {most}")
-    check_protocol_profile(ctx, profile)
-    if server_metrics is not None and not server_metrics.startswith(("http://", "https://")):
-        raise fail(f"--server-metrics must be an http:// or https:// URL, got {server_metrics!r}")
-    try:
-        terms = parse_slo(slo)
-        # Validated as a run's configuration: the same one-line errors as `run`.
-        endpoint = EndpointConfig(url=adapter_url)
-        base = RunConfig(
-            benchmark=benchmark,
-            benchmark_seed=seed,
-            video_root=str(video_root) if video_root else None,
-            subset=subset,
-            tasks=task or ["qa", "proactive"],
-            task_types=task_type or [],
-            limit=limit,
-            endpoints=[endpoint],
-            profile=profile,
-            pacing="wall_clock",
-            speed=speed,
-            response_timeout_s=response_timeout,
-            **({"cache_dir": str(cache_dir)} if cache_dir else {}),
-        )
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    except ValueError as exc:  # pydantic validation of the options
-        raise fail(first_validation_error(exc)) from None
-    settings = SearchSettings(
-        adapter_url=endpoint.url,
-        slo=terms,
-        base=base,
+    records = RecordChoice(benchmark, video_root, subset, seed, task, task_type, limit)
+    options = CapacityOptions(
+        adapter_url=adapter_url,
+        slo=slo,
+        records=records,
+        profile=profile,
+        speed=speed,
         start=start,
         most=most,
         sessions_per_level=sessions_per_level,
         server_metrics=server_metrics,
+        response_timeout=response_timeout,
+        cache_dir=cache_dir,
+        store=store,
+        as_json=as_json,
     )
-    store_url = resolve_store_url(store, cache_dir)
+    search_capacity(ctx, options)
+
+
+def search_capacity(ctx: typer.Context, options: CapacityOptions) -> None:
+    """`streameval capacity` with these options: check them, search in a store, report."""
+    from streameval.core.analyses.capacity_search import CapacitySearch
+    from streameval.core.store.store import Store
+
+    options.check(ctx)
+    settings = options.settings()
+    store_url = resolve_store_url(options.store, options.cache_dir)
     try:
         with Store(store_url) as opened:
-            search = CapacitySearch(
-                settings, opened, store_url, notice=None if as_json else _notice
-            )
-            terminated: list[bool] = []
-            try:
-                result = asyncio.run(_until_stopped(search, terminated))
-            except (KeyboardInterrupt, asyncio.CancelledError):
-                what = "terminated (SIGTERM)" if terminated else "interrupted"
-                console.print(
-                    f"capacity search {search.run_id} {what}: its curve so far is stored",
-                    highlight=False,
-                )
-                raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
-            except UserError as exc:
-                if not search.points:
-                    raise fail(str(exc)) from None
-                stopped = f"capacity search {search.run_id} stopped (its curve so far is stored)"
-                raise fail(f"{stopped}: {exc}", EXIT_STOPPED) from None
+            notice = None if options.as_json else _notice
+            search = CapacitySearch(settings, opened, store_url, notice=notice)
+            result = _search(search)
     except UserError as exc:  # the store
         raise fail(str(exc)) from None
-    if as_json:
+    if options.as_json:
         print(json.dumps({"run_id": search.run_id, "store": opened.url, **result.model_dump()}))
         return
     _print_result(search.run_id, opened.url, result)
+
+
+def _search(search: CapacitySearch) -> CapacityResult:
+    """The search's result, or the exit of a search stopped part-way (its curve so far
+    stays stored): 130 on Ctrl-C, 143 on SIGTERM, 4 when it failed after a level."""
+    terminated: list[bool] = []
+    try:
+        return asyncio.run(_until_stopped(search, terminated))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        console.print(
+            f"capacity search {search.run_id} {what}: its curve so far is stored",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
+    except UserError as exc:
+        if not search.points:
+            raise fail(str(exc)) from None
+        stopped = f"capacity search {search.run_id} stopped (its curve so far is stored)"
+        raise fail(f"{stopped}: {exc}", EXIT_STOPPED) from None
 
 
 async def _until_stopped(search: CapacitySearch, terminated: list[bool]) -> CapacityResult:

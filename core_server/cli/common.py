@@ -1,5 +1,5 @@
 """What the Core's command modules share: the error line, the store option and the options
-that choose a benchmark's records (`run` and `capacity` both take them).
+that choose a benchmark's records (`run` and `capacity` both take them, as a RecordChoice).
 
 A module of its own, below `cli.py`, `audit_cli.py` and `capacity_cli.py`: `cli.py` composes
 the other two, so they cannot import these back from it.
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -74,6 +75,8 @@ StoreOption = Annotated[
     ),
 ]
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
 # The records of a benchmark a command streams.
 BenchmarkOption = Annotated[
     str,
@@ -96,5 +99,32 @@ TaskTypeOption = Annotated[
     list[str] | None,
     typer.Option("--task-type", help="Only records of this task type (repeatable; default: all)."),
 ]
+
+
+@dataclass(frozen=True)
+class RecordChoice:
+    """The records of a benchmark a command streams, as its options gave them."""
+
+    benchmark: str
+    video_root: Path | None
+    subset: str | None
+    seed: int
+    task: list[str] | None
+    task_type: list[str] | None
+    limit: int | None
+
+    def config_fields(self) -> dict[str, Any]:
+        """The RunConfig fields these options set (unset lists mean every task and type)."""
+        return {
+            "benchmark": self.benchmark,
+            "benchmark_seed": self.seed,
+            "video_root": str(self.video_root) if self.video_root else None,
+            "subset": self.subset,
+            "tasks": self.task or ["qa", "proactive"],
+            "task_types": self.task_type or [],
+            "limit": self.limit,
+        }
+
+
 # Protocol, not scoring: `score --profile` takes the other kind.
 PROFILE_HELP = "Protocol profile: how the video is streamed (names: streameval profiles)."

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from streameval.core.cli.common import JsonOption
+
 # The importers are loaded by the commands: `streameval --help` does without them.
 if TYPE_CHECKING:
     from streameval.core.benchmark.importing import Imported
@@ -40,7 +42,6 @@ PathArgument = Annotated[
 SubsetOption = Annotated[
     str | None, typer.Option("--subset", help="TRACE subset: tiny, standard or full.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _import(path: Path, video_root: Path | None, subset: str | None, as_json: bool) -> Imported:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from streameval.core.cli.common import JsonOption
 from streameval.core.launch import slurm as launch_slurm
 from streameval.core.store.locations import resolve_store_url
 from streameval.errors import UserError
@@ -50,7 +51,7 @@ def slurm(
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow the array to its end; exit 1 if a task failed.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Submit a Slurm job array of workers, each beside its own adapter (deploy/slurm)."""
     adapter_args = ["--config", adapter_config] if adapter_config else []

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from streameval.core.cli.common import StoreOption, console, fail
+from streameval.core.cli.common import JsonOption, StoreOption, console, fail
 from streameval.core.run.adapter_identity import adapter_identity, identity_label
 from streameval.core.store.locations import default_cache_dir, resolve_store_url
 from streameval.terminal import Column, print_table
@@ -211,7 +211,7 @@ def runs_delete(
             "--force", help="Delete runs in progress too (their Core or workers hold a lease)."
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete runs from the store with their records, sessions and events, after asking.
 

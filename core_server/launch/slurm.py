@@ -22,9 +22,11 @@ from pathlib import Path
 
 from streameval.core.errors import CoreError
 
-# In a source checkout (the editable install): deploy/ beside core_server/, two folders up.
-SOURCE_TREE = Path(__file__).resolve().parents[2]
-DEFAULT_TEMPLATE = SOURCE_TREE / "deploy" / "slurm" / "streameval-worker.sbatch"
+# In a source checkout (the editable install), beside the package's folder (core_server/,
+# two levels above this module of core_server/launch/).
+DEFAULT_TEMPLATE = (
+    Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "streameval-worker.sbatch"
+)
 
 # Slurm's job states after which a task runs no more.
 FINAL_STATES = frozenset(
