@@ -665,7 +665,7 @@ def render_scores(scores: RunScores, console: Console, explained: bool = False) 
         f"{scores.profile.name} v{scores.profile.version} · judge {scores.judge.kind}"
     )
     if scores.partial is not None:
-        console.print(f"partial: {PARTIAL_LINE}: {scores.partial}", highlight=False)
+        console.print(f"partial: {PARTIAL_LINE}: {scores.partial}", highlight=False, soft_wrap=True)
     print_table(console, SCORE_COLUMNS, rows, title=title)
     _render_task_types(scores, console)
     _render_variants(scores, console)
