@@ -242,10 +242,20 @@ def prepare(events: int) -> tuple[Path, str, int, int]:
     with Store(url) as store:
         total = store.count_events(RUN_ID)
         records = len(store.records(RUN_ID))
-        if not jsonl.exists():
+        if not _whole_export(jsonl):
             with jsonl.open("w") as handle:
                 export_jsonl(store, RUN_ID, handle)
     return jsonl, url, total, records
+
+
+def _whole_export(path: Path) -> bool:
+    """Whether an export is there, with its end line (an older streameval's has none, and
+    scoring refuses it)."""
+    if not path.exists():
+        return False
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - 200))
+        return b'{"type":"end"' in handle.read()
 
 
 def _machine() -> str:

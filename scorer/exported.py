@@ -10,6 +10,14 @@ file another way: that would mean holding every event (the memory this reader ex
 avoid) or reading the file once per session, to accept an order that no streameval command
 writes.
 
+An export ends with a line that counts its runs, sessions and events. The reader checks it
+when the events have been read (before any judge is asked): a file without it (cut short, or
+written by an older streameval) or whose counts differ from the lines read is refused with
+one line saying it is incomplete, unless it is opened with `allow_partial`: then what is
+missing is added to the source's `incomplete`, and the scores say so. A last line cut
+mid-way (no line end, not JSON) is where the file was cut: it is left out, not called
+malformed.
+
 The header lines are read when the source is opened (records are needed before any event);
 the events are read each time the source's `events` is iterated, straight from the file, and
 handed on one at a time: memory does not grow with the number of events. An event line takes
@@ -34,12 +42,15 @@ import msgspec
 from pydantic import ValidationError
 
 from streameval.core.store.export import (
+    END_FIELDS,
     EVENT_FIELDS,
+    NO_END_LINE,
     RECORD_FIELDS,
     RUN_FIELDS,
     SCHEMA,
     SESSION_FIELDS,
     STRICT_JSON,
+    count_problem,
     line_problem,
 )
 from streameval.events import PAYLOAD_MODELS, EventPayload, PayloadError, read_payload
@@ -47,7 +58,7 @@ from streameval.scorer.errors import ScoreError
 from streameval.scorer.source import RUN_FIELDS as SCORED_RUN_FIELDS
 from streameval.scorer.source import EventRow, RunSource
 
-_LINE_ORDER = ("run", "record", "session", "event")
+_LINE_ORDER = ("run", "record", "session", "event", "end")
 
 
 class EventLine(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -77,18 +88,37 @@ class _LineError(Exception):
     """A line's problem, before the file and line number are put to it."""
 
 
+class _EventsEnd(Exception):
+    """The events end here: at the end line (`end`), or at a last line cut short (None)."""
+
+    def __init__(self, end: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.end = end
+
+
+def _cut(line: bytes) -> bool:
+    """Whether a line that is not JSON is where the file was cut: the last line, unended."""
+    return not line.endswith(b"\n")
+
+
 @dataclass
 class Header:
     """What precedes the events, and where the events begin."""
 
     run: dict[str, Any]  # the run line without "type" and "schema"
     records: list[dict[str, Any]] = field(default_factory=list)  # record lines, no "type"
-    events_at: int = 0  # byte offset of the first event line
+    sessions: int = 0  # session lines
+    events_at: int = 0  # byte offset of the first event line (or of the end line)
     events_line: int = 1  # its line number
+    allow_partial: bool = False
+    # What the file lacks, when allow_partial lets it be read: filled when its events have
+    # been read, and shared with the source, whose scores report it.
+    incomplete: list[str] = field(default_factory=list)
 
 
-def open_exported(path: str | Path) -> RunSource:
-    """A RunSource over an export: the header read now, the events each time they are read."""
+def open_exported(path: str | Path, allow_partial: bool = False) -> RunSource:
+    """A RunSource over an export: the header read now, the events each time they are read.
+    An incomplete export fails when its events have been read, unless `allow_partial`."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
@@ -97,13 +127,21 @@ def open_exported(path: str | Path) -> RunSource:
         raise ScoreError(f"event log {path} does not exist") from None
     except IsADirectoryError:
         raise ScoreError(f"event log {path} is a directory, not a JSONL file") from None
+    header.allow_partial = allow_partial
     run = {name: header.run[name] for name in SCORED_RUN_FIELDS}
 
     def events(session_id: str | None = None) -> Iterator[EventRow]:
         rows = read_events(path, header)
         return rows if session_id is None else _one_session(rows, session_id)
 
-    return RunSource(run, header.records, events)
+    return RunSource(run, header.records, events, header.incomplete)
+
+
+def incomplete_message(path: Path, problem: str) -> str:
+    return (
+        f"{path} is incomplete: {problem}; export the run again, or pass --allow-partial to "
+        "score what it holds"
+    )
 
 
 def read_header(path: Path, handle: BinaryIO) -> Header:
@@ -120,8 +158,10 @@ def read_header(path: Path, handle: BinaryIO) -> Header:
             obj = _decode(line)
             kind = _line_type(obj, header is not None, last_type)
         except _LineError as exc:
-            raise _error(path, number, str(exc)) from None
-        if kind == "event":
+            if header is None or not _cut(line):
+                raise _error(path, number, str(exc)) from None
+            kind = "cut"  # the events' reader meets it again, and leaves it out
+        if kind in ("event", "end", "cut"):
             assert header is not None
             header.events_at, header.events_line = offset, number
             return header
@@ -129,7 +169,7 @@ def read_header(path: Path, handle: BinaryIO) -> Header:
         header = _add_header_line(path, number, header, obj)
     if header is None:
         raise ScoreError(f"{path}: empty file, expected a run line")
-    header.events_at, header.events_line = handle.tell(), number + 1
+    header.events_at, header.events_line = offset, number + 1
     return header
 
 
@@ -149,22 +189,27 @@ def _add_header_line(path: Path, number: int, header: Header | None, obj: dict[s
             header.records.append({k: v for k, v in obj.items() if k != "type"})
         else:  # the scorer reads no session line, but a malformed one is still an error
             _check(obj, SESSION_FIELDS, exact=True)
+            header.sessions += 1
     except _LineError as exc:
         raise _error(path, number, str(exc)) from None
     return header
 
 
 def read_events(path: Path, header: Header) -> Iterator[EventRow]:
-    """The export's events as scoring rows, in file order, each session's together."""
+    """The export's events as scoring rows, in file order, each session's together; then
+    the end line's counts checked against the lines read."""
     # Once per event: the fast way is written out here, with local names, so that a line
     # costs its two calls and little else (helper calls around them cost a tenth more).
     decode, payloads = _decode_event, _PAYLOADS
     finished: set[str] = set()
     session: str | None = None
     last_seq = -1
+    end: dict[str, Any] | None = None
+    number = header.events_line - 1
     with path.open("rb") as handle:
         handle.seek(header.events_at)
-        for number, line in enumerate(handle, start=header.events_line):
+        lines = enumerate(handle, start=header.events_line)
+        for number, line in lines:
             try:
                 try:
                     event = decode(line)
@@ -191,7 +236,30 @@ def read_events(path: Path, header: Header) -> Iterator[EventRow]:
                 last_seq = row[1]
             except _LineError as exc:
                 raise _error(path, number, str(exc)) from None
+            except _EventsEnd as stop:
+                end = stop.end
+                following = next(lines, None)
+                if end is not None and following is not None:
+                    raise _error(path, following[0], "a line cannot follow the end line") from None
+                break
             yield row
+        else:
+            number += 1  # the events ran to the end of the file
+    _check_complete(path, header, end, number - header.events_line)
+
+
+def _check_complete(path: Path, header: Header, end: dict[str, Any] | None, events: int) -> None:
+    """Refuse an export whose end line is missing or counts other lines than were read;
+    with allow_partial, say what it lacks instead."""
+    read = {"runs": 1, "sessions": header.sessions, "events": events}
+    problem = NO_END_LINE if end is None else count_problem(end, read)
+    if problem is None:
+        return
+    if not header.allow_partial:
+        raise ScoreError(incomplete_message(path, problem))
+    said = f"{path} is incomplete: {problem}"
+    if said not in header.incomplete:  # the events may be read more than once
+        header.incomplete.append(said)
 
 
 def _check_new_session(session_id: str, previous: str | None, finished: set[str]) -> None:
@@ -207,9 +275,17 @@ def _check_new_session(session_id: str, previous: str | None, finished: set[str]
 
 
 def _slow_row(line: bytes) -> EventRow:
-    """An event line the fast way refused: its payload upgraded, or its problem named."""
-    obj = _decode(line)
-    _line_type(obj, True, "event")  # after events, any other type is refused
+    """An event line the fast way refused: its payload upgraded, or its problem named; the
+    end line, or a last line cut short, ends the events (_EventsEnd)."""
+    try:
+        obj = _decode(line)
+    except _LineError:
+        if _cut(line):
+            raise _EventsEnd(None) from None
+        raise
+    if _line_type(obj, True, "event") == "end":  # after events, other types are refused
+        _check(obj, END_FIELDS, exact=True)
+        raise _EventsEnd(obj)
     _check(obj, EVENT_FIELDS, exact=True)
     try:
         payload = read_payload(obj["kind"], obj["payload"])

@@ -233,6 +233,14 @@ class RunScores(BaseModel):
         exclude_if=lambda value: value is None,
         description="false alarms on a robustness run's negative streams",
     )
+    # Only an incomplete export scored with --allow-partial has it (a complete one's JSON is
+    # unchanged).
+    partial: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="what the scored export lacks: it was scored with --allow-partial "
+        "although incomplete, so these numbers cover only the lines it holds (None: complete)",
+    )
     records: list[RecordResult] = Field(default_factory=list)
 
     def to_json(self, include_records: bool = False) -> dict[str, Any]:
@@ -341,6 +349,7 @@ def scores_of(run: EvaluatedRun) -> RunScores:
         negative_streams=None
         if groups is None or not groups.negative
         else negative_streams([run.evaluations[i] for i in groups.negative], profile),
+        partial="; ".join(run.source.incomplete) or None,
         records=[RecordResult(**details(e, profile)) for e in run.evaluations],
     )
 
@@ -587,15 +596,18 @@ def score_exported(
     path: str | Path,
     profile: ScoringProfile | str = "trace-paper-v1",
     judge: Judge | None = None,
+    allow_partial: bool = False,
 ) -> RunScores:
     """Score an exported JSONL event log (`streameval export`) with no store, reading it
-    once, one session at a time (scorer/exported.py)."""
-    return scores_of(evaluate_source(load_exported(path), profile, cached(judge)))
+    once, one session at a time (scorer/exported.py). An incomplete export is refused
+    unless `allow_partial`; then its scores' `partial` says what it lacks."""
+    source = load_exported(path, allow_partial)
+    return scores_of(evaluate_source(source, profile, cached(judge)))
 
 
-def load_exported(path: str | Path) -> RunSource:
+def load_exported(path: str | Path, allow_partial: bool = False) -> RunSource:
     """The export as a source: its header is read now, its events as they are scored."""
-    return open_exported(path)
+    return open_exported(path, allow_partial)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -619,6 +631,10 @@ def unit_label(family: str, metric: str) -> str:
     return "0-1" if help.unit == FRACTION else help.unit
 
 
+PARTIAL_LINE = (
+    "scored with --allow-partial from an incomplete export, so these numbers cover only "
+    "the lines it holds"
+)
 SCORE_COLUMNS = (
     Column("metric", key=True),
     Column("value", justify="right"),
@@ -648,6 +664,8 @@ def render_scores(scores: RunScores, console: Console, explained: bool = False) 
         f"run {scores.run_id} · protocol {scores.protocol or '?'} · profile "
         f"{scores.profile.name} v{scores.profile.version} · judge {scores.judge.kind}"
     )
+    if scores.partial is not None:
+        console.print(f"partial: {PARTIAL_LINE}: {scores.partial}", highlight=False, soft_wrap=True)
     print_table(console, SCORE_COLUMNS, rows, title=title)
     _render_task_types(scores, console)
     _render_variants(scores, console)

@@ -11,7 +11,7 @@ keep the rows cheap.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, Text, cast, select
@@ -32,6 +32,9 @@ class RunSource:
     run: dict[str, Any]  # RUN_FIELDS
     records: list[dict[str, Any]]
     events: Callable[[str | None], Iterable[EventRow]]  # all events, or one session's
+    # What an export read with allow_partial lacks (scorer/exported.py), known once its
+    # events have been read; a store's runs are never incomplete in this sense.
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:

@@ -1,7 +1,8 @@
 """Recorded runs and their scores, frozen so that a refactoring of the Core or the scorer can
 show it changes no number (tests/test_golden_scores.py).
 
-Three runs, made once with the code of the commit that wrote them:
+Three runs, made once with the code of the commit that wrote them (their end lines, which
+exports gained later, were appended then, counting the lines they hold):
 - `demo`: the `streameval demo` run (synthetic benchmark, reference adapter), exported whole.
 - `trace_fixture`: the TRACE release written for these tests (tests/fixtures/trace_release)
   run with `ScriptedAdapter`, exported whole (its records are ours to keep).

@@ -47,6 +47,7 @@ DOC_FIELDS = {
         "finished_at",
     ],
     "event": ["type", "session_id", "seq", "kind", "runtime_ns", "video_t", "payload"],
+    "end": ["type", "runs", "sessions", "events"],
 }
 RECORD_REQUIRED = {"type", "record_id", "task", "task_type", "source_benchmark", "video_path"}
 
@@ -79,6 +80,8 @@ def validate_line(line: dict) -> None:
         assert is_timestamp(line["started_at"], True) and is_timestamp(line["finished_at"], True)
         for name in ("endpoint", "failure_stage", "failure_reason"):
             assert line[name] is None or isinstance(line[name], str)
+    elif kind == "end":
+        assert all(is_int(line[name]) for name in ("runs", "sessions", "events"))
     else:
         assert line["kind"] in {k.value for k in EventKind}
         assert is_int(line["seq"]) and is_int(line["runtime_ns"])
@@ -122,10 +125,11 @@ def test_export_round_trips_exactly_and_follows_the_schema(store: Store, tmp_pat
     with path.open("w", encoding="utf-8") as out:
         written = export_jsonl(store, RUN, out)
     lines = [json.loads(text) for text in path.read_text(encoding="utf-8").splitlines()]
-    assert written == len(lines) == 1 + 2 + 2 + 12
+    assert written == len(lines) == 1 + 2 + 2 + 12 + 1
     assert [line["type"] for line in lines] == ["run"] + ["record"] * 2 + ["session"] * 2 + [
         "event"
-    ] * 12
+    ] * 12 + ["end"]
+    assert lines[-1] == {"type": "end", "runs": 1, "sessions": 2, "events": 12}
     for line in lines:
         validate_line(line)
 

@@ -139,8 +139,9 @@ def test_an_export_without_events_scores_every_record_as_not_run(
     store: Store, tmp_path: Path
 ) -> None:
     path, lines = mixed_export(store, tmp_path)
-    header = [line for line in lines if json.loads(line)["type"] != "event"]
-    scores = score_exported(write(tmp_path / "header.jsonl", header))
+    header = [line for line in lines if json.loads(line)["type"] not in ("event", "end")]
+    end = {"type": "end", "runs": 1, "sessions": 5, "events": 0}
+    scores = score_exported(write(tmp_path / "header.jsonl", [*header, json.dumps(end)]))
     assert (scores.events_scored, scores.records_scored, scores.sessions.not_run) == (0, 5, 5)
 
 
@@ -152,7 +153,11 @@ def test_sessions_in_any_order_score_alike(store: Store, tmp_path: Path) -> None
     path, lines = mixed_export(store, tmp_path)
     sessions = event_lines(lines)
     first = min(p for positions in sessions.values() for p in positions)
-    reordered = lines[:first] + [lines[p] for s in reversed(sessions) for p in sessions[s]]
+    reordered = [
+        *lines[:first],
+        *(lines[p] for s in reversed(sessions) for p in sessions[s]),
+        lines[-1],  # the end line
+    ]
     assert reordered != lines
     moved = write(tmp_path / "reordered.jsonl", reordered)
     assert score_exported(moved).to_json(include_records=True) == score_exported(path).to_json(

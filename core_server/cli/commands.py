@@ -50,21 +50,28 @@ def export(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="File; - = stdout.")] = None,
     store: StoreOption = None,
 ) -> None:
-    """Write a run's complete event log (schema in docs/events.md)."""
+    """Write a run's complete event log (schema in docs/events.md), its end line last; a
+    file appears at its name only once whole."""
     from streameval.core.store.export import export_jsonl
+    from streameval.core.store.export_file import export_to_file
     from streameval.core.store.store import Store, StoreError
 
     if format != "jsonl":
         raise fail(f"unknown export format {format!r}; only jsonl")
+    to_stdout = output is None or str(output) == "-"
     try:
         with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
-            if output is None or str(output) == "-":
+            if to_stdout:
                 lines = export_jsonl(opened, run_id, sys.stdout)
             else:
-                with output.open("w") as handle:
-                    lines = export_jsonl(opened, run_id, handle)
+                assert output is not None
+                lines = export_to_file(opened, run_id, output)
     except StoreError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(
+            f"cannot write {'stdout' if to_stdout else output}: {exc.strerror or exc}"
+        ) from None
     console.print(f"exported {lines} lines", highlight=False)
 
 

@@ -8,9 +8,9 @@ responsibility, each holding its own SQL: runs and their records (runs.py), sess
 retry of transient failures in retry.py, engine.py, errors.py). The session queue and the
 leases let workers share a run (queue.py, run_lease.py); the event writer batches a
 session's events (writer.py, writer_process.py); migrations/ and schema.py bring an older
-store up to date; export.py writes a run as JSONL and light.py lists a SQLite store without
-SQLAlchemy. locations.py says where things are kept: the store a `--store` option names and
-the cache folder.
+store up to date; export.py writes a run as JSONL (export_file.py: to a file, renamed into
+place once whole) and light.py lists a SQLite store without SQLAlchemy. locations.py says
+where things are kept: the store a `--store` option names and the cache folder.
 
 May import: errors.
 """

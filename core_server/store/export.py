@@ -1,9 +1,12 @@
 """Export one run as JSON Lines (`streameval-events/1`) and read such a file back.
 
 The format is documented line by line in docs/events.md: a run line, then one line per
-record, per session and per event (in session, seq order). It carries everything the scorer
-needs, so a run can be scored or archived without the database. Reading an export validates
-every event's payload against its kind's model (streameval.events) once.
+record, per session and per event (in session, seq order), then an end line that counts the
+runs, sessions and events written. It carries everything the scorer needs, so a run can be
+scored or archived without the database. Reading an export validates every event's payload
+against its kind's model (streameval.events) once, and refuses a file whose end line is
+missing or counts other lines than it holds: a file cut at a line boundary reads as a
+well-formed but smaller run, so only the end line tells it apart.
 """
 
 from __future__ import annotations
@@ -68,7 +71,20 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "source_benchmark": _STR,
     "video_path": _STR,
 }
-_LINE_ORDER = ("run", "record", "session", "event")
+# The end line: what was written, counted, so that a reader can tell a whole export from
+# one cut short (a killed export, a partial copy).
+END_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": _STR,
+    "runs": _INT,
+    "sessions": _INT,
+    "events": _INT,
+}
+COUNTED = ("runs", "sessions", "events")
+_LINE_ORDER = ("run", "record", "session", "event", "end")
+NO_END_LINE = (
+    "it has no end line, so lines may be missing from its end (the export was cut short, or "
+    "was written by an older streameval, whose exports end without one)"
+)
 
 
 class _EventLine(BaseModel):
@@ -197,22 +213,41 @@ def line_problem(
     return None
 
 
+def count_problem(end: dict[str, Any], read: dict[str, int]) -> str | None:
+    """How an end line's counts differ from the lines read (COUNTED), or None."""
+    if all(end[name] == read[name] for name in COUNTED):
+        return None
+    return f"its end line counts {_counts(end)}, but it holds {_counts(read)}"
+
+
+def _counts(counts: dict[str, Any]) -> str:
+    runs, sessions, events = (
+        f"{counts[name]} {name if counts[name] != 1 else name[:-1]}" for name in COUNTED
+    )
+    return f"{runs}, {sessions} and {events}"
+
+
 def export_jsonl(store: Store, run_id: str, out: TextIO) -> int:
-    """Write the run to `out`; returns the number of lines. Events are streamed."""
+    """Write the run to `out`, its end line last; returns the number of lines. Events are
+    streamed."""
+    sessions = [session_line(session) for session in store.sessions(run_id)]
     lines = [run_line(store.get_run(run_id))]
     lines += [{"type": "record", **record} for record in store.records(run_id)]
-    lines += [session_line(session) for session in store.sessions(run_id)]
+    lines += sessions
     for line in lines:
         out.write(_dumps(line) + "\n")
-    count = len(lines)
+    events = 0
     for event in store.iter_events(run_id):
         out.write(_dumps(event_line(event)) + "\n")
-        count += 1
-    return count
+        events += 1
+    out.write(_dumps({"type": "end", "runs": 1, "sessions": len(sessions), "events": events}))
+    out.write("\n")
+    return len(lines) + events + 1
 
 
 def read_jsonl(path: str | Path) -> ExportedRun:
-    """Read and validate an export; the first problem raises ExportFormatError."""
+    """Read and validate an export; the first problem raises ExportFormatError, and so does
+    a file whose end line is missing or counts other lines than it holds."""
     reader = _Reader(Path(path))
     with open(path, encoding="utf-8") as lines:
         for number, text in enumerate(lines, start=1):
@@ -229,12 +264,14 @@ class _Reader:
         self._records: list[dict[str, Any]] = []
         self._sessions: list[dict[str, Any]] = []
         self._events: list[Event] = []
+        self._end: dict[str, Any] | None = None
         self._last_type = ""
         self._handlers = {
             "run": self._add_run,
             "record": self._add_record,
             "session": self._add_session,
             "event": self._add_event,
+            "end": self._add_end,
         }
 
     def add(self, number: int, text: str) -> None:
@@ -246,6 +283,8 @@ class _Reader:
             raise self._error(number, f"unknown line type {kind!r}")
         if self._run is None and kind != "run":
             raise self._error(number, f"the first line must be the run line, not {kind!r}")
+        if self._end is not None:
+            raise self._error(number, f"a {kind} line cannot follow the end line")
         if kind != self._last_type:
             if self._run is not None and _LINE_ORDER.index(kind) < _LINE_ORDER.index(
                 self._last_type
@@ -320,6 +359,10 @@ class _Reader:
             )
         )
 
+    def _add_end(self, number: int, obj: dict[str, Any]) -> None:
+        self._check(number, obj, END_FIELDS, exact=True)
+        self._end = obj
+
     def _check(
         self, number: int, obj: dict[str, Any], fields: dict[str, tuple[type, ...]], exact: bool
     ) -> None:
@@ -333,4 +376,8 @@ class _Reader:
     def result(self) -> ExportedRun:
         if self._run is None:
             raise ExportFormatError(f"{self._path}: empty file, expected a run line")
+        read = {"runs": 1, "sessions": len(self._sessions), "events": len(self._events)}
+        problem = NO_END_LINE if self._end is None else count_problem(self._end, read)
+        if problem is not None:
+            raise ExportFormatError(f"{self._path} is incomplete: {problem}")
         return ExportedRun(self._run, self._records, self._sessions, self._events)

@@ -1,7 +1,7 @@
 """The scorer's commands, which the one `streameval` command (streameval/cli.py) includes:
 
     streameval score RUN_ID [--profile P] [--json] [--store URL]
-    streameval score --events FILE.jsonl
+    streameval score --events FILE.jsonl [--allow-partial]
     streameval compare RUN_A RUN_B
     streameval results-api [--host 127.0.0.1] [--port 8800]   (dashboard at /)
     streameval report RUN_ID --html out.html
@@ -132,6 +132,14 @@ def score(
         Path | None,
         typer.Option("--events", help="Score an exported JSONL event log instead (no store)."),
     ] = None,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="With --events: score an incomplete export (no end line, or other counts than "
+            "its lines) instead of refusing it; the results say it is partial.",
+        ),
+    ] = False,
     profile: ProfileOption = None,
     as_json: JsonOption = False,
     records: Annotated[
@@ -159,11 +167,13 @@ def score(
         return
     if (run_id is None) == (events is None):
         raise _fail("give either a RUN_ID or --events FILE.jsonl (or --explain alone)")
+    if allow_partial and events is None:
+        raise _fail("--allow-partial applies to --events FILE.jsonl only (a stored run is whole)")
     try:
         judge = _judge(judge_url, judge_model)
         if events is not None:
             name = profile or scoring_profile_for(_exported_protocol(events))
-            scores = score_exported(events, _profile(name, tolerance), judge)
+            scores = score_exported(events, _profile(name, tolerance), judge, allow_partial)
         else:
             with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
                 search = opened.analyses(run_id).get("capacity")
