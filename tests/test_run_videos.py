@@ -43,6 +43,37 @@ def bench(tmp_path: Path) -> Path:
     return path
 
 
+def start_run(adapter_url: str, bench: Path, *options: str) -> subprocess.Popen[str]:
+    """`streameval run` of the benchmark, one session at a time, as a process."""
+    command = cli(
+        "run", "--adapter-url", adapter_url, "--benchmark", str(bench), "--concurrency", "1",
+        "--json", *options,
+    )  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def detached_run(url: str, bench: Path, cache: Path) -> str:
+    """A run created for workers (`run --detach`); its id."""
+    command = cli("run", "--detach", "--benchmark", str(bench), "--store", url, "--json")
+    created = subprocess.run(
+        [*command, "--cache-dir", str(cache)], capture_output=True, text=True, timeout=120
+    )
+    assert created.returncode == 0, created.stderr
+    return json.loads(created.stdout)["run_id"]
+
+
+def work(url: str, run_id: str, cache: Path) -> dict[str, object]:
+    """One `streameval worker` on the run until no session is left; its JSON summary."""
+    with AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter:
+        command = cli("worker", "--store", url, "--run", run_id, "--adapter-url", adapter.url)
+        worked = subprocess.run(
+            [*command, "--json", "--cache-dir", str(cache)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert worked.returncode == 0, worked.stderr
+    return json.loads(worked.stdout)
+
+
 def replace_with_another_video(video: Path) -> str:
     """Overwrite `video` in place with another real H.264 video; its sha256."""
     before = sha256_of(video)
@@ -83,14 +114,7 @@ def test_a_video_replaced_after_a_kill_is_refused_on_resume_and_the_rest_resumes
     v, w = bench.parent / "v.mp4", bench.parent / "w.mp4"
     created = {"v.mp4": sha256_of(v), "w.mp4": sha256_of(w)}
     with AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter:
-        core = subprocess.Popen(
-            cli(
-                "run", "--adapter-url", adapter.url, "--benchmark", str(bench),
-                "--concurrency", "1", "--pacing", "wall_clock", "--speed", "4", "--json",
-                *common,
-            ),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+        core = start_run(adapter.url, bench, "--pacing", "wall_clock", "--speed", "4", *common)
         with Store(url) as store:
 
             def first_session_finished() -> bool:
@@ -138,14 +162,7 @@ def test_a_video_replaced_between_frame_preparation_and_its_session_is_refused(
     url = f"sqlite:///{tmp_path / 's.db'}"
     w = bench.parent / "w.mp4"
     with AdapterProcess("tests.wire_adapters:GatedAdapter") as adapter:
-        core = subprocess.Popen(
-            cli(
-                "run", "--adapter-url", adapter.url, "--benchmark", str(bench),
-                "--concurrency", "1", "--json", "--store", url,
-                "--cache-dir", str(tmp_path / "cache"),
-            ),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        core = start_run(adapter.url, bench, "--store", url, "--cache-dir", str(tmp_path / "cache"))
         # Sessions start once every video's frames are prepared: the first one is held at
         # the adapter while w.mp4, prepared already, is replaced.
         wait_for(lambda: (adapter_env / "t:pro:1.jsonl").exists(), what="the first session")
@@ -162,25 +179,10 @@ def test_a_worker_refuses_a_video_replaced_since_the_detached_run_was_created(
     adapter_env, bench: Path, tmp_path: Path
 ):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    cache = ["--cache-dir", str(tmp_path / "cache")]
     w = bench.parent / "w.mp4"
-    created = subprocess.run(
-        cli("run", "--detach", "--benchmark", str(bench), "--store", url, "--json", *cache),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    run_id = json.loads(created.stdout)["run_id"]
+    run_id = detached_run(url, bench, tmp_path / "cache")
     new_digest = replace_with_another_video(w)
-    with AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter:
-        worked = subprocess.run(
-            cli(
-                "worker", "--store", url, "--run", run_id, "--adapter-url", adapter.url,
-                "--json", *cache,
-            ),
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    assert worked.returncode == 0, worked.stderr
-    summary = json.loads(worked.stdout)
+    summary = work(url, run_id, tmp_path / "cache")
     assert (summary["claimed"], summary["finished"], summary["failed"]) == (3, 2, 1)
     with Store(url) as store:
         check_refused(store, run_id, w, new_digest)
@@ -192,28 +194,13 @@ def test_a_worker_records_a_video_the_run_could_not_read_when_created(
     """A detached run created where a video is missing (its workers bring it) is bound to
     the bytes the first worker reads."""
     url = f"sqlite:///{tmp_path / 's.db'}"
-    cache = ["--cache-dir", str(tmp_path / "cache")]
     w = bench.parent / "w.mp4"
     w.rename(tmp_path / "w.mp4")
-    created = subprocess.run(
-        cli("run", "--detach", "--benchmark", str(bench), "--store", url, "--json", *cache),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    run_id = json.loads(created.stdout)["run_id"]
+    run_id = detached_run(url, bench, tmp_path / "cache")
     with Store(url) as store:
         assert store.video_digests(run_id) == {"v.mp4": sha256_of(bench.parent / "v.mp4")}
     (tmp_path / "w.mp4").rename(w)
-    with AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter:
-        worked = subprocess.run(
-            cli(
-                "worker", "--store", url, "--run", run_id, "--adapter-url", adapter.url,
-                "--json", *cache,
-            ),
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    assert worked.returncode == 0, worked.stderr
-    assert json.loads(worked.stdout)["finished"] == 3
+    assert work(url, run_id, tmp_path / "cache")["finished"] == 3
     with Store(url) as store:
         assert store.video_digests(run_id) == {
             "v.mp4": sha256_of(bench.parent / "v.mp4"),
