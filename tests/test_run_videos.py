@@ -214,3 +214,42 @@ def test_the_first_digest_recorded_for_a_video_wins(store: Store):
     assert store.bind_video("r", "a.mp4", "2" * 64) == "1" * 64
     assert store.bind_video("r", "b.mp4", "3" * 64) == "3" * 64
     assert store.video_digests("r") == {"a.mp4": "1" * 64, "b.mp4": "3" * 64}
+
+
+def test_frames_of_a_video_rewritten_while_it_was_decoded_are_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The file is overwritten with another real video right after its frames were decoded
+    (before the entry is published): the entry, named by the old bytes' digest, would hold
+    frames of either version, so it is refused and not published; the next read decodes the
+    new file under its own digest."""
+    from streameval.core.frames import entries
+    from streameval.core.frames.cache import FrameCache
+    from streameval.core.frames.errors import VideoChangedError
+    from streameval.core.frames.types import ImageRules
+
+    video = tmp_path / "v.mp4"
+    write_video(video, seconds=4, fps=10)
+    old_digest = sha256_of(video)
+    real_sample = entries.sample_video
+    rewrites: list[str] = []
+
+    def sample_then_rewrite(path, *args, **kwargs):
+        sampled = real_sample(path, *args, **kwargs)
+        if not rewrites:
+            rewrites.append(replace_with_another_video(Path(path)))
+        return sampled
+
+    monkeypatch.setattr(entries, "sample_video", sample_then_rewrite)
+    cache, rules = FrameCache(tmp_path / "frames"), ImageRules(fps=2.0)
+    with pytest.raises(VideoChangedError) as refused:
+        cache.get(video, rules)
+    assert str(refused.value) == (
+        f"{video}: the file changed while its frames were extracted; they are not kept "
+        "(run again once the file stays as it is)"
+    )
+    assert refused.value.cause == "input"
+    assert list((tmp_path / "frames").rglob(f"{old_digest}-*")) == []
+    frames = cache.get(video, rules)
+    assert frames.video_digest == rewrites[0] != old_digest
+    assert frames.frames[0].frame_id.startswith(rewrites[0][:16])
