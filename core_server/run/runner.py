@@ -8,10 +8,11 @@ failure never stops the run; an interrupted run can be resumed: finished and fai
 sessions are kept, the rest are reset and redone (sessions_to_run.py).
 
 `RunExecutor` dispatches the sessions a worker claims and composes the rest of a run:
-its records (run_records.py, run_creation.py) and videos (video_binding.py), the endpoints it admits
-(endpoint_admission.py), its lease (lease_keeping.py), the frames prepared before the
-sessions start (frame_preparation.py), its phases as `progress` shows them
-(run_progress.py) and how it ends (run_end.py: RunSummary, the exit code, RunStopped).
+its records (run_records.py, run_creation.py), the videos' bytes it is bound to
+(video_binding.py), the endpoints it admits (endpoint_admission.py), its lease
+(lease_keeping.py), the frames prepared before the sessions start (frame_preparation.py),
+its phases as `progress` shows them (run_progress.py) and how it ends (run_end.py:
+RunSummary, the exit code, RunStopped).
 """
 
 from __future__ import annotations
