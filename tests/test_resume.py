@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from hashlib import sha256
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
@@ -82,6 +83,9 @@ def test_killed_run_resumes_without_duplicates_or_losses(
 
     with Store(url) as store:
         assert store.get_run(run_id).status == "finished"
+        # Bound to its one video's bytes at creation; the unchanged file resumed.
+        video = benchmark_path.parent / "v.mp4"
+        assert store.video_digests(run_id) == {"v.mp4": sha256(video.read_bytes()).hexdigest()}
         after = {s.session_id: s for s in store.sessions(run_id)}
         assert {sid: s.status for sid, s in after.items()} == dict.fromkeys(
             FRAMES_PER_SESSION, "finished"

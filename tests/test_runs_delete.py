@@ -28,8 +28,8 @@ CACHE_BYTES = 1_500_000
 
 
 def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
-    """A run with two records, two sessions with events, an analysis and an expired run
-    lease."""
+    """A run with two records, two sessions with events, the digests of its two videos, an
+    analysis and an expired run lease."""
     config = {"profile": "trace", "cache_dir": str(cache_dir)} if cache_dir else {}
     store.create_run(run_id, "synthetic", config)
     store.add_records(
@@ -41,6 +41,8 @@ def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
         ],
     )  # fmt: skip
     store.add_sessions(run_id, [(f"{run_id}-s{i}", [f"rec-{i}"]) for i in range(2)])
+    for i in range(2):
+        store.bind_video(run_id, f"v{i}.mp4", f"{i}" * 64)
     for i in range(2):
         store.append_events(example_events(run_id, f"{run_id}-s{i}"))
     store.put_analysis(run_id, "causality", {"verdict": "pass"})
@@ -89,6 +91,7 @@ FULL_RUN = {
     "run_analyses": 1,
     "run_owners": 1,
     "run_records": 2,
+    "run_videos": 2,
     "runs": 1,
     "sessions": 2,
 }

@@ -190,3 +190,15 @@ class GpuReportingAdapter(InstantAdapter):
 
     def gpu_identity(self) -> str | None:
         return "Test Accelerator GPU-0123"
+
+
+class GatedAdapter(LoggingAdapter):
+    """`LoggingAdapter` whose sessions start only once the file $STREAMEVAL_TEST_GATE exists:
+    a test changes something while a run's first session is held, before the next starts."""
+
+    name = "gated"
+
+    async def on_session_start(self, session: Session) -> None:
+        await super().on_session_start(session)
+        while not os.path.exists(os.environ["STREAMEVAL_TEST_GATE"]):
+            await asyncio.sleep(0.02)

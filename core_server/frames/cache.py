@@ -12,8 +12,14 @@ import os
 import threading
 from pathlib import Path
 
-from streameval.core.frames.digest import DIGEST_MEMO_DIR, DigestMemo, video_digest
+from streameval.core.frames.digest import (
+    DIGEST_MEMO_DIR,
+    DigestMemo,
+    identified_digest,
+    video_digest,
+)
 from streameval.core.frames.entries import build_entry, entry_dir, load_entry
+from streameval.core.frames.errors import VideoChangedError
 from streameval.core.frames.jpeg_writer import DecodeProgress
 from streameval.core.frames.types import INDEX_NAME, ImageRules, VideoFrames
 
@@ -49,14 +55,30 @@ class FrameCache:
         digest = video_digest(video_path, self._memo)
         return load_entry(entry_dir(self.root, digest, rules), digest, rules) is not None
 
+    def digest(self, video_path: Path) -> str:
+        """The sha256 of the video's bytes (remembered, see streameval.core.frames.digest);
+        VideoDecodeError for a video that is not there."""
+        return video_digest(Path(video_path), self._memo)
+
     def get(
-        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+        self,
+        video_path: Path,
+        rules: ImageRules,
+        on_progress: DecodeProgress | None = None,
+        expect: str | None = None,
     ) -> VideoFrames:
         """The video's samples under these rules, decoding the video if no entry exists;
         while it decodes, `on_progress` hears how far it is, a few times a second (in the
-        decoding thread)."""
+        decoding thread). `expect`: the sha256 the video must have (the one its run
+        recorded); a file with other bytes is refused before anything is read from it
+        (VideoChangedError)."""
         video_path = Path(video_path)
-        digest = video_digest(video_path, self._memo)
+        source, digest = identified_digest(video_path, self._memo)
+        if expect is not None and digest != expect:
+            raise VideoChangedError(
+                f"{video_path}: changed since the run started (sha256 {digest[:12]}..., the "
+                f"run recorded {expect[:12]}...); put the original file back, or start a new run"
+            )
         final = entry_dir(self.root, digest, rules)
         key = final.name
         with self._build_lock(key):
@@ -65,12 +87,16 @@ class FrameCache:
                 frames = None  # marked broken by a failed `read`: rebuild it
             frames = frames or load_entry(final, digest, rules)
             if frames is None:
-                frames = build_entry(video_path, digest, rules, final, on_progress)
+                frames = build_entry(video_path, source, digest, rules, final, on_progress)
             self._loaded[key] = frames
             return frames
 
     async def aget(
-        self, video_path: Path, rules: ImageRules, on_progress: DecodeProgress | None = None
+        self,
+        video_path: Path,
+        rules: ImageRules,
+        on_progress: DecodeProgress | None = None,
+        expect: str | None = None,
     ) -> VideoFrames:
         """`get` off the event loop; concurrent calls for one video wait for one decode."""
         # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
@@ -80,7 +106,7 @@ class FrameCache:
         self._async_locks[key] = (lock, users + 1)
         try:
             async with lock:
-                return await asyncio.to_thread(self.get, video_path, rules, on_progress)
+                return await asyncio.to_thread(self.get, video_path, rules, on_progress, expect)
         finally:
             # Drop the lock with its last user: the map stays small and no lock outlives
             # the event loop it was used on.

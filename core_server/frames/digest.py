@@ -10,7 +10,8 @@ for DIGEST_SETTLED_NS, so two changes within one tick of the file system's clock
 each other. `FrameCache(root, verify=True)` ignores the on-disk memo and hashes each video
 in full once per process.
 
-`stat_video` is the check, before reading, that a video path names a readable regular file.
+`stat_video` is the check, before reading, that a video path names a readable regular file;
+`check_unchanged`, after reading, that the file is still the version that was hashed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streameval.core.frames.errors import VideoDecodeError, strerror_of
+from streameval.core.frames.errors import VideoChangedError, VideoDecodeError, strerror_of
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,12 @@ def file_sha256(path: Path) -> str:
 def video_digest(path: Path, memo: DigestMemo | None = None) -> str:
     """sha256 of the file's bytes, hashed once per version of the file (see FileIdentity):
     remembered in this process and, with `memo`, on disk for other processes."""
+    return identified_digest(path, memo)[1]
+
+
+def identified_digest(path: Path, memo: DigestMemo | None = None) -> tuple[FileIdentity, str]:
+    """`video_digest`, with the identity of the file version it is the digest of: a reader
+    that finds the file with another identity afterwards read another version."""
     path = Path(path)
     identity = FileIdentity.of(path, stat_video(path))
     # One lock for all files: concurrent sessions on one video then hash it only once.
@@ -154,8 +161,19 @@ def video_digest(path: Path, memo: DigestMemo | None = None) -> str:
             started_ns = time.time_ns()
             digest = file_sha256(path)
             if not identity.settled(started_ns):
-                return digest  # changed too recently to vouch for: hashed again next time
+                return identity, digest  # changed too recently to vouch for: hashed again
             if memo is not None:
                 memo.put(identity, digest)
         _digests[identity] = digest
-        return digest
+        return identity, digest
+
+
+def check_unchanged(path: Path, identity: FileIdentity) -> None:
+    """VideoChangedError when the file at `path` is no longer the version `identity` names
+    (replaced, rewritten or touched since): what was read from it may mix two versions."""
+    now = FileIdentity.of(path, stat_video(path))
+    if now != identity:
+        raise VideoChangedError(
+            f"{path}: the file changed while its frames were extracted; they are not kept "
+            "(run again once the file stays as it is)"
+        )

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from streameval.core.frames.digest import FileIdentity, check_unchanged
 from streameval.core.frames.errors import FrameCacheError, cache_io, strerror_of
 from streameval.core.frames.jpeg_writer import DecodeProgress
 from streameval.core.frames.sampling import sample_video
@@ -95,11 +96,16 @@ def _remove_stale_partials(final: Path) -> None:
 
 def build_entry(
     path: Path,
+    source: FileIdentity,
     digest: str,
     rules: ImageRules,
     final: Path,
     on_progress: DecodeProgress | None = None,
 ) -> VideoFrames:
+    """Decode the samples of the video at `path` into the entry `final`. `digest` is the
+    sha256 of the file version `source` names: a file that is another version once decoded
+    (replaced or rewritten meanwhile) is refused before anything is published, so that an
+    entry never holds frames of bytes other than its digest's (VideoChangedError)."""
     with cache_io(final.parent, "create a folder"):
         final.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(final)
@@ -111,6 +117,7 @@ def build_entry(
         info, duration_s, refs = sample_video(path, digest, rules, partial, on_progress=on_progress)
         built = VideoFrames(digest, duration_s, info.source_fps, rules, tuple(refs), final, info)
         _write_index(partial, built)
+        check_unchanged(path, source)
         _publish(partial, final, digest, rules)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

@@ -32,6 +32,12 @@ class VideoDecodeError(FramesError):
     """
 
 
+class VideoChangedError(FramesError):
+    """A video's bytes are not those the caller expects (the run it belongs to recorded
+    another sha256): "<path>: changed since the run started (...)". Cause `input`: a rerun
+    fails again until the original file is back."""
+
+
 class FrameCacheError(FramesError):
     """The frame cache cannot be written or read back: "frame cache <path>: <what failed>"
     (out of disk space, a file size limit, a read-only or deleted cache folder)."""

@@ -1,7 +1,7 @@
 """Before a run's sessions start, the frames of every video they use are extracted into the
 frame cache (Phase.FRAMES), a few videos at once; a cached video costs a lookup. A video
-whose frames cannot be made is left to its sessions, which fail at stage `frames` with its
-error."""
+whose frames cannot be made, or whose file changed since the run recorded it
+(video_binding.py), is left to its sessions, which fail at stage `frames` with its error."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from streameval.core.frames.errors import FramesError
 from streameval.core.frames.types import ImageRules
 from streameval.core.run.perturb_records import Record
 from streameval.core.run.run_progress import FramesPhase
+from streameval.core.run.video_binding import VideoBinding
 from streameval.progress import Phase, Progress
 
 # Videos whose frames are extracted at once before the sessions start (each decode also
@@ -25,11 +26,13 @@ FRAME_PREPARERS = 4
 
 @dataclass
 class FramePreparation:
-    """Fills `cache` with the frames `rules` make, telling `progress` (Phase.FRAMES)."""
+    """Fills `cache` with the frames `rules` make, telling `progress` (Phase.FRAMES), for
+    videos whose bytes are those `videos` binds the run to (a changed one is not decoded)."""
 
     cache: FrameCache
     rules: ImageRules
     progress: Progress
+    videos: VideoBinding
 
     async def prepare(self, root: Path, records: Sequence[Record]) -> None:
         """Fill the frame cache for the videos (under `root`) the records use."""
@@ -59,7 +62,8 @@ class FramePreparation:
             loop.call_soon_threadsafe(self.progress.item, Phase.FRAMES, name, done_s, total_s)
 
         with contextlib.suppress(FramesError):
-            await self.cache.aget(root / name, self.rules, decoded)
+            expect = await self.videos.expected(name, root / name)
+            await self.cache.aget(root / name, self.rules, decoded, expect)
         if reported:  # its line goes
             self.progress.item(Phase.FRAMES, name, reported[-1], reported[-1])
 

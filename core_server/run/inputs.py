@@ -3,16 +3,17 @@ with the records it was created with.
 
 `create_run` checks every selected record before anything is stored (values JSON cannot
 hold, such as NaN or Infinity timestamps, are refused with the record and field), then
-stores the run, its records and its sessions in one transaction: a run either exists with
-all of its sessions or not at all. `records_diff` compares the records a run stored with
-the benchmark as loaded now, for a resume to refuse a changed file with a short summary.
+stores the run, its records, its sessions and its videos' digests in one transaction: a run
+either exists with all of its sessions or not at all. `records_diff` compares the records a
+run stored with the benchmark as loaded now, for a resume to refuse a changed file with a
+short summary.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,7 @@ from streameval.core.store.store import (
     config_hash,
     library_versions,
     record_rows,
+    video_rows,
 )
 
 # How many record ids (and fields) a diff summary names before it says "and N more".
@@ -79,8 +81,10 @@ def create_run(
     config: dict[str, Any],
     conditions: dict[str, Any],
     records: Sequence[dict[str, Any]],
+    videos: Mapping[str, str] | None = None,
 ) -> RunInfo:
-    """Store the run, its records and one session per record in one transaction."""
+    """Store the run, its records, one session per record and `videos` (the sha256 of each
+    video by name: what the run is bound to) in one transaction."""
     check_records(records)
     info = RunInfo(
         run_id=run_id,
@@ -109,6 +113,8 @@ def create_run(
         if rows_of_records:
             conn.execute(insert(models.run_records), rows_of_records)
             conn.execute(insert(models.sessions), session_rows)
+        if videos:
+            conn.execute(insert(models.run_videos), video_rows(run_id, videos))
     return info
 
 

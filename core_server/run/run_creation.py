@@ -1,6 +1,7 @@
 """A new benchmark run in the store: its id and conditions (the run's settings, the adapters
 serving it, a robustness run's variants), stored with its records and sessions in one
-transaction (inputs.create_run): a run that exists has every one of its sessions."""
+transaction (inputs.create_run): a run that exists has every one of its sessions, and the
+digests of the videos it is bound to (video_binding.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ def store_new_run(
     benchmark: Benchmark,
     records: list[dict[str, Any]],
     infos: list[dict | None],
+    videos: dict[str, str],
 ) -> str:
     """Store a run of `records` (as the store holds them) and return its id; `infos` are
-    the endpoints' /info, None for one left out of rotation (its identity is not known)."""
+    the endpoints' /info, None for one left out of rotation (its identity is not known);
+    `videos` the sha256 of each video that could be read, the bytes the run is bound to."""
     adapters = [
         {**info, "endpoint": endpoint.url}
         for endpoint, info in zip(config.endpoints, infos, strict=True)
@@ -45,5 +48,6 @@ def store_new_run(
         config=config.model_dump(mode="json"),
         conditions=conditions,
         records=records,
+        videos=videos,
     )
     return run_id

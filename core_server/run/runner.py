@@ -8,10 +8,11 @@ failure never stops the run; an interrupted run can be resumed: finished and fai
 sessions are kept, the rest are reset and redone (sessions_to_run.py).
 
 `RunExecutor` dispatches the sessions a worker claims and composes the rest of a run:
-its records (run_records.py, run_creation.py), the endpoints it admits
-(endpoint_admission.py), its lease (lease_keeping.py), the frames prepared before the
-sessions start (frame_preparation.py), its phases as `progress` shows them
-(run_progress.py) and how it ends (run_end.py: RunSummary, the exit code, RunStopped).
+its records (run_records.py, run_creation.py), the videos' bytes it is bound to
+(video_binding.py), the endpoints it admits (endpoint_admission.py), its lease
+(lease_keeping.py), the frames prepared before the sessions start (frame_preparation.py),
+its phases as `progress` shows them (run_progress.py) and how it ends (run_end.py:
+RunSummary, the exit code, RunStopped).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from streameval.core.run.run_records import RunRecords
 from streameval.core.run.session_timeline import session_timeline
 from streameval.core.run.sessions_to_run import reset_started, sessions_to_run
 from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
+from streameval.core.run.video_binding import VideoBinding, creation_digests
 from streameval.core.run.worker import Worker, this_worker
 from streameval.core.session.driver import SessionDriver, SessionOutcome
 from streameval.core.session.failures import FailureStage
@@ -82,6 +84,7 @@ class RunExecutor:
         self.cache = FrameCache(
             Path(self.config.cache_dir) / "frames", verify=self.config.verify_video_digests
         )
+        self._videos: dict[str, VideoBinding] = {}  # by run id
 
     # ------------------------------------------------------------------ entry points
 
@@ -95,7 +98,9 @@ class RunExecutor:
         records, stored_form = self.records.for_new_run()  # executing it next needs no reload
         infos = await self.admission.check_endpoints(records, self.notice)
         benchmark = self.records.loaded()
-        return store_new_run(self.store, self.config, benchmark, stored_form, infos)
+        names = (record.video_path for record in records)
+        videos = await creation_digests(self.cache, self.records.video_root, names)
+        return store_new_run(self.store, self.config, benchmark, stored_form, infos, videos)
 
     async def execute(
         self, run_id: str, *, retry_failed: bool = False, allow_adapter_change: bool = False
@@ -194,7 +199,7 @@ class RunExecutor:
     async def _prepare_and_stream(
         self, run_id: str, worker: Worker, records: list[Record], sessions: SessionsPhase
     ) -> None:
-        frames = FramePreparation(self.cache, self.rules, self.progress)
+        frames = FramePreparation(self.cache, self.rules, self.progress, self._bound(run_id))
         await frames.prepare(self.records.video_root, records)
         sessions.start(len(records))
         await worker.run(run_id)
@@ -202,6 +207,12 @@ class RunExecutor:
 
     async def _this_runner(self, _run_id: str) -> RunExecutor:
         return self
+
+    def _bound(self, run_id: str) -> VideoBinding:
+        """The digests the run's videos are bound to (video_binding.py)."""
+        if run_id not in self._videos:
+            self._videos[run_id] = VideoBinding(self.store, run_id, self.cache)
+        return self._videos[run_id]
 
     async def _run_session(
         self,
@@ -213,10 +224,12 @@ class RunExecutor:
     ) -> SessionOutcome:
         session_id = record.record_id
         try:
-            frames = await self.cache.aget(video_root / record.video_path, self.rules)
+            video = video_root / record.video_path
+            expect = await self._bound(run_id).expected(record.video_path, video)
+            frames = await self.cache.aget(video, self.rules, expect=expect)
             perturbed = self.records.perturbed.get(record.record_id)
             timeline = session_timeline(record, frames, self.config, self.profile, perturbed)
-        except FramesError as exc:  # VideoDecodeError, FrameCacheError, TimelineError
+        except FramesError as exc:  # VideoDecodeError, VideoChangedError, FrameCacheError, ...
             stage = FailureStage.FRAMES.value
             cause = exc.cause  # input for the video/timeline, infrastructure for the cache
             outcome = SessionOutcome(session_id, "failed", stage, str(exc), cause)

@@ -166,3 +166,17 @@ run_analyses = Table(
     Column("payload", JSON, nullable=False),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_analyses_run_id"),
 )
+
+# The bytes a run's videos had when the run met them (core_server/run/video_binding.py): one
+# row per (run, video as its records name it), written once, when the run is created or
+# when a worker first reads a video the run has no row for; a file whose sha256 differs
+# later is refused, so a run never mixes two versions of one video.
+run_videos = Table(
+    "run_videos",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("video", Text, primary_key=True),
+    Column("sha256", String(64), nullable=False),
+    Column("recorded_at", UTCDateTime(), nullable=False),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_videos_run_id"),
+)

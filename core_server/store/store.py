@@ -21,7 +21,8 @@ with that responsibility's SQL, all sharing one database (database.StoreDatabase
 - sessions.py: the sessions of a run (queue.py leases them to workers);
 - events.py: storing and reading events;
 - analyses.py: results about a run as a whole;
-- endpoints.py: adapter endpoints registered with the control API.
+- endpoints.py: adapter endpoints registered with the control API;
+- videos.py: the digests a run's videos are bound to.
 
 The names callers import with `Store` are imported here from their modules, so that
 `from streameval.core.store.store import ...` keeps working.
@@ -44,6 +45,7 @@ from streameval.core.store.runs import (
     record_rows,
 )
 from streameval.core.store.sessions import StoreSessions
+from streameval.core.store.videos import StoreVideos, video_rows
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -61,10 +63,11 @@ __all__ = [
     "event_row",
     "library_versions",
     "record_rows",
+    "video_rows",
 ]
 
 
-class Store(StoreRuns, StoreSessions, StoreEvents, StoreAnalyses, StoreEndpoints):
+class Store(StoreRuns, StoreSessions, StoreEvents, StoreAnalyses, StoreEndpoints, StoreVideos):
     """Open (and migrate) a store by URL; every method is one short transaction.
 
     `read_only=True` opens it for reading only (scoring, results API, exports): nothing is
