@@ -31,7 +31,7 @@ import pytest
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
-from tests.browser import chromium, require_browser
+from tests.browser import chromium, csp_violations, require_browser
 from tests.servers import served, streameval_command
 
 require_browser()
@@ -158,12 +158,14 @@ def browser() -> Iterator[object]:
 @pytest.fixture
 def page(browser, server: str) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    violations = csp_violations(context)  # the dashboard satisfies its own policy
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
     yield opened
     context.close()
     assert errors == [], errors
+    assert violations == [], violations
 
 
 def open_page(page, server: str, fragment: str) -> None:
@@ -240,6 +242,16 @@ def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -
     assert [row[:2] for row in workers_rows] == [[worker["worker_id"], worker["host"]]]
     assert page.inner_text(f'[data-table="workers-{runs.live_id}"] .title') == "1 worker"
     assert singular_after_one(page) == []
+    # Each part of the progress bar is as wide as its share of the sessions: its width is set
+    # through the CSSOM, which the page's policy allows (an inline style attribute it refuses).
+    shares = page.eval_on_selector(
+        ".progress-bar",
+        """bar => [...bar.children].map(part => [
+            Number(part.title.split(" ")[0]), part.getBoundingClientRect().width / bar.clientWidth,
+        ])""",
+    )
+    assert sum(count for count, _ in shares) >= 1
+    assert [width for _, width in shares] == pytest.approx([c / 2 for c, _ in shares], abs=0.01)
     events = int(page.inner_text('[data-metric="events"] .value'))
     time.sleep(1.5)  # the page polls again: the count grows while the run streams
     assert int(page.inner_text('[data-metric="events"] .value')) > events
