@@ -168,6 +168,27 @@ def page(browser, server: str) -> Iterator[object]:
     assert violations == [], violations
 
 
+def test_the_policy_refuses_what_it_should_and_the_watch_reports_it(browser, server) -> None:
+    """The violation watch every page fixture asserts on is live: an inline style attribute
+    set on a dashboard page is refused and reported; the dashboard cannot be framed."""
+    context = browser.new_context()
+    violations = csp_violations(context)
+    page = context.new_page()
+    open_page(page, server, "#/")
+    page.evaluate("document.body.setAttribute('style', 'background: rgb(255, 0, 0)')")
+    for _ in range(300):  # console messages arrive on their own: up to 30 s
+        if any("style-src-attr blocked inline" in line for line in violations):
+            break
+        page.wait_for_timeout(100)
+    assert any("style-src-attr blocked inline" in line for line in violations), violations
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(255, 0, 0)"
+
+    framing = context.new_page()  # another origin (about:blank) frames the dashboard
+    framing.set_content(f'<iframe src="{server}/ui/"></iframe>', wait_until="load")
+    assert framing.frames[1].query_selector("#app") is None  # nothing of the dashboard loaded
+    context.close()
+
+
 def open_page(page, server: str, fragment: str) -> None:
     page.goto(f"{server}/ui/{fragment}")
     wait_ready(page)
