@@ -230,3 +230,25 @@ def test_compose_results_service_answers_its_health_check_and_the_published_url(
     for host in (f"{checked.host}:{checked.port}", published, "results:8800"):
         assert allowed.allows(host), host
     assert not allowed.allows("attacker.example:8800")
+
+
+def test_an_unhandled_errors_500_carries_the_headers_too() -> None:
+    """The headers sit outside Starlette's error handling: a crash's 500 has them."""
+    from fastapi.testclient import TestClient
+
+    from streameval.web_security import ProtectedApp
+
+    app = ProtectedApp()
+    app.allowed_hosts = AllowedHosts.for_bind("127.0.0.1")
+
+    @app.get("/crash")
+    def crash() -> None:
+        raise RuntimeError("boom")
+
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
+        crashed = client.get("/crash")
+        assert crashed.status_code == 500
+        assert_protected(crashed)
+        refused = client.get("/crash", headers={"Host": "attacker.example"})
+        assert refused.status_code == 400
+        assert_protected(refused)
