@@ -22,12 +22,16 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
+from streameval.web_security import content_security_policy
+
 ASSETS_PACKAGE = "fastapi_offline"
 ASSETS_URL = "/docs-assets"
-# Both pages start their bundle from an inline script; ReDoc searches in a blob: worker.
-DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; worker-src 'self' blob:"
+# Both pages start their bundle from an inline script and style themselves inline; ReDoc
+# searches in a blob: worker. Everything else (frame denial included) is the apps' policy.
+DOCS_CSP = content_security_policy(
+    script_src="'self' 'unsafe-inline'",
+    style_src="'self' 'unsafe-inline'",
+    worker_src="'self' blob:",
 )
 
 

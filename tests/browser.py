@@ -55,3 +55,24 @@ def chromium() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+# Also reported by the page itself: Chromium's console line names the directive only.
+_CSP_WATCH = """document.addEventListener("securitypolicyviolation", (e) => console.error(
+  `securitypolicyviolation: ${e.effectiveDirective} blocked ${e.blockedURI || "inline"} ` +
+  `at ${e.sourceFile}:${e.lineNumber}`));"""
+
+
+def csp_violations(context: Any) -> list[str]:
+    """Every Content-Security-Policy violation the pages of a Playwright browser context
+    report from now on (the browser's console line and the `securitypolicyviolation` event)."""
+    found: list[str] = []
+    context.add_init_script(_CSP_WATCH)
+
+    def seen(message: Any) -> None:
+        text = message.text
+        if "Content Security Policy" in text or text.startswith("securitypolicyviolation"):
+            found.append(text)
+
+    context.on("console", seen)
+    return found

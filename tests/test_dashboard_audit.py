@@ -14,7 +14,7 @@ import pytest
 
 from streameval.core.analyses.causality_audit import prepare
 from streameval.core.launch.adapter_process import AdapterProcess
-from tests.browser import chromium, require_browser
+from tests.browser import chromium, csp_violations, require_browser
 from tests.servers import served, streameval_command
 from tests.test_dashboard_browser import open_page
 
@@ -64,10 +64,12 @@ def server(audited: tuple[str, dict, dict]) -> Iterator[str]:
 def page(server: str) -> Iterator[object]:
     with chromium() as browser:
         opened = browser.new_page(viewport={"width": 1400, "height": 1000})
+        violations = csp_violations(opened.context)  # the evidence is styled by style.css
         errors: list[str] = []
         opened.on("pageerror", lambda error: errors.append(str(error)))
         yield opened
         assert errors == [], errors
+        assert violations == [], violations
 
 
 def test_a_passing_audit_shows_a_pass_badge_and_no_evidence(page, server, audited) -> None:

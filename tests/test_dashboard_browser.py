@@ -31,7 +31,7 @@ import pytest
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
-from tests.browser import chromium, require_browser
+from tests.browser import chromium, csp_violations, require_browser
 from tests.servers import served, streameval_command
 
 require_browser()
@@ -158,12 +158,35 @@ def browser() -> Iterator[object]:
 @pytest.fixture
 def page(browser, server: str) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    violations = csp_violations(context)  # the dashboard satisfies its own policy
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
     yield opened
     context.close()
     assert errors == [], errors
+    assert violations == [], violations
+
+
+def test_the_policy_refuses_what_it_should_and_the_watch_reports_it(browser, server) -> None:
+    """The violation watch every page fixture asserts on is live: an inline style attribute
+    set on a dashboard page is refused and reported; the dashboard cannot be framed."""
+    context = browser.new_context()
+    violations = csp_violations(context)
+    page = context.new_page()
+    open_page(page, server, "#/")
+    page.evaluate("document.body.setAttribute('style', 'background: rgb(255, 0, 0)')")
+    for _ in range(300):  # console messages arrive on their own: up to 30 s
+        if any("style-src-attr blocked inline" in line for line in violations):
+            break
+        page.wait_for_timeout(100)
+    assert any("style-src-attr blocked inline" in line for line in violations), violations
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(255, 0, 0)"
+
+    framing = context.new_page()  # another origin (about:blank) frames the dashboard
+    framing.set_content(f'<iframe src="{server}/ui/"></iframe>', wait_until="load")
+    assert framing.frames[1].query_selector("#app") is None  # nothing of the dashboard loaded
+    context.close()
 
 
 def open_page(page, server: str, fragment: str) -> None:
@@ -240,6 +263,16 @@ def test_live_view_shows_a_run_in_progress(page, server: str, runs: Runs, api) -
     assert [row[:2] for row in workers_rows] == [[worker["worker_id"], worker["host"]]]
     assert page.inner_text(f'[data-table="workers-{runs.live_id}"] .title') == "1 worker"
     assert singular_after_one(page) == []
+    # Each part of the progress bar is as wide as its share of the sessions: its width is set
+    # through the CSSOM, which the page's policy allows (an inline style attribute it refuses).
+    shares = page.eval_on_selector(
+        ".progress-bar",
+        """bar => [...bar.children].map(part => [
+            Number(part.title.split(" ")[0]), part.getBoundingClientRect().width / bar.clientWidth,
+        ])""",
+    )
+    assert sum(count for count, _ in shares) >= 1
+    assert [width for _, width in shares] == pytest.approx([c / 2 for c, _ in shares], abs=0.01)
     events = int(page.inner_text('[data-metric="events"] .value'))
     time.sleep(1.5)  # the page polls again: the count grows while the run streams
     assert int(page.inner_text('[data-metric="events"] .value')) > events

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from streameval.core.store.store import Store
-from tests.browser import chromium, require_browser
+from tests.browser import chromium, csp_violations, require_browser
 from tests.servers import Served, served, streameval_command
 
 require_browser()
@@ -67,6 +67,7 @@ class Visit:
     answered: list[str] = field(default_factory=list)  # URLs that got a response
     broken: list[str] = field(default_factory=list)  # local responses of 400 or more
     errors: list[str] = field(default_factory=list)  # uncaught script errors
+    violations: list[str] = field(default_factory=list)  # of the pages' security policy
 
 
 def leaves_the_machine(url: str) -> bool:
@@ -85,7 +86,8 @@ def offline(browser: Any) -> Iterator[Visit]:
             route.continue_()
 
     context.route("**/*", route)
-    visit = Visit(context.new_page())
+    violations = csp_violations(context)
+    visit = Visit(context.new_page(), violations=violations)
     visit.page.on("request", lambda r: leaves_the_machine(r.url) and visit.elsewhere.append(r.url))
     visit.page.on("response", lambda r: visit.answered.append(r.url))
     visit.page.on("response", lambda r: r.status >= 400 and visit.broken.append(r.url))
@@ -130,6 +132,7 @@ def test_swagger_ui_lists_every_operation_offline(api: Served, browser: Any) -> 
         assert sorted(listed, key=lambda op: (op["path"], op["method"])) == expected
         assert visit.page.locator(".opblock").first.is_visible()
         assert (visit.elsewhere, visit.broken, visit.errors) == ([], [], [])
+        assert visit.violations == []  # the page satisfies its policy
         assert f"{api.url}/docs-assets/swagger-ui-bundle.js" in visit.answered
 
 
@@ -150,4 +153,6 @@ def test_redoc_renders_every_operation_offline(api: Served, browser: Any) -> Non
         assert set(visit.elsewhere) <= {REDOC_LOGO}
         assert [url for url in visit.elsewhere if url in visit.answered] == []
         assert (visit.broken, visit.errors) == ([], [])
+        # The policy's one refusal: that logo (the browser's line and the page's event).
+        assert all(REDOC_LOGO in line for line in visit.violations), visit.violations
         assert f"{api.url}/docs-assets/redoc.standalone.js" in visit.answered

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from streameval.core.launch.adapter_process import AdapterProcess
-from streameval.core.store.light import OlderSchema
+from streameval.core.store.light import OlderSchema, schema_versions
 from streameval.core.store.store import Store, StoreError
 from tests.faults import cli, free_port, unprivileged
 
@@ -143,7 +143,7 @@ def test_a_read_only_store_of_another_schema_version_is_refused(tmp_path: Path) 
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0001'")
     conn.close()
-    older = r"has schema version 0001, older than this streameval's \d{4}; open it once read-write"
+    older = r"has schema version 0001, older than this streameval's \d{4}; upgrade it once with"
     with pytest.raises(OlderSchema, match=older):
         Store(f"sqlite:///{path}", read_only=True)
     with sqlite3.connect(path) as conn:
@@ -226,3 +226,58 @@ def test_the_results_api_serves_read_only_media_and_never_writes_frames(
         stderr = stop(server)
     assert "Traceback" not in stderr
     assert tree(media) == before
+
+
+def test_runs_lists_a_store_on_read_only_media(stored_run: dict) -> None:
+    """`streameval runs` and `runs RUN_ID` read the store as `score` does: nothing written."""
+    media, url, run_id = stored_run["media"], stored_run["url"], stored_run["run_id"]
+    before, content = tree(media), (media / "db" / "s.db").read_bytes()
+
+    listed = subprocess.run(
+        unprivileged(cli("runs", "--store", url, "--json")), capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [(run["run_id"], run["status"]) for run in json.loads(listed.stdout)] == [
+        (run_id, "finished")
+    ]
+    sessions = subprocess.run(
+        unprivileged(cli("runs", run_id, "--store", url, "--json")), capture_output=True, text=True
+    )
+    assert sessions.returncode == 0, sessions.stderr
+    assert {row["status"] for row in json.loads(sessions.stdout)} == {"finished"}
+    assert len(json.loads(sessions.stdout)) == stored_run["scores"]["sessions"]["finished"]
+    table = subprocess.run(
+        unprivileged(cli("runs", "--store", url)), capture_output=True, text=True
+    )
+    assert table.returncode == 0 and run_id in table.stdout, table.stderr
+
+    assert sorted(os.listdir(media / "db")) == ["s.db"]  # no -wal, -shm or -journal file
+    assert (media / "db" / "s.db").read_bytes() == content
+    assert tree(media) == before
+
+
+def test_runs_refuses_an_older_store_on_read_only_media_in_one_line(tmp_path: Path) -> None:
+    """The listing never migrates on its own: an older store is one line, not a failed write."""
+    from tests.test_runs_listing import alembic_upgrade
+
+    media = tmp_path / "media"
+    media.mkdir()
+    alembic_upgrade(media / "old.db", schema_versions()[-2])
+    content = (media / "old.db").read_bytes()
+    make_read_only(media)
+    try:
+        for args in (["runs"], ["runs", "r1"]):
+            refused = subprocess.run(
+                unprivileged(cli(*args, "--store", str(media / "old.db"))),
+                capture_output=True,
+                text=True,
+            )
+            assert refused.returncode == 2
+            assert refused.stderr.splitlines() == [
+                f"error: store sqlite:///{media / 'old.db'} has schema version "
+                f"{schema_versions()[-2]}, older than this streameval's {schema_versions()[-1]}; "
+                "upgrade it once with `streameval runs --migrate` (which writes to it)"
+            ]
+        assert os.listdir(media) == ["old.db"] and (media / "old.db").read_bytes() == content
+    finally:
+        make_writable(media)

@@ -1,5 +1,6 @@
 """`streameval runs` as a user reads it: which runs were robustness runs and under which
-perturbations, and a store of an older or newer schema (the listing opens it read-only)."""
+perturbations, and a store of an older or newer schema (the listing opens it read-only;
+`--migrate` upgrades an older one)."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def version_of(path: Path) -> str:
     return version
 
 
-def test_listing_reads_without_writing_and_migrates_an_older_store(tmp_path):
+def test_listing_reads_without_writing_and_migrates_an_older_store_when_asked(tmp_path):
     path = tmp_path / "s.db"
     url = f"sqlite:///{path}"
     with Store(url) as store:
@@ -102,10 +103,20 @@ def test_listing_reads_without_writing_and_migrates_an_older_store(tmp_path):
     assert [row["run_id"] for row in json.loads(listed.stdout)] == ["r1"]
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
 
-    # A store an older streameval made: the listing migrates it, as a read-write open would.
+    # A store an older streameval made: refused in one line, untouched, unless --migrate.
     older = tmp_path / "older.db"
     alembic_upgrade(older, schema_versions()[-2])
-    listed = streameval("runs", "--json", "--store", f"sqlite:///{older}")
+    before = older.read_bytes()
+    for args in (["runs"], ["runs", "r1"]):
+        refused = streameval(*args, "--json", "--store", f"sqlite:///{older}")
+        assert refused.returncode == 2
+        assert refused.stderr.splitlines() == [
+            f"error: store sqlite:///{older} has schema version {schema_versions()[-2]}, older "
+            f"than this streameval's {schema_versions()[-1]}; upgrade it once with "
+            "`streameval runs --migrate` (which writes to it)"
+        ]
+    assert older.read_bytes() == before
+    listed = streameval("runs", "--migrate", "--json", "--store", f"sqlite:///{older}")
     assert (listed.returncode, listed.stdout.strip()) == (0, "[]"), listed.stderr
     assert version_of(older) == schema_versions()[-1]
 

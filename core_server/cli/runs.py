@@ -58,19 +58,27 @@ def runs(
     ] = None,
     store: StoreOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    migrate: Annotated[
+        bool,
+        typer.Option(
+            "--migrate",
+            help="Upgrade a store an older streameval made to this one's schema (the one "
+            "time the listing writes), then list it.",
+        ),
+    ] = False,
 ) -> None:
     """List stored runs, newest first, with their declared conditions and perturbations (or
     one run's sessions, with the host, worker and GPU that ran each)."""
     if ctx.invoked_subcommand is not None:  # `runs delete ...`
         return
     if run_id is not None:
-        _list_sessions(run_id, store, as_json)
+        _list_sessions(run_id, store, as_json, migrate)
         return
     from streameval.core.store.light import StoreError
     from streameval.variants import read_condition
 
     try:
-        infos = _stored_runs(resolve_store_url(store, must_exist=True))
+        infos = _stored_runs(resolve_store_url(store, must_exist=True), migrate)
     except StoreError as exc:
         raise fail(str(exc)) from None
     rows = []
@@ -130,37 +138,33 @@ def _perturbation_names(labels: list[str]) -> str:
     return ", ".join(dict.fromkeys(label.partition(":")[0] for label in labels))
 
 
-def _stored_runs(url: str) -> list[RunInfo]:
+def _stored_runs(url: str, migrate: bool) -> list[RunInfo]:
     """The store's runs, newest first. A SQLite file is read with the standard library
     alone (store/light.py), without SQLAlchemy's fifth of a second of imports."""
-    from streameval.core.store.light import OlderSchema, sqlite_runs
+    from streameval.core.store.light import sqlite_runs
     from streameval.core.store.locations import sqlite_file
 
     path = sqlite_file(url)
-    if path is not None:
-        with contextlib.suppress(OlderSchema):  # opened below, which migrates it
-            return sqlite_runs(path, url)
-    with _open_for_reading(url) as opened:
+    if path is not None and not migrate:
+        return sqlite_runs(path, url)
+    with _open_for_reading(url, migrate) as opened:
         return opened.list_runs()
 
 
-def _open_for_reading(url: str) -> Store:
-    """The store, opened read-only: no Alembic, nothing written. A store of an older
-    streameval is opened read-write instead, which migrates it (once)."""
-    from streameval.core.store.light import OlderSchema
+def _open_for_reading(url: str, migrate: bool) -> Store:
+    """The store, opened read-only (no Alembic, nothing written, so a store on read-only
+    media lists), unless asked to migrate it: a store of an older streameval is refused in
+    one line that says how."""
     from streameval.core.store.store import Store
 
-    try:
-        return Store(url, read_only=True)
-    except OlderSchema:
-        return Store(url)
+    return Store(url, read_only=not migrate)
 
 
-def _list_sessions(run_id: str, store: str | None, as_json: bool) -> None:
+def _list_sessions(run_id: str, store: str | None, as_json: bool, migrate: bool) -> None:
     from streameval.core.store.light import StoreError
 
     try:
-        with _open_for_reading(resolve_store_url(store, must_exist=True)) as opened:
+        with _open_for_reading(resolve_store_url(store, must_exist=True), migrate) as opened:
             sessions = opened.sessions(run_id)
     except StoreError as exc:
         raise fail(str(exc)) from None

@@ -39,6 +39,7 @@ from streameval.core.errors import CoreError
 from streameval.core.launch.control_adapters import adapters_router
 from streameval.core.launch.control_runs import BackgroundRuns, runs_router
 from streameval.core.store.store import Store
+from streameval.web_security import ProtectedApp
 
 TOKEN_ENV = "STREAMEVAL_API_TOKEN"
 DOCS_ENV = "STREAMEVAL_API_DOCS"
@@ -100,7 +101,8 @@ def create_app(store_url: str, token: str) -> FastAPI:
         store.close()
 
     docs = docs_enabled()
-    app = FastAPI(
+    # Every answer with the security headers (streameval/web_security.py).
+    app = ProtectedApp(
         title="streameval control API",
         version="1",
         lifespan=lifespan,

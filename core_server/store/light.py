@@ -100,7 +100,7 @@ def check_schema_version(url: str, version: str | None) -> None:
     if version in versions:
         raise OlderSchema(
             f"store {url} has schema version {version}, older than this streameval's {head}; "
-            "open it once read-write (e.g. `streameval runs`) to migrate it"
+            "upgrade it once with `streameval runs --migrate` (which writes to it)"
         )
     raise StoreError(
         f"store {url} has schema version {version}, which this streameval (schema {head}) "

@@ -13,7 +13,6 @@ The same app serves the dashboard (scorer/service/dashboard/static) under /ui/, 
 
 from __future__ import annotations
 
-from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from streameval.api_docs import add_offline_docs
@@ -35,6 +34,7 @@ from streameval.scorer.service.routes import (
 )
 from streameval.scorer.service.routes.state import ResultsState
 from streameval.scorer.service.score_cache import ScoreCache
+from streameval.web_security import AllowedHosts, ProtectedApp
 
 DESCRIPTION = (
     "Read-only access to scored runs: declared conditions, metrics per scoring "
@@ -54,11 +54,17 @@ ROUTERS = (
 )
 
 
-def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
-    """The API over one store (opened read-only, once). Raises StoreError if it cannot."""
+def create_app(
+    store_url: str, judge: Judge | None = None, allowed_hosts: AllowedHosts | None = None
+) -> ProtectedApp:
+    """The API over one store (opened read-only, once). Raises StoreError if it cannot.
+
+    Every answer carries the security headers (streameval/web_security.py); `allowed_hosts`
+    are the Host names it answers (`streameval results-api` always sets them; None, for an
+    in-process client, answers any)."""
     store = Store(store_url, read_only=True)
     judge = cached(judge)
-    app = FastAPI(
+    app = ProtectedApp(
         title="streameval results API",
         version="1",
         description=DESCRIPTION,
@@ -66,6 +72,7 @@ def create_app(store_url: str, judge: Judge | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
+    app.allowed_hosts = allowed_hosts
     add_offline_docs(app)
     add_error_handlers(app, store_names(store_url, store))
     app.state.results = ResultsState(

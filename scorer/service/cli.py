@@ -316,14 +316,27 @@ def results_api(
     judge_url: JudgeUrlOption = None,
     judge_model: JudgeModelOption = None,
     store: StoreOption = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar="STREAMEVAL_ALLOWED_HOSTS",
+            help="Also answer requests for this Host name (repeatable; `*`: any). Bound to "
+            "loopback it answers localhost, 127.0.0.1 and ::1 alone; bound elsewhere also any "
+            "IP address and this machine's names (docs/security.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the read-only results API (JSON, OpenAPI docs at /docs and /redoc) and the
     dashboard (/)."""
     from streameval.listening import serve_app
     from streameval.scorer.service.api import create_app
+    from streameval.web_security import AllowedHosts, split_host_list
 
+    allowed = AllowedHosts.for_bind(host, split_host_list(allowed_host or []))
     try:
-        app = create_app(resolve_store_url(store, must_exist=True), _judge(judge_url, judge_model))
+        url = resolve_store_url(store, must_exist=True)
+        app = create_app(url, _judge(judge_url, judge_model), allowed)
         serve_app(app, host, port, "results API")
     except UserError as exc:  # a store that cannot be opened, a busy port
         raise _fail(str(exc)) from None

@@ -22,10 +22,10 @@ function auditBadge(run) {
     `causality: ${audit.verdict}`,
   );
   if (lines.length === 0) return h("span", { class: "audit", "data-audit": "causality" }, badge);
-  // Inside the title: plain text size, so the evidence reads as notes, not as a heading.
+  // Inside the title, in plain text size (style.css), so the evidence reads as notes.
   const details = h(
     "details",
-    { class: "audit-evidence", style: "font-size: 0.85rem; font-weight: normal" },
+    { class: "audit-evidence" },
     h("summary", {}, headline),
     h("ul", {}, lines.map((line) => h("li", {}, line))),
   );

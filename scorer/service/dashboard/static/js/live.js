@@ -7,7 +7,7 @@ const RATE_HISTORY = 120; // points in the events-per-second sparkline
 
 function progressBar(progress) {
   const total = Math.max(1, progress.sessions_total);
-  const part = (count, kind) => h("div", { class: kind, style: `width:${(100 * count) / total}%`, title: `${count} ${kind}` });
+  const part = (count, kind) => h("div", { class: kind, style: { width: `${(100 * count) / total}%` }, title: `${count} ${kind}` });
   return h(
     "div",
     { class: "progress-bar", "data-progress": `${progress.done}/${progress.sessions_total}` },

@@ -91,7 +91,7 @@ function episodesTable(name, timeline) {
       { key: "final_s", label: "final (runtime s)", num: true },
       { key: "generation_s", label: "generation", num: true, render: (e) => fmtSeconds(e.generation_s) },
       { key: "text", label: "text", render: (e) => truncate(e.text, 80) },
-      { key: "kind", label: "reading", render: (e) => h("span", { style: `color:${EPISODE_KINDS[e.kind].color}` }, EPISODE_KINDS[e.kind].label) },
+      { key: "kind", label: "reading", render: (e) => h("span", { style: { color: EPISODE_KINDS[e.kind].color } }, EPISODE_KINDS[e.kind].label) },
       { key: "assignment", label: "assignment" },
       { key: "trigger", label: "window", num: true, render: (e) => (e.trigger === null ? "" : String(e.trigger + 1)) },
       { key: "closed", label: "closed" },

@@ -19,6 +19,10 @@ function setAttributes(el, attrs) {
       el.addEventListener(key.slice(2), value);
     } else if (key === "class") {
       el.setAttribute("class", value);
+    } else if (key === "style") {
+      // Properties through the CSSOM ({width: "40%"}): the page's Content-Security-Policy
+      // refuses inline style attributes, not styles set from its own scripts.
+      Object.assign(el.style, value);
     } else {
       el.setAttribute(key, value === true ? "" : String(value));
     }
@@ -92,7 +96,7 @@ function fileName(...parts) {
 function download(name, mime, content) {
   const blob = content instanceof Blob ? content : new Blob([content], { type: mime });
   const url = URL.createObjectURL(blob);
-  const link = h("a", { href: url, download: name, style: "display:none" });
+  const link = h("a", { href: url, download: name, hidden: true });
   document.body.append(link);
   link.click();
   link.remove();
