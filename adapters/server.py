@@ -139,7 +139,7 @@ class _Connection:
         self.shelf = shelf
         self.session: Session | None = None
         self.released: asyncio.Event | None = None  # the shelf's mark while holding it
-        self.ended = False
+        self.ending: asyncio.Future[None] | None = None  # on_session_end, once called
         features = (ws.request.headers.get(FEATURES_HEADER, "") if ws.request else "").split(",")
         # Declared only to a Core that reads the field (the hello refuses unknown fields).
         self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in map(str.strip, features)
@@ -178,16 +178,21 @@ class _Connection:
         if self.session is None or self.released is None:
             return
         key = (self.session.run_id, self.session.session_id)
-        keep = lost and self.resumable and not self.ended
+        keep = lost and self.resumable and self.ending is None
         if not keep:
             await self.end_session()
         self.shelf.release(key, self.released, self.session if keep else None)
 
     async def end_session(self) -> None:
-        """Call the adapter's on_session_end exactly once, however the session ends."""
-        if self.session is not None and not self.ended:
-            self.ended = True
-            await self.adapter.on_session_end(self.session)
+        """Call the adapter's on_session_end exactly once, however the session ends, and
+        wait for it. The connection's end does not cut it short (it cancels the hooks a
+        session abandons, not its cleanup): a wait cancelled here is waited for again by
+        `leave`."""
+        if self.session is None:
+            return
+        if self.ending is None:
+            self.ending = asyncio.ensure_future(self.adapter.on_session_end(self.session))
+        await asyncio.shield(self.ending)
 
     async def handle(self, raw: Arrival) -> bool:
         """Dispatch one message; False once the session is over."""
