@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 from pathlib import Path
 
 import httpx
@@ -312,6 +313,29 @@ def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_be
     assert "ConnectError talking to http://127.0.0.1:9/v1/chat/completions" in (
         sessions["t:qa:1"].failure_reason
     )
+
+
+def test_a_call_the_core_gave_up_on_closes_its_http_stream_within_a_second(qa_benchmark, tmp_path):
+    """The server stalls for a minute (the read timeout is the default 60 s); the Core gives
+    up after 1 s. The adapter's hook is cancelled and its HTTP stream closed, so the
+    server sees the request go away (and frees its slot) at once, not a minute later."""
+    with FakeOpenAIServer(lambda body, i: Reply(["B"], stall_s=60.0)) as server:
+        summary, sessions, events = run_against(
+            server.base_url, tmp_path, qa_benchmark, {}, response_timeout_s=1.0
+        )
+        deadline = time.monotonic() + 10  # the server notices on its own loop
+        while len(server.disconnected) < len(server.requests):
+            assert time.monotonic() < deadline, "a request was never closed"
+            time.sleep(0.01)
+    assert (summary.finished, summary.failed) == (0, 1)
+    assert sessions["t:qa:1"].failure_reason == "no answer within 1s"
+    qa = events["t:qa:1"]
+    gave_up = [e.runtime_ns for e in of_kind(qa, EventKind.SESSION_FAILED)]
+    assert len(server.requests) == len(gave_up) >= 1  # one call per attempt, none retried
+    closed = [server.disconnected[i] for i in range(len(server.requests))]
+    for failed_ns, closed_ns in zip(gave_up, closed, strict=True):
+        assert 0 <= closed_ns - failed_ns < 1_000_000_000
+    assert workloads(qa) == [] and errors(qa) == []  # the cancelled call recorded nothing
 
 
 # --------------------------------------------------------------------------- reply parsing
