@@ -12,6 +12,10 @@ Resume: a session whose connection is lost without session_end (a network failur
 close) keeps its `Session` for the adapter's `resume_grace_s` on a shelf; a Core that
 reconnects and sends a resuming session_start gets it back, state and all, and is told so
 (`session_resumed`). Past the grace period the session ends (`on_session_end`).
+
+Abandoned work: when a connection ends (the Core closed it, gave up on the session, or the
+network dropped it), the hook still running for it is cancelled (inbox.py) and nothing it
+sends gets out; `on_session_end` then runs to its end, the connection's end does not cut it.
 """
 
 from __future__ import annotations

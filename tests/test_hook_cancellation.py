@@ -27,11 +27,11 @@ from streameval.protocol import (
     PROTOCOL_VERSION,
     RESUME_FEATURE,
     Question,
-    RunConditions,
     SessionStart,
 )
 from tests.faults import wait_for
 from tests.test_core_run import execute, run_config
+from tests.test_protocol import CONDITIONS
 from tests.timeline_fixtures import QA, write_benchmark
 
 ADAPTER = "tests.wire_adapters:AbandonedCallAdapter"
@@ -85,22 +85,12 @@ async def _drop_during_call(url: str, log_dir: Path, resumable: bool) -> int:
     """Start a session, ask a question, drop the TCP connection once the call began;
     returns when it was dropped (monotonic ns)."""
     headers = {FEATURES_HEADER: RESUME_FEATURE} if resumable else {}
-    conditions = RunConditions(
-        profile="default",
-        pacing="logical",
-        speed=1.0,
-        fps=1.0,
-        max_width=960,
-        jpeg_quality=90,
-        qa_history_s=10,
-        proactive_lead_s=5,
-    )
     start = SessionStart(
         protocol=PROTOCOL_VERSION,
         run_id="r",
         session_id="dropped",
         record_ids=["q"],
-        conditions=conditions,
+        conditions=CONDITIONS,
     )
     async with connect(url, additional_headers=headers) as ws:
         json.loads(await ws.recv())  # the hello

@@ -28,23 +28,14 @@ from streameval.adapters.vllm_engine import VLLMEngineConfig
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
-from streameval.protocol import Question, RunConditions
+from streameval.protocol import Question
 from tests.faults import wait_for
 from tests.test_core_run import execute, run_config
+from tests.test_protocol import CONDITIONS
 from tests.timeline_fixtures import QA, write_benchmark
 from tests.vllm_stand_in import StandInVLLMAdapter, log_entries
 
 SERVED = "tests.vllm_stand_in:StandInVLLMAdapter"
-CONDITIONS = RunConditions(
-    profile="default",
-    pacing="logical",
-    speed=1.0,
-    fps=1.0,
-    max_width=960,
-    jpeg_quality=90,
-    qa_history_s=10,
-    proactive_lead_s=5,
-)
 QUESTION = Question(task_id="q", t=1.0, text="Which?", options=["A. a", "B. b"])
 
 
