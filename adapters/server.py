@@ -34,6 +34,7 @@ from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.inbox import Inbox
+from streameval.adapters.reading import PausableReading
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
 from streameval.delivery import Arrival, Delivering
 from streameval.fast_send import send_message
@@ -160,8 +161,8 @@ class _Connection:
             resume=self.resumable,
         )
         await self.send(hello.model_dump_json())
-        transport = self.ws.transport
-        inbox = Inbox(self.handle, pause=transport.pause_reading, resume=transport.resume_reading)
+        reading = PausableReading(self.ws)
+        inbox = Inbox(self.handle, pause=reading.pause, resume=reading.resume)
         self.ws.deliver_to(inbox.arrived, inbox.closed)
         lost = False
         try:

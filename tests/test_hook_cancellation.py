@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
+from streameval.adapters.inbox import HIGH_WATER
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
@@ -26,8 +27,10 @@ from streameval.protocol import (
     FEATURES_HEADER,
     PROTOCOL_VERSION,
     RESUME_FEATURE,
+    FrameHeader,
     Question,
     SessionStart,
+    encode_frame,
 )
 from tests.faults import wait_for
 from tests.test_core_run import execute, run_config
@@ -36,6 +39,9 @@ from tests.timeline_fixtures import QA, write_benchmark
 
 ADAPTER = "tests.wire_adapters:AbandonedCallAdapter"
 BOUND_NS = 1_000_000_000
+SESSION = "abandoned"
+# What the Core waits for the adapter's close frame before it drops the connection.
+CORE_CLOSE_TIMEOUT_S = 2.0
 
 
 def adapter_log(log_dir: Path, session_id: str) -> list[dict]:
@@ -81,25 +87,29 @@ def test_a_session_the_core_gives_up_on_cancels_the_running_call(adapter_env, tm
     assert [e for e in events if e.kind == EventKind.WORKLOAD] == []
 
 
-async def _drop_during_call(url: str, log_dir: Path, resumable: bool) -> int:
-    """Start a session, ask a question, drop the TCP connection once the call began;
-    returns when it was dropped (monotonic ns)."""
-    headers = {FEATURES_HEADER: RESUME_FEATURE} if resumable else {}
+async def _start_call(ws, log_dir: Path) -> None:
+    """Start a session, ask a question, return once the adapter's call began."""
     start = SessionStart(
         protocol=PROTOCOL_VERSION,
         run_id="r",
-        session_id="dropped",
+        session_id=SESSION,
         record_ids=["q"],
         conditions=CONDITIONS,
     )
+    json.loads(await ws.recv())  # the hello
+    await ws.send(start.model_dump_json())
+    await ws.send(Question(task_id="q", t=0.0, text="Which?", options=[]).model_dump_json())
+    deadline = time.monotonic() + 10
+    while "call" not in kinds(adapter_log(log_dir, SESSION)):
+        assert time.monotonic() < deadline, "the adapter never began its call"
+        await asyncio.sleep(0.01)
+
+
+async def _drop_during_call(url: str, log_dir: Path, resumable: bool) -> int:
+    """Drop the TCP connection once the call began; returns when (monotonic ns)."""
+    headers = {FEATURES_HEADER: RESUME_FEATURE} if resumable else {}
     async with connect(url, additional_headers=headers) as ws:
-        json.loads(await ws.recv())  # the hello
-        await ws.send(start.model_dump_json())
-        await ws.send(Question(task_id="q", t=0.0, text="Which?", options=[]).model_dump_json())
-        deadline = time.monotonic() + 10
-        while "call" not in kinds(adapter_log(log_dir, "dropped")):
-            assert time.monotonic() < deadline, "the adapter never began its call"
-            await asyncio.sleep(0.01)
+        await _start_call(ws, log_dir)
         dropped = time.monotonic_ns()
         ws.transport.abort()  # as a crashed Core or a broken network: no close frame
     return dropped
@@ -109,10 +119,10 @@ async def _drop_during_call(url: str, log_dir: Path, resumable: bool) -> int:
 def test_a_dropped_connection_cancels_the_running_call(resumable, adapter_env):
     with AdapterProcess(ADAPTER) as adapter:
         dropped = asyncio.run(_drop_during_call(adapter.url, adapter_env, resumable))
-        wait_for(lambda: "send_refused" in kinds(adapter_log(adapter_env, "dropped")), 10)
+        wait_for(lambda: "send_refused" in kinds(adapter_log(adapter_env, SESSION)), 10)
         if not resumable:
-            wait_for(lambda: "cleanup_done" in kinds(adapter_log(adapter_env, "dropped")), 10)
-        log = adapter_log(adapter_env, "dropped")
+            wait_for(lambda: "cleanup_done" in kinds(adapter_log(adapter_env, SESSION)), 10)
+        log = adapter_log(adapter_env, SESSION)
     (cancelled,) = at(log, "cancelled")
     assert 0 <= cancelled - dropped < BOUND_NS
     if resumable:
@@ -121,3 +131,31 @@ def test_a_dropped_connection_cancels_the_running_call(resumable, adapter_env):
         assert kinds(log) == ["call", "cancelled", "send_refused"]
     else:
         assert kinds(log) == ["call", "cancelled", "send_refused", "cleanup_begins", "cleanup_done"]
+
+
+async def _close_behind_queued_frames(url: str, log_dir: Path, frames: int) -> int:
+    """Once the call began, send `frames` frames (they queue behind the hook, and past 16
+    the adapter stops reading), then close as the Core does; returns when the close began."""
+    async with connect(url, close_timeout=CORE_CLOSE_TIMEOUT_S, compression=None) as ws:
+        await _start_call(ws, log_dir)
+        for index in range(frames):
+            header = FrameHeader(
+                index=index, frame_id=f"f{index}", t=float(index), width=1, height=1, nbytes=64
+            )
+            await ws.send(encode_frame(header, bytes(64)))
+        closing = time.monotonic_ns()
+    return closing
+
+
+def test_a_close_behind_unread_frames_still_cancels_the_running_call(adapter_env):
+    """The adapter has stopped reading (back-pressure), so the Core's close waits unread:
+    the adapter's probe sees the Core go within its close timeout, not at the heartbeat
+    (40 s)."""
+    with AdapterProcess(ADAPTER) as adapter:
+        closing = asyncio.run(_close_behind_queued_frames(adapter.url, adapter_env, HIGH_WATER * 2))
+        wait_for(lambda: "cleanup_done" in kinds(adapter_log(adapter_env, SESSION)), 30)
+        log = adapter_log(adapter_env, SESSION)
+    assert kinds(log) == ["call", "cancelled", "send_refused", "cleanup_begins", "cleanup_done"]
+    (cancelled,) = at(log, "cancelled")
+    bound_ns = int(CORE_CLOSE_TIMEOUT_S * 1e9) + BOUND_NS
+    assert 0 <= cancelled - closing < bound_ns

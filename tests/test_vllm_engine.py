@@ -429,6 +429,28 @@ def test_a_failed_load_is_reported_then_the_adapter_exits(stand_in, tiny_model, 
         process.wait()
 
 
+def test_a_request_the_core_gave_up_on_is_aborted_within_a_second(stand_in, tiny_model, tmp_path):
+    """The engine never answers (`output_timeout_s` is the default 300 s); the Core gives
+    up after 1 s: the request is aborted at once (tests/test_vllm_lifecycle.py has the same
+    without the model stack, the chat template stood in)."""
+    log = stand_in(script="hang,hang,hang,hang")
+    options = {"model": str(tiny_model), "max_tokens_qa": 4}
+    with AdapterProcess("vllm", options=options) as served:
+        _, events, _ = run_core(served.url, tmp_path, count=1, response_timeout_s=1.0)
+        calls = log_entries(log, "call")
+        deadline = time.monotonic() + 10
+        while len(log_entries(log, "abort")) < len(calls):
+            assert time.monotonic() < deadline, "a request was never aborted"
+            time.sleep(0.05)
+    (session,) = events.values()
+    gave_up = [e.runtime_ns for e in session if e.kind == EventKind.SESSION_FAILED]
+    aborts = log_entries(log, "abort")
+    assert len(calls) == len(gave_up) >= 1
+    assert [a["request_id"] for a in aborts] == [c["request_id"] for c in calls]
+    for failed_ns, abort in zip(gave_up, aborts, strict=True):
+        assert 0 <= abort["ns"] - failed_ns < 1_000_000_000
+
+
 def test_engine_errors_reach_the_core_as_recorded_errors(stand_in, tiny_model, tmp_path):
     # Sessions one at a time, one call each: a retried generate error, a rejected prompt,
     # then a dead engine; the session after it is refused (the adapter is `failed`), which
