@@ -29,6 +29,7 @@ from streameval.protocol import (
     RESUME_FEATURE,
     FrameHeader,
     Question,
+    SessionEnd,
     SessionStart,
     encode_frame,
 )
@@ -159,3 +160,32 @@ def test_a_close_behind_unread_frames_still_cancels_the_running_call(adapter_env
     (cancelled,) = at(log, "cancelled")
     bound_ns = int(CORE_CLOSE_TIMEOUT_S * 1e9) + BOUND_NS
     assert 0 <= cancelled - closing < bound_ns
+
+
+async def _drop_during_cleanup(url: str, log_dir: Path) -> None:
+    """End the session, then drop the connection while the adapter's cleanup runs."""
+    async with connect(url) as ws:
+        json.loads(await ws.recv())  # the hello
+        start = SessionStart(
+            protocol=PROTOCOL_VERSION,
+            run_id="r",
+            session_id=SESSION,
+            record_ids=["q"],
+            conditions=CONDITIONS,
+        )
+        await ws.send(start.model_dump_json())
+        await ws.send(SessionEnd().model_dump_json())
+        deadline = time.monotonic() + 10
+        while "cleanup_begins" not in kinds(adapter_log(log_dir, SESSION)):
+            assert time.monotonic() < deadline, "the adapter never began its cleanup"
+            await asyncio.sleep(0.01)
+        ws.transport.abort()
+
+
+def test_a_connection_dropped_during_the_cleanup_does_not_cut_it_short(adapter_env):
+    with AdapterProcess(ADAPTER) as adapter:
+        asyncio.run(_drop_during_cleanup(adapter.url, adapter_env))
+        wait_for(lambda: "cleanup_done" in kinds(adapter_log(adapter_env, SESSION)), 10)
+        time.sleep(0.5)  # a second cleanup would have begun by now
+        log = adapter_log(adapter_env, SESSION)
+    assert kinds(log) == ["cleanup_begins", "cleanup_done"]
