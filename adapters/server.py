@@ -183,6 +183,7 @@ class _Connection:
         if self.session is None or self.released is None:
             return
         key = (self.session.run_id, self.session.session_id)
+        await self.session.cancel_tasks()
         keep = lost and self.resumable and self.ending is None
         if not keep:
             await self.end_session()

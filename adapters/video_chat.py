@@ -380,7 +380,7 @@ class VideoChatAdapter(Adapter):
         state = _state(session)
         if state.busy or not self._decision_due(state, t) or session.responder is None:
             return
-        state.background = asyncio.create_task(self._decide_unattended(session, t))
+        state.background = session.start_task(self._decide_unattended(session, t))
 
     async def _decide_unattended(self, session: Session, t: float) -> None:
         """A self-initiated decision under wall-clock pacing, off the hook that started it."""
