@@ -88,8 +88,9 @@ def test_a_session_the_core_gives_up_on_cancels_the_running_call(adapter_env, tm
     assert [e for e in events if e.kind == EventKind.WORKLOAD] == []
 
 
-async def _start_call(ws, log_dir: Path) -> None:
-    """Start a session, ask a question, return once the adapter's call began."""
+async def _start_session(ws) -> None:
+    """Read the hello, start the session."""
+    json.loads(await ws.recv())  # the hello
     start = SessionStart(
         protocol=PROTOCOL_VERSION,
         run_id="r",
@@ -97,8 +98,12 @@ async def _start_call(ws, log_dir: Path) -> None:
         record_ids=["q"],
         conditions=CONDITIONS,
     )
-    json.loads(await ws.recv())  # the hello
     await ws.send(start.model_dump_json())
+
+
+async def _start_call(ws, log_dir: Path) -> None:
+    """Start a session, ask a question, return once the adapter's call began."""
+    await _start_session(ws)
     await ws.send(Question(task_id="q", t=0.0, text="Which?", options=[]).model_dump_json())
     deadline = time.monotonic() + 10
     while "call" not in kinds(adapter_log(log_dir, SESSION)):
@@ -165,15 +170,7 @@ def test_a_close_behind_unread_frames_still_cancels_the_running_call(adapter_env
 async def _drop_during_cleanup(url: str, log_dir: Path) -> None:
     """End the session, then drop the connection while the adapter's cleanup runs."""
     async with connect(url) as ws:
-        json.loads(await ws.recv())  # the hello
-        start = SessionStart(
-            protocol=PROTOCOL_VERSION,
-            run_id="r",
-            session_id=SESSION,
-            record_ids=["q"],
-            conditions=CONDITIONS,
-        )
-        await ws.send(start.model_dump_json())
+        await _start_session(ws)
         await ws.send(SessionEnd().model_dump_json())
         deadline = time.monotonic() + 10
         while "cleanup_begins" not in kinds(adapter_log(log_dir, SESSION)):
