@@ -12,6 +12,11 @@ Messages waiting their turn are bounded as websockets bounds its own queue: abov
 `high_water` the connection stops reading (`pause`), below `low_water` it reads again
 (`resume`), so a slow adapter pushes back on the Core through TCP, where a wall-clock run
 sees it as lag and dropped frames, instead of piling frames up in its memory.
+
+When the connection ends, nothing the session still holds can reach the Core: the messages
+waiting their turn are dropped, and a handler still running (a hook waiting for a model) is
+cancelled (`asyncio.CancelledError` at its `await`), so an abandoned model call frees its
+slot at once instead of running to its own timeout. `handle_next` then raises the close.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class Inbox:
         self._queued: collections.deque[Arrival] = collections.deque()
         self._waiter: asyncio.Future[_Outcome] | None = None
         self._task: asyncio.Task[Any] | None = None  # the session's, while it waits
+        self._handling: asyncio.Task[Any] | None = None  # the session's, while a handler waits
+        self._cancelled = False  # the close cancelled the running handler
         self._loop: asyncio.AbstractEventLoop | None = None  # that task's
         self._closed: ConnectionClosed | None = None
 
@@ -76,8 +83,12 @@ class Inbox:
 
     def closed(self, exc: ConnectionClosed) -> None:
         self._closed = exc
+        self._queued.clear()  # nothing they would lead to could reach the Core any more
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
+        elif self._handling is not None and not self._cancelled:
+            self._cancelled = True
+            self._handling.cancel("the connection to the Core ended")
 
     async def handle_next(self) -> bool:
         """Handle the next message, waiting for one if none is queued; False once the
@@ -88,7 +99,7 @@ class Inbox:
             if self._paused and len(self._queued) < self._low:
                 self._paused = False
                 self._resume()
-            return await self._handle(raw)
+            return await self._finish(self._handle(raw))
         if self._closed is not None:
             raise self._closed
         loop = self._loop = asyncio.get_running_loop()
@@ -98,7 +109,46 @@ class Inbox:
             outcome = await self._waiter
         finally:
             self._waiter = self._task = None
-        return outcome if isinstance(outcome, bool) else await outcome
+        if isinstance(outcome, bool):
+            return outcome
+        if self._closed is not None and not isinstance(outcome, _Resumed):
+            outcome.close()  # closed before the handler began: it never runs
+            raise self._closed
+        return await self._finish(outcome)
+
+    async def _finish(self, handling: Coroutine[Any, Any, bool] | _Resumed) -> bool:
+        """Await a handler; should the connection end meanwhile, it is cancelled, and the
+        close is raised however the handler ended (a cancellation it swallowed included)."""
+        task = self._handling = asyncio.current_task()
+        assert task is not None
+        if self._closed is not None:
+            # Closed while the resumed handler waited to go on: it is cancelled at its
+            # first step (a _Resumed always suspends first, so the cancel reaches it).
+            self._cancelled = True
+            task.cancel("the connection to the Core ended")
+        try:
+            outcome = await handling
+        except BaseException:
+            if self._took_back_cancel(task):
+                raise self._close_error() from None
+            raise
+        finally:
+            self._handling = None
+        if self._took_back_cancel(task):
+            raise self._close_error()
+        return outcome
+
+    def _close_error(self) -> ConnectionClosed:
+        assert self._closed is not None  # only the close cancels a handler
+        return self._closed
+
+    def _took_back_cancel(self, task: asyncio.Task[Any]) -> bool:
+        """Withdraw the cancellation the close asked for: True if it did ask, and nothing
+        else (the server shutting down) cancels the task too."""
+        if not self._cancelled:
+            return False
+        self._cancelled = False
+        return task.uncancel() == 0
 
     def _handle_now(self, raw: Arrival, waiter: asyncio.Future[_Outcome]) -> None:
         """Run the handler as the waiting task until it finishes or waits for something."""

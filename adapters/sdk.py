@@ -11,7 +11,7 @@ import asyncio
 import io
 import itertools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -94,10 +94,28 @@ class Session:
     task: Question | Instruction | None = None
     state: dict[str, Any] = field(default_factory=dict)
     responder: Responder | None = None
+    # Work started with `start_task` and not yet done.
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     async def workload(self, kind: str = "model_call", **fields: Any) -> None:
         """Record what the model actually did; `frame_ids` lists every submitted image."""
         await self.send(Workload(kind=kind, **fields).model_dump_json())
+
+    def start_task(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `work` beside the hooks (a decision nobody waits for, under wall-clock
+        pacing). Like a running hook, it is cancelled when the session's connection ends,
+        a connection kept for a resume included: its answer could not reach the Core."""
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_tasks(self) -> None:
+        """Cancel the work `start_task` started and wait until it is done."""
+        running = [task for task in self.tasks if not task.done()]
+        for task in running:
+            task.cancel("the connection to the Core ended")
+        await asyncio.gather(*running, return_exceptions=True)
 
     def reattach(self, send: Send) -> None:
         """Go on over a new connection (a resumed session): what the session sends from

@@ -12,6 +12,10 @@ Resume: a session whose connection is lost without session_end (a network failur
 close) keeps its `Session` for the adapter's `resume_grace_s` on a shelf; a Core that
 reconnects and sends a resuming session_start gets it back, state and all, and is told so
 (`session_resumed`). Past the grace period the session ends (`on_session_end`).
+
+Abandoned work: when a connection ends (the Core closed it, gave up on the session, or the
+network dropped it), the hook still running for it is cancelled (inbox.py) and nothing it
+sends gets out; `on_session_end` then runs to its end, the connection's end does not cut it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from websockets.http11 import Request, Response
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.inbox import Inbox
+from streameval.adapters.reading import PausableReading
 from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
 from streameval.delivery import Arrival, Delivering
 from streameval.fast_send import send_message
@@ -139,7 +144,7 @@ class _Connection:
         self.shelf = shelf
         self.session: Session | None = None
         self.released: asyncio.Event | None = None  # the shelf's mark while holding it
-        self.ended = False
+        self.ending: asyncio.Future[None] | None = None  # on_session_end, once called
         features = (ws.request.headers.get(FEATURES_HEADER, "") if ws.request else "").split(",")
         # Declared only to a Core that reads the field (the hello refuses unknown fields).
         self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in map(str.strip, features)
@@ -156,8 +161,8 @@ class _Connection:
             resume=self.resumable,
         )
         await self.send(hello.model_dump_json())
-        transport = self.ws.transport
-        inbox = Inbox(self.handle, pause=transport.pause_reading, resume=transport.resume_reading)
+        reading = PausableReading(self.ws)
+        inbox = Inbox(self.handle, pause=reading.pause, resume=reading.resume)
         self.ws.deliver_to(inbox.arrived, inbox.closed)
         lost = False
         try:
@@ -178,16 +183,22 @@ class _Connection:
         if self.session is None or self.released is None:
             return
         key = (self.session.run_id, self.session.session_id)
-        keep = lost and self.resumable and not self.ended
+        await self.session.cancel_tasks()
+        keep = lost and self.resumable and self.ending is None
         if not keep:
             await self.end_session()
         self.shelf.release(key, self.released, self.session if keep else None)
 
     async def end_session(self) -> None:
-        """Call the adapter's on_session_end exactly once, however the session ends."""
-        if self.session is not None and not self.ended:
-            self.ended = True
-            await self.adapter.on_session_end(self.session)
+        """Call the adapter's on_session_end exactly once, however the session ends, and
+        wait for it. The connection's end does not cut it short (it cancels the hooks a
+        session abandons, not its cleanup): a wait cancelled here is waited for again by
+        `leave`."""
+        if self.session is None:
+            return
+        if self.ending is None:
+            self.ending = asyncio.ensure_future(self.adapter.on_session_end(self.session))
+        await asyncio.shield(self.ending)
 
     async def handle(self, raw: Arrival) -> bool:
         """Dispatch one message; False once the session is over."""

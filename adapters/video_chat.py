@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -300,8 +300,10 @@ class VideoChatAdapter(Adapter):
             settings=config.settings(),
         )
 
-    def stream_completion(self, request: prompts.ChatRequest) -> AsyncIterator[str | Usage]:
-        """Text pieces as the model produces them, then at most one `Usage`.
+    def stream_completion(self, request: prompts.ChatRequest) -> AsyncGenerator[str | Usage, None]:
+        """Text pieces as the model produces them, then at most one `Usage` (an async
+        generator: it is closed when the call ends or is cancelled, and must then free
+        what the call holds).
 
         Raises `ModelCallError` on failure."""
         raise NotImplementedError
@@ -378,7 +380,7 @@ class VideoChatAdapter(Adapter):
         state = _state(session)
         if state.busy or not self._decision_due(state, t) or session.responder is None:
             return
-        state.background = asyncio.create_task(self._decide_unattended(session, t))
+        state.background = session.start_task(self._decide_unattended(session, t))
 
     async def _decide_unattended(self, session: Session, t: float) -> None:
         """A self-initiated decision under wall-clock pacing, off the hook that started it."""
@@ -444,11 +446,15 @@ class VideoChatAdapter(Adapter):
             started = time.monotonic_ns()
             usage: Usage | None = None
             try:
-                async for piece in self.stream_completion(request):
-                    if isinstance(piece, Usage):
-                        usage = piece
-                    else:
-                        await sink.add(piece)
+                # Closed however the call ends: a cancelled hook (the session was abandoned)
+                # closes the backend's stream at once (the HTTP response, the engine request)
+                # rather than whenever the generator happens to be collected.
+                async with contextlib.aclosing(self.stream_completion(request)) as stream:
+                    async for piece in stream:
+                        if isinstance(piece, Usage):
+                            usage = piece
+                        else:
+                            await sink.add(piece)
             except ModelCallError as error:
                 if error.reached_model:
                     await self._record_call(session, images, started, None)

@@ -24,6 +24,17 @@ refused with the reason; a rejected prompt (`ValueError`, vLLM's validation erro
 for the call, except vLLM's queue-full / rate-limit refusals (HTTP 503/429), which are
 retried; no output for `output_timeout_s` aborts the request and is retried.
 
+A call the session abandons (the Core gave up, the connection dropped: the SDK cancels the
+hook) aborts its engine request at once: `engine.abort(request_id)` and the close of
+vLLM's output generator (which aborts too), so the request stops taking a batch slot and
+KV cache the moment nobody waits for it. Readiness follows the engine: every
+`health_interval_s` the adapter awaits `engine.check_health()`, and an engine found dead
+there (or by a call) makes the adapter `failed`: `/healthz` answers 503 and new sessions
+are refused with the reason.
+
+Code from the model's repository (`trust_remote_code`) runs only when the option says so,
+for the engine and the processor alike; the models that need it say so in their presets.
+
 `input_mode: video` (see video_chat.py) submits each window as ONE video:
 `multi_modal_data={"video": (frames, metadata)}` with the frames as a T x H x W x 3 array and
 the metadata declaring their fps (and, with `video_server_kwargs`, `mm_processor_kwargs`
@@ -34,6 +45,7 @@ the metadata declaring their fps (and, with `video_server_kwargs`, `mm_processor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -61,6 +73,7 @@ ENGINE_OPTIONS = (
     "max_model_len",
     "dtype",
     "enable_prefix_caching",
+    "trust_remote_code",
 )
 # vLLM's error classes, matched by name along the exception's class hierarchy so every vLLM
 # version (V1 `vllm.v1.engine.exceptions`, the V0 `AsyncEngineDeadError`) maps the same.
@@ -87,12 +100,20 @@ class VLLMEngineConfig(VideoChatConfig):
     enable_prefix_caching: bool = Field(
         True, description="sliding windows share the cache of their prompt heads"
     )
+    trust_remote_code: bool = Field(
+        False,
+        description="run code from the model's repository (engine and processor); only for "
+        "a model that needs it and a repository you trust",
+    )
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="any further vLLM AsyncEngineArgs field; not one of the options above",
     )
     output_timeout_s: float = Field(
         300.0, gt=0, description="a call with no new output for this long is aborted, retried"
+    )
+    health_interval_s: float = Field(
+        5.0, gt=0, description="how often the engine's health is checked (readiness)"
     )
 
 
@@ -135,7 +156,6 @@ def merge_engine_args(config: VLLMEngineConfig, known: set[str] | None) -> dict[
     merged["limit_mm_per_prompt"] = {"image": images}
     if config.input_mode == "video":
         merged["limit_mm_per_prompt"]["video"] = 1
-    merged["trust_remote_code"] = True
     extra = dict(config.engine_args)
     for key in sorted(extra):
         if key in ENGINE_OPTIONS:
@@ -182,19 +202,20 @@ def video_input(images: list, fps: float) -> tuple[Any, dict[str, Any]]:
     return frames, metadata
 
 
-def chat_template_source(model: str):
+def chat_template_source(model: str, trust_remote_code: bool = False):
     """What renders the model's chat template: its processor, or its tokenizer when the
-    processor cannot be loaded here (both render the same template)."""
+    processor cannot be loaded here (both render the same template). The repository's own
+    code runs only with `trust_remote_code`, as for the engine."""
     from transformers import AutoProcessor, AutoTokenizer
 
     try:
-        source = AutoProcessor.from_pretrained(model, trust_remote_code=True)
+        source = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as exc:  # e.g. a video processor that needs torchvision
         log.info("no processor for %s (%s); the chat template comes from its tokenizer", model, exc)
         source = None
     if getattr(source, "chat_template", None) is None:
         try:
-            source = AutoTokenizer.from_pretrained(model, trust_remote_code=True)
+            source = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
         except Exception as exc:
             raise VLLMStartError(
                 f"cannot load the processor or tokenizer of {model}: {describe_error(exc)}"
@@ -229,6 +250,7 @@ class VLLMEngineAdapter(VideoChatAdapter):
         self._engine = None
         self._starting = asyncio.Lock()
         self._request_ids = itertools.count()
+        self._health: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ start-up
 
@@ -237,14 +259,39 @@ class VLLMEngineAdapter(VideoChatAdapter):
         async with self._starting:
             if self._engine is None:
                 self._processor, self._engine = await load_in_thread(self._load, "vllm-load")
+                self._health = asyncio.create_task(self._watch_health(self._engine))
 
     def _load(self):
-        template = chat_template_source(self.config.model)
+        template = chat_template_source(self.config.model, self.config.trust_remote_code)
         try:
             engine = self._vllm.AsyncLLMEngine.from_engine_args(self._engine_args)
         except Exception as exc:
             raise VLLMStartError(f"the vLLM engine did not start: {describe_error(exc)}") from exc
         return template, engine
+
+    async def _watch_health(self, engine) -> None:
+        """Poll `engine.check_health()` until the engine is found dead (the adapter then
+        fails: /healthz 503, sessions refused) or the adapter stops."""
+        interval = self.config.health_interval_s
+        while self.readiness.state != "failed":
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(engine.check_health(), interval)
+            except TimeoutError:
+                log.warning("the vLLM engine did not answer a health check in %gs", interval)
+            except Exception as exc:
+                if not _names(exc) & DEAD_ERRORS:
+                    log.warning("the vLLM health check failed: %s", describe_error(exc))
+                    continue
+                self._engine_died(exc)
+
+    def _engine_died(self, exc: BaseException) -> str:
+        """Fail the adapter for good (once); the reason."""
+        reason = f"the vLLM engine died ({describe_error(exc)})"
+        if self.readiness.state != "failed":
+            log.error("%s; the adapter takes no more sessions", reason)
+            self.fail(reason)
+        return reason
 
     # ------------------------------------------------------------------ calls
 
@@ -269,7 +316,8 @@ class VLLMEngineAdapter(VideoChatAdapter):
             temperature=self.config.temperature,
             seed=self.config.seed,
         )
-        outputs = engine.generate(prompt, sampling, f"se-{next(self._request_ids)}")
+        request_id = f"se-{next(self._request_ids)}"
+        outputs = engine.generate(prompt, sampling, request_id)
         produced = ""
         final = None
         try:
@@ -283,6 +331,13 @@ class VLLMEngineAdapter(VideoChatAdapter):
                 if len(text_so_far) > len(produced):
                     yield text_so_far[len(produced) :]
                     produced = text_so_far
+        except (asyncio.CancelledError, GeneratorExit):
+            # Abandoned (the hook was cancelled, or the caller closed this stream): free
+            # the engine's slot now. Closing vLLM's generator aborts too; this does not
+            # depend on where it was suspended, and aborting twice is harmless.
+            with contextlib.suppress(Exception):  # a dead engine has nothing to abort
+                await engine.abort(request_id)
+            raise
         except TimeoutError:
             raise ModelCallError(
                 f"vLLM produced no output for {self.config.output_timeout_s:g}s; "
@@ -322,10 +377,7 @@ class VLLMEngineAdapter(VideoChatAdapter):
         names = _names(exc)
         text = describe_error(exc)
         if names & DEAD_ERRORS:
-            reason = f"the vLLM engine died ({text})"
-            if self.readiness.state != "failed":
-                log.error("%s; the adapter takes no more sessions", reason)
-                self.fail(reason)
+            reason = self._engine_died(exc)
             return ModelCallError(f"{reason}; the adapter takes no more sessions", retryable=False)
         if names & GENERATE_ERRORS:
             return ModelCallError(f"vLLM request failed: {text}", retryable=True)

@@ -140,3 +140,13 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(entries, "sample_video", counting_sample)
     return calls
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The stand-in `vllm` package (tests/vllm_stand_in.py), importable here and in served
+    adapter processes; a function that scripts it and returns the path of its call log."""
+    from tests.vllm_stand_in import forget_vllm, script_stand_in
+
+    yield script_stand_in(monkeypatch, tmp_path / "vllm-calls.jsonl")
+    forget_vllm()

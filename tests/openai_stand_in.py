@@ -5,7 +5,9 @@ A real uvicorn server in a thread answers `POST /v1/chat/completions` like vLLM:
 events, a role chunk, one chunk per content piece, a closing usage chunk with empty
 `choices`, then `data: [DONE]`. `script(body, index)` decides each reply from the request
 body and its position; every body received is kept in `requests`, in order. A reply can also
-stall, fail with an HTTP error or drop the connection part-way.
+stall, fail with an HTTP error or drop the connection part-way. When a client goes away
+before its reply ended, `disconnected` maps the request's position to the moment
+(`time.monotonic_ns()`, the host's clock, as the Core records events) the server saw it.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class FakeOpenAIServer:
     def __init__(self, script: Callable[[dict, int], Reply]) -> None:
         self.script = script
         self.requests: list[dict] = []
+        self.disconnected: dict[int, int] = {}
         self.base_url = ""
         app = FastAPI()
         app.post("/v1/chat/completions")(self.complete)
@@ -98,14 +101,22 @@ class FakeOpenAIServer:
             return JSONResponse({"error": {"message": reply.error}}, status_code=reply.status)
 
         async def events() -> Iterator[str]:
-            yield chunk({"role": "assistant", "content": ""})
-            await asyncio.sleep(reply.stall_s or reply.first_piece_delay_s)
-            for position, piece in enumerate(reply.pieces):
-                if reply.drop_after is not None and position == reply.drop_after:
-                    raise ConnectionAbortedError("the server dropped the connection")
-                yield chunk({"content": piece})
-            yield chunk(None, usage_for(body, reply))
-            yield "data: [DONE]\n\n"
+            ended = False
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                await asyncio.sleep(reply.stall_s or reply.first_piece_delay_s)
+                for position, piece in enumerate(reply.pieces):
+                    if reply.drop_after is not None and position == reply.drop_after:
+                        ended = True  # the server's own doing
+                        raise ConnectionAbortedError("the server dropped the connection")
+                    yield chunk({"content": piece})
+                yield chunk(None, usage_for(body, reply))
+                yield "data: [DONE]\n\n"
+                ended = True
+            finally:
+                # Starlette cancels the stream when the client disconnects (http.disconnect).
+                if not ended:
+                    self.disconnected[index] = time.monotonic_ns()
 
         return StreamingResponse(events(), media_type="text/event-stream")
 

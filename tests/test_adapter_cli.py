@@ -87,7 +87,8 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
         "system_prompt", "qa_prompt", "open_qa_prompt", "proactive_prompt", "wait_word",
         "max_tokens_qa", "max_tokens_proactive", "temperature", "seed", "mm_processor_kwargs",
         "max_retries", "retry_backoff_s", "tensor_parallel_size", "gpu_memory_utilization",
-        "max_model_len", "dtype", "enable_prefix_caching", "engine_args", "output_timeout_s",
+        "max_model_len", "dtype", "enable_prefix_caching", "trust_remote_code", "engine_args",
+        "output_timeout_s", "health_interval_s",
     ]  # fmt: skip
     assert options["model"] == {
         "key": "model",
@@ -101,6 +102,7 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
     assert shown["max_model_len"] == ("int >= 1 or null", None, False)
     assert shown["qa_frame_selection"] == ("recent | uniform", "recent", False)
     assert shown["enable_prefix_caching"] == ("bool", True, False)
+    assert shown["trust_remote_code"] == ("bool", False, False)
     assert shown["engine_args"] == ("mapping", {}, False)
     assert shown["wait_word"] == ("str length >= 1", "WAIT", False)
     assert shown["max_retries"] == ("int >= 0, <= 10", 2, False)

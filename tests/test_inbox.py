@@ -129,17 +129,72 @@ async def test_cancelling_the_task_reaches_a_handler_it_resumed():
     assert session.slow["slow"].cancelled()  # the handler's own wait was cancelled
 
 
-async def test_the_close_is_raised_once_every_message_before_it_is_handled():
+def clean_close() -> ConnectionClosedOK:
+    return ConnectionClosedOK(Close(1000, ""), Close(1000, ""), rcvd_then_sent=True)
+
+
+async def test_the_close_cancels_the_running_handler_and_drops_what_waits():
+    """An abandoned hook (a model call) is cancelled at its await; the messages behind it
+    could not be answered any more and never run; the task raises the close, not the
+    cancellation, and is not left cancelling (its cleanup may still await)."""
     session = Session()
     session.slow["slow"] = asyncio.get_running_loop().create_future()
     await asyncio.sleep(0)
     await session.feed("slow", "x")
-    closed = ConnectionClosedOK(Close(1000, ""), Close(1000, ""), rcvd_then_sent=True)
-    session.inbox.closed(closed)
-    session.slow["slow"].set_result(None)
+    session.inbox.closed(clean_close())
     with pytest.raises(ConnectionClosedOK):
         await asyncio.wait_for(session.task, 1)
-    assert session.log == ["start slow", "end slow", "start x", "end x"]
+    assert session.slow["slow"].cancelled()
+    assert session.log == ["start slow"]
+    assert session.task.cancelling() == 0
+
+
+async def test_a_handler_that_swallows_the_cancellation_still_ends_with_the_close():
+    session = Session()
+    swallowed: list[str] = []
+
+    async def stubborn(raw) -> bool:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            swallowed.append(raw)
+        return True
+
+    session.inbox._handle = stubborn
+    await asyncio.sleep(0)
+    await session.feed("slow", "x")
+    session.inbox.closed(clean_close())
+    with pytest.raises(ConnectionClosedOK):
+        await asyncio.wait_for(session.task, 1)
+    assert swallowed == ["slow"]  # "x", queued behind it, never ran
+    assert session.task.cancelling() == 0
+
+
+async def test_a_close_between_the_callback_and_the_task_cancels_the_resumed_handler():
+    """The handler began inside the callback and suspended; the close comes before the
+    session's task went on with it: the cancellation still reaches the handler."""
+    session = Session()
+    session.slow["slow"] = asyncio.get_running_loop().create_future()
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    loop.call_soon(session.inbox.arrived, "slow", 0)
+    loop.call_soon(session.inbox.closed, clean_close())
+    with pytest.raises(ConnectionClosedOK):
+        await asyncio.wait_for(session.task, 1)
+    assert session.slow["slow"].cancelled()
+    assert session.log == ["start slow"]
+
+
+async def test_cancelling_the_session_task_during_a_close_stays_a_cancellation():
+    """The server shutting down cancels the task too: that is not taken back."""
+    session = Session()
+    session.slow["slow"] = asyncio.get_running_loop().create_future()
+    await asyncio.sleep(0)
+    await session.feed("slow")
+    session.task.cancel()
+    session.inbox.closed(clean_close())
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(session.task, 1)
 
 
 async def test_a_message_delivered_from_inside_a_task_is_handled_by_the_session_task():

@@ -9,20 +9,31 @@ and says WAIT otherwise. Other servers stall, fail with HTTP errors or drop the 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from PIL import Image
+from websockets.asyncio.client import connect as ws_connect
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
+from streameval.protocol import (
+    FEATURES_HEADER,
+    PROTOCOL_VERSION,
+    RESUME_FEATURE,
+    Instruction,
+    SessionStart,
+)
 from tests.openai_stand_in import FakeOpenAIServer, Reply, images, labels
 from tests.test_core_run import events_by_session, execute, run_config
+from tests.test_protocol import CONDITIONS
 from tests.timeline_fixtures import QA, VIDEO_FPS, write_benchmark
 
 FIRST_TOKEN_DELAY_S = 0.15
@@ -312,6 +323,68 @@ def test_an_unreachable_server_submits_nothing_and_fails_after_the_retries(qa_be
     assert "ConnectError talking to http://127.0.0.1:9/v1/chat/completions" in (
         sessions["t:qa:1"].failure_reason
     )
+
+
+def test_a_call_the_core_gave_up_on_closes_its_http_stream_within_a_second(qa_benchmark, tmp_path):
+    """The server stalls for a minute (the read timeout is the default 60 s); the Core gives
+    up after 1 s. The adapter's hook is cancelled and its HTTP stream closed, so the
+    server sees the request go away (and frees its slot) at once, not a minute later."""
+    with FakeOpenAIServer(lambda body, i: Reply(["B"], stall_s=60.0)) as server:
+        summary, sessions, events = run_against(
+            server.base_url, tmp_path, qa_benchmark, {}, response_timeout_s=1.0
+        )
+        deadline = time.monotonic() + 10  # the server notices on its own loop
+        while len(server.disconnected) < len(server.requests):
+            assert time.monotonic() < deadline, "a request was never closed"
+            time.sleep(0.01)
+    assert (summary.finished, summary.failed) == (0, 1)
+    assert sessions["t:qa:1"].failure_reason == "no answer within 1s"
+    qa = events["t:qa:1"]
+    gave_up = [e.runtime_ns for e in of_kind(qa, EventKind.SESSION_FAILED)]
+    assert len(server.requests) == len(gave_up) >= 1  # one call per attempt, none retried
+    closed = [server.disconnected[i] for i in range(len(server.requests))]
+    for failed_ns, closed_ns in zip(gave_up, closed, strict=True):
+        assert 0 <= closed_ns - failed_ns < 1_000_000_000
+    assert workloads(qa) == [] and errors(qa) == []  # the cancelled call recorded nothing
+
+
+async def _drop_during_unattended_decision(url: str, server: FakeOpenAIServer) -> int:
+    """A wall-clock proactive session whose first decision (a background task, started at
+    the instruction) is under way; then the connection drops, the session kept for a
+    resume. Returns when it dropped (monotonic ns)."""
+    conditions = CONDITIONS.model_copy(update={"pacing": "wall_clock"})
+    start = SessionStart(
+        protocol=PROTOCOL_VERSION,
+        run_id="r",
+        session_id="s",
+        record_ids=["p"],
+        conditions=conditions,
+    )
+    async with ws_connect(url, additional_headers={FEATURES_HEADER: RESUME_FEATURE}) as ws:
+        await ws.recv()  # the hello
+        await ws.send(start.model_dump_json())
+        await ws.send(Instruction(task_id="p", t=0.0, text="Say when.").model_dump_json())
+        deadline = time.monotonic() + 10
+        while not server.requests:
+            assert time.monotonic() < deadline, "no decision began"
+            await asyncio.sleep(0.01)
+        dropped = time.monotonic_ns()
+        ws.transport.abort()
+    return dropped
+
+
+def test_a_decision_nobody_waits_for_is_cancelled_when_the_connection_drops():
+    """Under wall-clock pacing a decision runs beside the hooks; a dropped connection
+    (kept 30 s for a resume) cancels it too, closing its HTTP stream at once."""
+    stalling = FakeOpenAIServer(lambda body, i: Reply(["WAIT"], stall_s=60.0))
+    with stalling as server, adapter(server.base_url) as served:
+        dropped = asyncio.run(_drop_during_unattended_decision(served.url, server))
+        deadline = time.monotonic() + 10
+        while 0 not in server.disconnected:
+            assert time.monotonic() < deadline, "the decision's request was never closed"
+            time.sleep(0.01)
+    assert len(server.requests) == 1
+    assert 0 <= server.disconnected[0] - dropped < 1_000_000_000
 
 
 # --------------------------------------------------------------------------- reply parsing

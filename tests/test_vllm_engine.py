@@ -42,46 +42,14 @@ from streameval.protocol import HEARTBEAT_TIMEOUT_S, Question, RunConditions  # 
 from tests.recording import Wire  # noqa: E402
 from tests.timeline_fixtures import QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model, with_chat_template  # noqa: E402
+from tests.vllm_stand_in import log_entries  # noqa: E402
 
-STAND_IN = Path(__file__).resolve().parent / "stand_in_vllm"
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     return with_chat_template(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl"))
-
-
-@pytest.fixture
-def stand_in(monkeypatch, tmp_path):
-    """The stand-in `vllm` importable here and in served adapter processes; returns a
-    function that scripts it (environment variables) and the path of its call log."""
-    monkeypatch.syspath_prepend(str(STAND_IN))
-    paths = [str(STAND_IN), os.environ.get("PYTHONPATH", "")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
-    log = tmp_path / "vllm-calls.jsonl"
-    monkeypatch.setenv("STAND_IN_VLLM_LOG", str(log))
-    _forget_vllm()
-
-    def script(**env: str) -> Path:
-        for key, value in env.items():
-            monkeypatch.setenv(f"STAND_IN_VLLM_{key.upper()}", value)
-        return log
-
-    yield script
-    _forget_vllm()
-
-
-def _forget_vllm() -> None:
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-        del sys.modules[name]
-
-
-def log_entries(log: Path, event: str) -> list[dict]:
-    if not log.exists():
-        return []
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
-    return [e for e in entries if e["event"] == event]
 
 
 # ------------------------------------------------------------------ engine_args, at start
@@ -143,7 +111,7 @@ def test_engine_args_merge_with_the_adapter_options(stand_in):
     kwargs = adapter.engine_kwargs
     assert kwargs["max_model_len"] == 8192 and kwargs["max_num_seqs"] == 8
     assert kwargs["limit_mm_per_prompt"] == {"image": 16, "video": 1}
-    assert kwargs["model"] == "m" and kwargs["trust_remote_code"] is True
+    assert kwargs["model"] == "m" and kwargs["trust_remote_code"] is False
 
 
 def test_a_conflict_in_a_served_adapter_is_one_line_and_no_listening(stand_in):
@@ -459,6 +427,28 @@ def test_a_failed_load_is_reported_then_the_adapter_exits(stand_in, tiny_model, 
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_request_the_core_gave_up_on_is_aborted_within_a_second(stand_in, tiny_model, tmp_path):
+    """The engine never answers (`output_timeout_s` is the default 300 s); the Core gives
+    up after 1 s: the request is aborted at once (tests/test_vllm_lifecycle.py has the same
+    without the model stack, the chat template stood in)."""
+    log = stand_in(script="hang,hang,hang,hang")
+    options = {"model": str(tiny_model), "max_tokens_qa": 4}
+    with AdapterProcess("vllm", options=options) as served:
+        _, events, _ = run_core(served.url, tmp_path, count=1, response_timeout_s=1.0)
+        calls = log_entries(log, "call")
+        deadline = time.monotonic() + 10
+        while len(log_entries(log, "abort")) < len(calls):
+            assert time.monotonic() < deadline, "a request was never aborted"
+            time.sleep(0.05)
+    (session,) = events.values()
+    gave_up = [e.runtime_ns for e in session if e.kind == EventKind.SESSION_FAILED]
+    aborts = log_entries(log, "abort")
+    assert len(calls) == len(gave_up) >= 1
+    assert [a["request_id"] for a in aborts] == [c["request_id"] for c in calls]
+    for failed_ns, abort in zip(gave_up, aborts, strict=True):
+        assert 0 <= abort["ns"] - failed_ns < 1_000_000_000
 
 
 def test_engine_errors_reach_the_core_as_recorded_errors(stand_in, tiny_model, tmp_path):

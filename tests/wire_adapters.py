@@ -202,3 +202,39 @@ class GatedAdapter(LoggingAdapter):
         await super().on_session_start(session)
         while not os.path.exists(os.environ["STREAMEVAL_TEST_GATE"]):
             await asyncio.sleep(0.02)
+
+
+class AbandonedCallAdapter(Adapter):
+    """Starts a "model call" at every question that never ends on its own, and logs to
+    $STREAMEVAL_TEST_LOG/<session>.jsonl when the call began, when it was cancelled and
+    whether a workload sent after the cancellation got out, and when its cleanup hook
+    (which itself awaits) began and finished. Resumable, so a lost connection keeps the
+    session: the cancellation must not wait for that."""
+
+    name = "abandoned-call"
+    conditions = _POLLED
+    resume_grace_s = 600.0
+
+    def _log(self, session: Session, kind: str, **fields: object) -> None:
+        path = os.path.join(os.environ["STREAMEVAL_TEST_LOG"], f"{session.session_id}.jsonl")
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"kind": kind, "ns": time.monotonic_ns(), **fields}) + "\n")
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        self._log(session, "call")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self._log(session, "cancelled")
+            try:
+                await session.workload(frame_ids=[], images=0)
+            except Exception as exc:  # the connection is gone: nothing gets out
+                self._log(session, "send_refused", error=type(exc).__name__)
+            else:
+                self._log(session, "sent")
+            raise
+
+    async def on_session_end(self, session: Session) -> None:
+        self._log(session, "cleanup_begins")
+        await asyncio.sleep(0.2)
+        self._log(session, "cleanup_done")

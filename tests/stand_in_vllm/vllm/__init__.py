@@ -7,7 +7,11 @@ STAND_IN_VLLM_SCRIPT      comma-separated outcome of each `generate` call, in ca
                           every later call too) | rejected (ValueError) | invalid
                           (VLLMValidationError) | busy (queue full, 503) | hang (no output)
 STAND_IN_VLLM_REPLY       the text each call generates (default `A`)
-STAND_IN_VLLM_LOG         a file that gets one JSON line per engine built and per call
+STAND_IN_VLLM_LOG         a file that gets one JSON line per engine built, per call, per
+                          request abandoned (`closed`: its generator was cancelled or closed
+                          before the end) and per `abort`, each with `time.monotonic_ns()`
+STAND_IN_VLLM_DEAD_FILE   once this file exists the engine is dead: `check_health` raises
+                          EngineDeadError, as vLLM's does once its engine core process is gone
 
 Like vLLM's AsyncLLM, the engine starts its output handler on the running event loop when it
 is built inside one, else at the first request; a request on another loop than the handler's
@@ -180,6 +184,7 @@ class AsyncLLM:
         images = list(data.get("image") or [])
         video = data.get("video")
         entry = {"event": "call", "call": call, "outcome": outcome, "images": len(images)}
+        entry.update(request_id=request_id, ns=time.monotonic_ns())
         if video is not None:
             frames, metadata = video
             entry["video"] = {"shape": list(frames.shape), "metadata": metadata}
@@ -207,6 +212,15 @@ class AsyncLLM:
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
             except RuntimeError as cause:
                 raise EngineGenerateError() from cause
+        try:
+            async for output in self._outputs(prompt, request_id, outcome):
+                yield output
+        except (asyncio.CancelledError, GeneratorExit):
+            # As vLLM's generate: a cancelled or closed generator aborts its request.
+            _log({"event": "closed", "request_id": request_id, "ns": time.monotonic_ns()})
+            raise
+
+    async def _outputs(self, prompt: Any, request_id: str, outcome: str):
         if outcome == "hang":
             await asyncio.sleep(3600)
         text = os.environ.get("STAND_IN_VLLM_REPLY", "A")
@@ -223,6 +237,15 @@ class AsyncLLM:
                 [CompletionOutput(0, so_far, list(range(len(so_far))))],
                 finished=i == len(pieces) - 1,
             )
+
+    async def abort(self, request_id: str) -> None:
+        _log({"event": "abort", "request_id": request_id, "ns": time.monotonic_ns()})
+
+    async def check_health(self) -> None:
+        dead_file = os.environ.get("STAND_IN_VLLM_DEAD_FILE")
+        if self.errored or (dead_file and os.path.exists(dead_file)):
+            self.errored = True
+            raise EngineDeadError()
 
     def shutdown(self) -> None:
         if self.output_handler is not None:
