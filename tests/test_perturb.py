@@ -275,6 +275,30 @@ def log_of(log_dir: Path, session_id: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def dropped_frames(events: list) -> list[tuple]:
+    """(index, frame_id, t) of each frame the Core recorded as dropped (wall clock)."""
+    return [
+        (e.payload.index, e.payload.frame_id, e.payload.t)
+        for e in events
+        if e.kind == EventKind.FRAME_DROPPED
+    ]
+
+
+def with_dropped_frames(log: list[dict], dropped: list[tuple]) -> list[dict]:
+    """A session's log with the frames the Core dropped put back at their times (before a
+    task at the same time): the stream the spec's rules apply to."""
+    frames = [{"kind": "frame", "index": i, "frame_id": f, "t": t} for i, f, t in dropped]
+    return sorted([*log, *frames], key=lambda entry: (entry["t"], entry["kind"] != "frame"))
+
+
+def less(expected: list[tuple], dropped: list[tuple]) -> list[tuple]:
+    """`expected` without one occurrence of each dropped frame."""
+    left = list(expected)
+    for frame in dropped:
+        left.remove(frame)
+    return left
+
+
 def frames_followed_by_task(log: list[dict]) -> list[tuple[dict, bool]]:
     """Each frame of a clean stream, and whether a question or instruction follows it."""
     out: list[tuple[dict, bool]] = []
@@ -356,7 +380,7 @@ def test_each_perturbation_delivers_what_is_recorded_and_what_the_spec_says(
             events.setdefault(event.session_id, []).append(event)
 
     for base in ("t:qa:1", "t:qa:2", "t:pro:1"):
-        clean = log_of(adapter_env, base)
+        clean = with_dropped_frames(log_of(adapter_env, base), dropped_frames(events[base]))
         for spec in SPECS:
             label = parse_spec(spec).label
             session = variant_record_id(base, label, seed)
@@ -368,8 +392,12 @@ def test_each_perturbation_delivers_what_is_recorded_and_what_the_spec_says(
             sent = [e for e in events[session] if e.kind == EventKind.FRAME_SENT]
             recorded = [(e.payload.index, e.payload.frame_id, e.payload.t) for e in sent]
             assert delivered == recorded, (session, spec)
-            assert delivered == expected_frames(spec, clean, seed, base), (session, spec)
-            assert not any(e.kind == EventKind.FRAME_DROPPED for e in events[session])
+            dropped = dropped_frames(events[session])
+            # Wall-clock pacing skips a frame whose successor is already due, which a loaded
+            # machine can make happen; logical pacing never drops one.
+            assert pacing == "wall_clock" or not dropped
+            expected = expected_frames(spec, clean, seed, base)
+            assert delivered == less(expected, dropped), (session, spec)
             # The sample's own time is recorded where the time stamp moved.
             for e in sent:
                 moved = e.payload.t != e.video_t

@@ -124,3 +124,6 @@ class Waits:
             self.failure = failure
         if self._future is not None and not self._future.done():
             self._future.set_exception(failure)
+            # Marked as seen: the send side may no longer wait for it (a stopping run cancels
+            # it), and the failure is kept above, so asyncio must not report it as lost.
+            self._future.exception()
