@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, insert, select
 
 from streameval.core.store import models
+from streameval.core.store.clock import store_now
 from streameval.core.store.database import StoreDatabase, check_status, retried, utc_now
 from streameval.core.store.light import RunInfo, StoreError
 
@@ -90,7 +91,15 @@ class StoreRuns(StoreDatabase):
         benchmark: str,
         config: dict[str, Any],
         conditions: dict[str, Any] | None = None,
+        *,
+        records: Sequence[dict[str, Any]] = (),
     ) -> RunInfo:
+        """Store a new run with `records` and one pending session per record, in one
+        transaction: a run that exists has every one of its sessions.
+
+        Retried on transient errors for RETRY_BUDGET_S like the store's other calls (a
+        locked SQLite file, a PostgreSQL restart). A try whose commit was lost with its
+        connection is recognised on the next by the run's creation time and hash."""
         info = RunInfo(
             run_id=run_id,
             created_at=utc_now(),
@@ -102,10 +111,34 @@ class StoreRuns(StoreDatabase):
             conditions=dict(conditions or {}),
             finished_at=None,
         )
-        with self.transaction(f"cannot create run {run_id!r}") as conn:
-            if self._run_exists(conn, run_id):
-                raise StoreError(f"run {run_id!r} already exists in {self._display_url}")
-            conn.execute(insert(models.runs).values(**asdict(info)))
+        rows = _checked_record_rows(run_id, records)
+        sessions = [
+            {
+                "run_id": run_id,
+                "session_id": row["record_id"],
+                "record_ids": [row["record_id"]],
+                "status": "pending",
+                "attempt": 0,
+            }
+            for row in rows
+        ]
+        return self.retrying(lambda: self._insert_run(info, rows, sessions))
+
+    def _insert_run(
+        self, info: RunInfo, rows: list[dict[str, Any]], sessions: list[dict[str, Any]]
+    ) -> RunInfo:
+        table = models.runs
+        with self.transaction(f"cannot create run {info.run_id!r}") as conn:
+            stored = conn.execute(
+                select(table.c.created_at, table.c.config_hash).where(table.c.run_id == info.run_id)
+            ).first()
+            if stored is None:
+                conn.execute(insert(table).values(**asdict(info)))
+                if rows:
+                    conn.execute(insert(models.run_records), rows)
+                    conn.execute(insert(models.sessions), sessions)
+            elif tuple(stored) != (info.created_at, info.config_hash):
+                raise StoreError(f"run {info.run_id!r} already exists in {self._display_url}")
         return info
 
     def set_run_status(self, run_id: str, status: str) -> None:
@@ -187,12 +220,7 @@ class StoreRuns(StoreDatabase):
     # --- records --------------------------------------------------------------------------------
 
     def add_records(self, run_id: str, records: Sequence[dict[str, Any]]) -> None:
-        try:
-            rows = record_rows(run_id, records)
-        except KeyError as exc:
-            raise StoreError(
-                f"cannot add records to run {run_id!r}: a record has no {exc} field"
-            ) from exc
+        rows = _checked_record_rows(run_id, records)
         self._insert_for_run(run_id, models.run_records, rows, "records")
 
     @retried
@@ -206,6 +234,15 @@ class StoreRuns(StoreDatabase):
             return [row.record for row in rows]
 
 
+def _checked_record_rows(run_id: str, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        return record_rows(run_id, records)
+    except KeyError as exc:
+        raise StoreError(
+            f"cannot add records to run {run_id!r}: a record has no {exc} field"
+        ) from exc
+
+
 def _run_info(row: Row[Any]) -> RunInfo:
     return RunInfo(**row._asdict())  # the columns are named like the fields
 
@@ -215,8 +252,9 @@ def _runs_named(run_ids: Sequence[str]) -> str:
 
 
 def _refuse_runs_in_progress(conn: Connection, run_ids: list[str]) -> None:
-    """StoreError naming a run whose Core or one of whose workers still holds a lease."""
-    now = utc_now()
+    """StoreError naming a run whose Core or one of whose workers still holds a lease (by
+    the database's clock, like every lease)."""
+    now = store_now()
     owners = models.run_owners
     owner = conn.execute(
         select(owners).where(owners.c.run_id.in_(run_ids), owners.c.expires_at > now)
