@@ -4,16 +4,17 @@ deleting runs with every row that belongs to them."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, insert, select
+from sqlalchemy import Connection, Row, Text, cast, delete, insert, select, update
 
 from streameval.core.store import models
 from streameval.core.store.clock import store_now
@@ -29,6 +30,9 @@ _VERSIONED_PACKAGES = (
     "pydantic",
     "fastapi",
 )
+
+# How often change_run_conditions re-reads conditions another Core changed under it.
+CONDITIONS_RACES = 20
 
 # Every table holding rows of runs, those that refer to others first (the order to delete).
 RUN_TABLES = tuple(
@@ -150,6 +154,45 @@ class StoreRuns(StoreDatabase):
 
     def update_run_conditions(self, run_id: str, conditions: dict[str, Any]) -> None:
         self._update_run(run_id, {"conditions": conditions})
+
+    def change_run_conditions(
+        self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> dict[str, Any]:
+        """Read, change and write a run's conditions with no other writer in between, and
+        return them as stored. `change` gets the stored conditions and returns the new ones
+        (None: nothing to write); an error it raises stops here. The write is a
+        compare-and-set on the stored text: when another Core changed the conditions since
+        they were read, `change` runs again on theirs (it may now refuse them)."""
+        for _ in range(CONDITIONS_RACES):
+            seen, conditions = self.retrying(lambda: self._stored_conditions(run_id))
+            changed = change(dict(conditions))
+            if changed is None:
+                return conditions
+            if self.retrying(functools.partial(self._set_conditions_if, run_id, seen, changed)):
+                return changed
+        raise StoreError(f"cannot change run {run_id!r}: other Cores keep changing it")
+
+    def _stored_conditions(self, run_id: str) -> tuple[str, dict[str, Any]]:
+        """(the conditions' stored text, the conditions)."""
+        table = models.runs
+        query = select(cast(table.c.conditions, Text), table.c.conditions).where(
+            table.c.run_id == run_id
+        )
+        with self.transaction(f"cannot read run {run_id!r}") as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            raise self._unknown_run(run_id)
+        return row[0], row[1]
+
+    def _set_conditions_if(self, run_id: str, seen: str, conditions: dict[str, Any]) -> bool:
+        table = models.runs
+        with self.transaction(f"cannot update run {run_id!r}") as conn:
+            written = conn.execute(
+                update(table)
+                .where(table.c.run_id == run_id, cast(table.c.conditions, Text) == seen)
+                .values(conditions=conditions)
+            )
+            return written.rowcount == 1
 
     @retried
     def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
