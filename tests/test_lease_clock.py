@@ -1,11 +1,13 @@
 """Lease deadlines come from the database's clock, so host clock skew cannot hand a live
 run or session over (issue 33, item 6).
 
-A lease holder runs in its own process with its clock stepped two hours (tests/skewed_clock
-shifts its `datetime.now`; the database server's clock is untouched), against a real store:
-a SQLite file and a PostgreSQL database. With deadlines written and compared by each host's
-clock, a Core two hours behind wrote a lease that had expired two hours ago, and one two
-hours ahead saw every live lease as expired; with the database's clock neither happens.
+A lease holder, or a whole `streameval run`, runs in its own process with its clock stepped
+two hours (tests/skewed_clock shifts its `datetime.now`; the database server's clock is
+untouched), against a real store: a SQLite file and a PostgreSQL database. With deadlines
+written and compared by each host's clock, a Core two hours behind wrote a lease that had
+expired two hours ago (a second Core took its live run over, and the first stopped saying
+it had stalled), and one two hours ahead saw every live lease as expired; with the
+database's clock neither happens.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,9 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.run_lease import RunOwned, acquire_run, current_owner
 from streameval.core.store.store import Store
+from tests.faults import cli, wait_for
+from tests.test_run_ownership import LOGGING, PACED, assert_one_attempt_each
 
 ROOT = Path(__file__).resolve().parent.parent
 SKEWED_CLOCK = Path(__file__).resolve().parent / "skewed_clock"
@@ -38,20 +44,28 @@ REFUSAL = re.compile(
 )
 
 
+def skewed_env(skew_s: float) -> dict[str, str]:
+    """The environment of a process whose clock is off by `skew_s` seconds."""
+    path = [str(SKEWED_CLOCK), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
+        "STREAMEVAL_TEST_CLOCK_SKEW_S": str(skew_s),
+    }
+
+
 @contextmanager
 def holder(kind: str, url: str, skew_s: float) -> Iterator[tuple[subprocess.Popen, dict]]:
     """A lease holder (tests/lease_holder.py) whose clock is off by `skew_s`, and its first
     line; its clock's skew is checked against this process's."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(SKEWED_CLOCK), os.environ.get("PYTHONPATH")])
-        ),
-        "STREAMEVAL_TEST_CLOCK_SKEW_S": str(skew_s),
-    }
     command = [sys.executable, "-m", "tests.lease_holder", kind, url, "r", str(LEASE_S), "core-a"]
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        command,
+        cwd=ROOT,
+        env=skewed_env(skew_s),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         first = json.loads(process.stdout.readline())
@@ -128,3 +142,40 @@ def test_a_worker_with_a_wrong_clock_neither_steals_nor_loses_a_session(store_ur
             for session in sessions.values():
                 assert_lease_of_the_database(store, session.started_at, session.lease_expires_at)
             assert sessions["s2"].lease_owner == f"core-a:{first['pid']}:holder"
+
+
+def test_a_running_core_two_hours_behind_is_not_taken_over(store_url, adapter_env, benchmark_path):
+    """The issue's case end to end: two real Cores, the first one's clock two hours behind."""
+    with AdapterProcess(LOGGING) as adapter, Store(store_url) as store:
+        run = cli(
+            "run", "--store", store_url, "--adapter-url", adapter.url, "--concurrency", "1",
+            "--benchmark", str(benchmark_path), *PACED, "--json", "--lease-timeout", "10",
+        )  # fmt: skip
+        first = subprocess.Popen(
+            run, env=skewed_env(-TWO_HOURS_S), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+
+        def running() -> bool:
+            runs = store.list_runs()
+            return bool(runs) and any(s.status == "running" for s in store.sessions(runs[0].run_id))
+
+        wait_for(running)
+        run_id = store.list_runs()[0].run_id
+        # The first Core's clock is two hours behind: it dated the run it created by it.
+        behind = datetime.now(UTC) - store.get_run(run_id).created_at
+        assert abs(behind.total_seconds() - TWO_HOURS_S) < 60, behind
+        refused = subprocess.run(
+            cli("run", "--resume", run_id, "--store", store_url, "--json"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(
+            f"error: run {run_id} is being run by another Core: host {socket.gethostname()} "
+            f"pid {first.pid} (renewed "
+        ), refused.stderr
+        out, err = first.communicate(timeout=240)
+        assert first.returncode == 0, err  # it never "stalled"
+        assert json.loads(out)["run_id"] == run_id
+        assert {s.status for s in store.sessions(run_id)} == {"finished"}
+        assert_one_attempt_each(store, run_id)
