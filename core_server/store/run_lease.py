@@ -12,7 +12,7 @@ leaves the sessions they hold alone (`sessions_to_reset`).
 Acquiring is optimistic, the same way on SQLite and PostgreSQL: an insert when nobody owns
 the run, or an update naming the expired deadline the claimer saw; of two racing Cores one
 wins and the other reads the winner. Deadlines are the database's time (clock.py): a Core
-whose clock is wrong can neither make a live lease look expired nor its own look alive.
+whose clock is wrong neither sees a live lease as expired nor writes one already expired.
 """
 
 from __future__ import annotations
