@@ -174,10 +174,18 @@ class EndpointAdmission:
 
     def check_identities(self, run_id: str, infos: list[dict | None], allow_change: bool) -> None:
         """Refuse endpoints whose adapter identity the run has not used (unless allowed);
-        record every (identity, endpoint) pair the run now uses in its conditions."""
+        record every (identity, endpoint) pair the run now uses in its conditions. The check
+        and the record are one step of the store (Store.change_run_conditions): of two Cores
+        binding different adapters to a run at once, the second is compared with the first."""
         self.allow_adapter_change = allow_change
-        run = self.store.get_run(run_id)
-        conditions = dict(run.conditions)
+        bind = functools.partial(self._bind, run_id, infos, allow_change)
+        self.store.change_run_conditions(run_id, bind)
+
+    def _bind(
+        self, run_id: str, infos: list[dict | None], allow_change: bool, conditions: dict
+    ) -> dict | None:
+        """The run's conditions with these endpoints' identities added; None when it lists
+        them all already. RunError for an identity the run has not used."""
         used: list[dict] = list(conditions.get("adapters") or [])
         known = [adapter_identity(info) for info in used]
         added: list[dict] = []
@@ -196,6 +204,6 @@ class EndpointAdmission:
             pairs = [(adapter_identity(u), u.get("endpoint")) for u in used + added]
             if (identity, endpoint.url) not in pairs:
                 added.append(entry)
-        if added:
-            conditions["adapters"] = used + added
-            self.store.update_run_conditions(run_id, conditions)
+        if not added:
+            return None
+        return {**conditions, "adapters": used + added}

@@ -14,22 +14,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert
-
 from streameval.core.errors import CoreError
-from streameval.core.store import models
-from streameval.core.store.store import (
-    RunInfo,
-    Store,
-    config_hash,
-    library_versions,
-    record_rows,
-    video_rows,
-)
+from streameval.core.store.store import RunInfo, Store
 
 # How many record ids (and fields) a diff summary names before it says "and N more".
 DIFF_NAMES_SHOWN = 5
@@ -84,38 +72,12 @@ def create_run(
     videos: Mapping[str, str] | None = None,
 ) -> RunInfo:
     """Store the run, its records, one session per record and `videos` (the sha256 of each
-    video by name: what the run is bound to) in one transaction."""
+    video by name: what the run is bound to) in one transaction, once every record was
+    checked (Store.create_run, retried while the store is locked)."""
     check_records(records)
-    info = RunInfo(
-        run_id=run_id,
-        created_at=datetime.now(UTC),
-        status="created",
-        benchmark=benchmark,
-        config=config,
-        config_hash=config_hash(config),
-        versions=library_versions(),
-        conditions=dict(conditions),
-        finished_at=None,
+    return store.create_run(
+        run_id, benchmark, config, conditions, records=records, videos=videos or {}
     )
-    rows_of_records = record_rows(run_id, records)
-    session_rows = [
-        {
-            "run_id": run_id,
-            "session_id": rec["record_id"],
-            "record_ids": [rec["record_id"]],
-            "status": "pending",
-            "attempt": 0,
-        }
-        for rec in records
-    ]
-    with store.transaction(f"cannot create run {run_id!r}") as conn:
-        conn.execute(insert(models.runs).values(**asdict(info)))
-        if rows_of_records:
-            conn.execute(insert(models.run_records), rows_of_records)
-            conn.execute(insert(models.sessions), session_rows)
-        if videos:
-            conn.execute(insert(models.run_videos), video_rows(run_id, videos))
-    return info
 
 
 def _normal(record: dict[str, Any]) -> dict[str, Any]:

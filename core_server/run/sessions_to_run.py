@@ -6,7 +6,6 @@ its start as a new attempt, unless a scale-out worker holds it under a live leas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from streameval.core.store.queue import WorkerIdentity
 from streameval.core.store.run_lease import held_elsewhere
@@ -45,7 +44,7 @@ def reset_started(
 ) -> None:
     """Reset the sessions to run that had started: running when the Core died, or retried;
     one a scale-out worker holds under a live lease is left to it."""
-    now = datetime.now(UTC)
+    now = store.clock()
     for session in todo:
         if session.status != "pending" and not held_elsewhere(session, identity, now):
             store.reset_session(run_id, session.session_id)

@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from streameval.core.store import models
+from streameval.core.store.clock import store_now
 from streameval.core.store.engine import sqlite_path, store_engine
 from streameval.core.store.errors import StoreLost, is_transient, reason
 from streameval.core.store.light import StoreError
@@ -95,6 +96,14 @@ class StoreDatabase:
         """`call()`, tried again while it raises a transient StoreError (retry_transient):
         every retried Store method goes through here. Only for calls safe to repeat."""
         return retry_transient(call)
+
+    def clock(self) -> datetime:
+        """The database's current time (clock.py): what lease deadlines are compared with."""
+        return self.retrying(self._read_clock)
+
+    def _read_clock(self) -> datetime:
+        with self.transaction("cannot read the store's clock") as conn:
+            return conn.execute(select(store_now())).scalar_one()
 
     @property
     def url(self) -> str:
@@ -176,4 +185,6 @@ def check_status(status: str, allowed: tuple[str, ...], what: str) -> None:
 
 
 def utc_now() -> datetime:
+    """This host's time, for what a timestamp only records (a run's creation, a session's
+    end); lease deadlines use the database's (clock.py)."""
     return datetime.now(UTC)

@@ -10,20 +10,21 @@ events or status, so exactly one attempt of each session is counted.
 Claims are optimistic, the same way on SQLite and PostgreSQL: the update that takes the
 session names the status and attempt the claimer saw, so of two racing claimers one wins and
 the other tries the next candidate. On PostgreSQL, `FOR UPDATE SKIP LOCKED` keeps racing
-claimers on different candidates in the first place. Lease deadlines are compared with each
-worker's clock (UTC): the hosts' clocks must agree to well within a lease (NTP does).
+claimers on different candidates in the first place. Lease deadlines are set and compared
+with the database's clock (clock.py), in the statements that claim and renew: a worker
+whose host clock is wrong neither steals live leases nor lets its own lapse.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Select, Update, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from streameval.core.store import models
+from streameval.core.store.clock import store_now
 from streameval.core.store.light import SessionInfo
 from streameval.core.store.sessions import delete_session_events, reset_values
 from streameval.core.store.store import Store
@@ -36,10 +37,6 @@ CLAIMABLE_RUN_STATUSES = ("created", "running", "interrupted")
 class WorkerIdentity:
     worker_id: str
     host: str
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _claimable_runs() -> Select:
@@ -56,7 +53,7 @@ def _claimable_runs() -> Select:
 @functools.cache
 def _candidate(expired: bool, postgresql: bool) -> Select:
     """The run's first pending session (with `expired`, the first running one whose lease ran
-    out before `now`), by session id, if the run takes claims. The (run_id, status,
+    out by the database's clock), by session id, if the run takes claims. The (run_id, status,
     session_id) index hands it over without sorting the run's sessions; on PostgreSQL, rows
     another claimer has locked are skipped."""
     sessions, runs = models.sessions, models.runs
@@ -70,7 +67,7 @@ def _candidate(expired: bool, postgresql: bool) -> Select:
     )
     if expired:
         query = query.where(
-            sessions.c.status == "running", sessions.c.lease_expires_at < bindparam("b_now")
+            sessions.c.status == "running", sessions.c.lease_expires_at < store_now()
         )
     else:
         query = query.where(sessions.c.status == "pending")
@@ -93,12 +90,12 @@ def _take_statement(stealing: bool) -> Update:
     ]
     values = reset_values() if stealing else {}
     if stealing:
-        seen.append(table.c.lease_expires_at < bindparam("b_now"))
+        seen.append(table.c.lease_expires_at < store_now())
     values.update(
         status="running",
-        started_at=bindparam("b_now"),
+        started_at=store_now(),
         lease_owner=bindparam("b_owner"),
-        lease_expires_at=bindparam("b_until"),
+        lease_expires_at=store_now(bindparam("b_lease_s")),
         host=bindparam("b_host"),
         worker_id=bindparam("b_owner"),
         endpoint=bindparam("b_endpoint"),
@@ -112,7 +109,7 @@ class SessionQueue:
     def __init__(self, store: Store, worker: WorkerIdentity, lease_s: float) -> None:
         self.store = store
         self.worker = worker
-        self.lease = timedelta(seconds=lease_s)
+        self.lease_s = lease_s
 
     def claim(self, run_id: str | None = None, endpoint: str | None = None) -> SessionInfo | None:
         """One claimable session, now leased to this worker; None when none is left."""
@@ -130,27 +127,23 @@ class SessionQueue:
         self, conn: Connection, runs: list[str], endpoint: str | None
     ) -> tuple[bool, SessionInfo | None]:
         """(whether a candidate was found, the session taken)."""
-        now = _now()
         postgresql = conn.dialect.name == "postgresql"
         for run in runs:
             for expired in (False, True):
-                row = conn.execute(_candidate(expired, postgresql), {"b_run": run, "b_now": now})
+                row = conn.execute(_candidate(expired, postgresql), {"b_run": run})
                 candidate = row.first()
                 if candidate is not None:
-                    return True, self._take(conn, run, candidate, now, endpoint)
+                    return True, self._take(conn, run, candidate, endpoint)
         return False, None
 
-    def _take(
-        self, conn: Connection, run_id: str, row, now: datetime, endpoint: str | None
-    ) -> SessionInfo | None:
+    def _take(self, conn: Connection, run_id: str, row, endpoint: str | None) -> SessionInfo | None:
         stealing = row.status == "running"  # an expired lease: the dead worker's attempt is void
         parameters = {
             "b_run": run_id,
             "b_session": row.session_id,
             "b_status": row.status,
             "b_attempt": row.attempt,
-            "b_now": now,
-            "b_until": now + self.lease,
+            "b_lease_s": self.lease_s,
             "b_owner": self.worker.worker_id,
             "b_host": self.worker.host,
             "b_endpoint": endpoint,
@@ -173,7 +166,7 @@ class SessionQueue:
             conn.execute(
                 update(table)
                 .where(*owned, table.c.session_id.in_(session_ids))
-                .values(lease_expires_at=_now() + self.lease)
+                .values(lease_expires_at=store_now(self.lease_s))
             )
             held = conn.execute(
                 select(table.c.session_id).where(*owned, table.c.session_id.in_(session_ids))

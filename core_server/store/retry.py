@@ -3,8 +3,8 @@
 A transient error (a PostgreSQL restart, a reset connection, SQLite's "database is
 locked"; errors.is_transient) is retried for up to `RETRY_BUDGET_S`, the delay between tries
 starting at `RETRY_FIRST_DELAY_S` and doubling to `RETRY_MAX_DELAY_S`: by the store's
-reading and status methods and `append_events` (`retry_transient`), and, while a store is
-open, by every new PostgreSQL connection (`retrying_connect`).
+reading and status methods, run creation and `append_events` (`retry_transient`), and,
+while a store is open, by every new PostgreSQL connection (`retrying_connect`).
 """
 
 from __future__ import annotations

@@ -11,14 +11,15 @@ leaves the sessions they hold alone (`sessions_to_reset`).
 
 Acquiring is optimistic, the same way on SQLite and PostgreSQL: an insert when nobody owns
 the run, or an update naming the expired deadline the claimer saw; of two racing Cores one
-wins and the other reads the winner.
+wins and the other reads the winner. Deadlines are the database's time (clock.py): a Core
+whose clock is wrong neither sees a live lease as expired nor writes one already expired.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import delete, insert, select, update
@@ -27,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from streameval.core.errors import CoreError
 from streameval.core.store import models
+from streameval.core.store.clock import store_now
 from streameval.core.store.queue import WorkerIdentity
 from streameval.core.store.store import SessionInfo, Store, StoreError
 
@@ -56,13 +58,10 @@ class RunOwner:
         )
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _owner_row(run_id: str) -> object:
+    """The run's owner row, with the database's time beside it (`now`)."""
     table = models.run_owners
-    return select(table).where(table.c.run_id == run_id)
+    return select(table, store_now().label("now")).where(table.c.run_id == run_id)
 
 
 def current_owner(store: Store, run_id: str) -> RunOwner | None:
@@ -78,15 +77,14 @@ def acquire_run(store: Store, run_id: str, identity: WorkerIdentity, lease_s: fl
 
     A lease that expired (its Core died) is taken over; one this identity holds is renewed."""
     table = models.run_owners
+    values = {
+        "owner": identity.worker_id,
+        "host": identity.host,
+        "pid": os.getpid(),
+        "renewed_at": store_now(),
+        "expires_at": store_now(lease_s),
+    }
     for _ in range(5):  # a lost race re-reads the winner
-        now = _now()
-        values = {
-            "owner": identity.worker_id,
-            "host": identity.host,
-            "pid": os.getpid(),
-            "renewed_at": now,
-            "expires_at": now + timedelta(seconds=lease_s),
-        }
         try:
             with store.transaction(f"cannot take over run {run_id!r}") as conn:
                 row = conn.execute(_owner_row(run_id)).first()
@@ -94,10 +92,10 @@ def acquire_run(store: Store, run_id: str, identity: WorkerIdentity, lease_s: fl
                     conn.execute(insert(table).values(run_id=run_id, **values))
                     return
                 mine = row.owner == identity.worker_id
-                if not mine and row.expires_at >= now and not _dead_here(row, identity):
+                if not mine and row.expires_at >= row.now and not _dead_here(row, identity):
                     owner = RunOwner(row.owner, row.host, row.pid, row.renewed_at, row.expires_at)
                     raise RunOwned(
-                        f"run {run_id} is being run by another Core: {owner.describe(now)}; "
+                        f"run {run_id} is being run by another Core: {owner.describe(row.now)}; "
                         "wait for it to end, or stop it and resume once its lease expired"
                     )
                 taken = conn.execute(
@@ -145,12 +143,11 @@ def _owner_dead_here(worker_id: str, identity: WorkerIdentity) -> bool:
 def renew_run(store: Store, run_id: str, identity: WorkerIdentity, lease_s: float) -> bool:
     """Push this Core's lease forward; False when it no longer holds the run."""
     table = models.run_owners
-    now = _now()
     with store.transaction(f"cannot renew the lease of run {run_id!r}") as conn:
         renewed = conn.execute(
             update(table)
             .where(table.c.run_id == run_id, table.c.owner == identity.worker_id)
-            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
+            .values(renewed_at=store_now(), expires_at=store_now(lease_s))
         )
         return renewed.rowcount == 1
 
@@ -164,9 +161,10 @@ def release_run(store: Store, run_id: str, identity: WorkerIdentity) -> None:
 
 
 def held_elsewhere(session: SessionInfo, identity: WorkerIdentity, now: datetime) -> bool:
-    """A running session another worker holds under a lease that has not expired: a
-    scale-out worker is running it now, and a resume must not reset it. A lease whose owner
-    was a process of this host that is gone (a SIGKILLed Core) holds nothing."""
+    """A running session another worker holds under a lease that has not expired at `now`
+    (the store's clock, Store.clock): a scale-out worker is running it now, and a resume
+    must not reset it. A lease whose owner was a process of this host that is gone (a
+    SIGKILLed Core) holds nothing."""
     return (
         session.status == "running"
         and session.lease_owner is not None

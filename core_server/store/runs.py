@@ -4,20 +4,23 @@ deleting runs with every row that belongs to them."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, insert, select
+from sqlalchemy import Connection, Row, Text, cast, delete, insert, select, update
 
 from streameval.core.store import models
+from streameval.core.store.clock import store_now
 from streameval.core.store.database import StoreDatabase, check_status, retried, utc_now
 from streameval.core.store.light import RunInfo, StoreError
+from streameval.core.store.videos import video_rows
 
 _VERSIONED_PACKAGES = (
     "streameval",
@@ -28,6 +31,9 @@ _VERSIONED_PACKAGES = (
     "pydantic",
     "fastapi",
 )
+
+# How often change_run_conditions re-reads conditions another Core changed under it.
+CONDITIONS_RACES = 20
 
 # Every table holding rows of runs, those that refer to others first (the order to delete).
 RUN_TABLES = tuple(
@@ -90,7 +96,17 @@ class StoreRuns(StoreDatabase):
         benchmark: str,
         config: dict[str, Any],
         conditions: dict[str, Any] | None = None,
+        *,
+        records: Sequence[dict[str, Any]] = (),
+        videos: Mapping[str, str] | None = None,
     ) -> RunInfo:
+        """Store a new run with `records`, one pending session per record and `videos` (the
+        sha256 of each video by name), in one transaction: a run that exists has every one
+        of its sessions.
+
+        Retried on transient errors for RETRY_BUDGET_S like the store's other calls (a
+        locked SQLite file, a PostgreSQL restart). A try whose commit was lost with its
+        connection is recognised on the next by the run's creation time and hash."""
         info = RunInfo(
             run_id=run_id,
             created_at=utc_now(),
@@ -102,10 +118,41 @@ class StoreRuns(StoreDatabase):
             conditions=dict(conditions or {}),
             finished_at=None,
         )
-        with self.transaction(f"cannot create run {run_id!r}") as conn:
-            if self._run_exists(conn, run_id):
-                raise StoreError(f"run {run_id!r} already exists in {self._display_url}")
-            conn.execute(insert(models.runs).values(**asdict(info)))
+        rows = _checked_record_rows(run_id, records)
+        sessions = [
+            {
+                "run_id": run_id,
+                "session_id": row["record_id"],
+                "record_ids": [row["record_id"]],
+                "status": "pending",
+                "attempt": 0,
+            }
+            for row in rows
+        ]
+        bound = video_rows(run_id, videos or {})
+        return self.retrying(lambda: self._insert_run(info, rows, sessions, bound))
+
+    def _insert_run(
+        self,
+        info: RunInfo,
+        rows: list[dict[str, Any]],
+        sessions: list[dict[str, Any]],
+        videos: list[dict[str, Any]],
+    ) -> RunInfo:
+        table = models.runs
+        with self.transaction(f"cannot create run {info.run_id!r}") as conn:
+            stored = conn.execute(
+                select(table.c.created_at, table.c.config_hash).where(table.c.run_id == info.run_id)
+            ).first()
+            if stored is None:
+                conn.execute(insert(table).values(**asdict(info)))
+                if rows:
+                    conn.execute(insert(models.run_records), rows)
+                    conn.execute(insert(models.sessions), sessions)
+                if videos:
+                    conn.execute(insert(models.run_videos), videos)
+            elif tuple(stored) != (info.created_at, info.config_hash):
+                raise StoreError(f"run {info.run_id!r} already exists in {self._display_url}")
         return info
 
     def set_run_status(self, run_id: str, status: str) -> None:
@@ -117,6 +164,45 @@ class StoreRuns(StoreDatabase):
 
     def update_run_conditions(self, run_id: str, conditions: dict[str, Any]) -> None:
         self._update_run(run_id, {"conditions": conditions})
+
+    def change_run_conditions(
+        self, run_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> dict[str, Any]:
+        """Read, change and write a run's conditions with no other writer in between, and
+        return them as stored. `change` gets the stored conditions and returns the new ones
+        (None: nothing to write); an error it raises stops here. The write is a
+        compare-and-set on the stored text: when another Core changed the conditions since
+        they were read, `change` runs again on theirs (it may now refuse them)."""
+        for _ in range(CONDITIONS_RACES):
+            seen, conditions = self.retrying(lambda: self._stored_conditions(run_id))
+            changed = change(dict(conditions))
+            if changed is None:
+                return conditions
+            if self.retrying(functools.partial(self._set_conditions_if, run_id, seen, changed)):
+                return changed
+        raise StoreError(f"cannot change run {run_id!r}: other Cores keep changing it")
+
+    def _stored_conditions(self, run_id: str) -> tuple[str, dict[str, Any]]:
+        """(the conditions' stored text, the conditions)."""
+        table = models.runs
+        query = select(cast(table.c.conditions, Text), table.c.conditions).where(
+            table.c.run_id == run_id
+        )
+        with self.transaction(f"cannot read run {run_id!r}") as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            raise self._unknown_run(run_id)
+        return row[0], row[1]
+
+    def _set_conditions_if(self, run_id: str, seen: str, conditions: dict[str, Any]) -> bool:
+        table = models.runs
+        with self.transaction(f"cannot update run {run_id!r}") as conn:
+            written = conn.execute(
+                update(table)
+                .where(table.c.run_id == run_id, cast(table.c.conditions, Text) == seen)
+                .values(conditions=conditions)
+            )
+            return written.rowcount == 1
 
     @retried
     def _update_run(self, run_id: str, values: dict[str, Any]) -> None:
@@ -187,12 +273,7 @@ class StoreRuns(StoreDatabase):
     # --- records --------------------------------------------------------------------------------
 
     def add_records(self, run_id: str, records: Sequence[dict[str, Any]]) -> None:
-        try:
-            rows = record_rows(run_id, records)
-        except KeyError as exc:
-            raise StoreError(
-                f"cannot add records to run {run_id!r}: a record has no {exc} field"
-            ) from exc
+        rows = _checked_record_rows(run_id, records)
         self._insert_for_run(run_id, models.run_records, rows, "records")
 
     @retried
@@ -206,6 +287,15 @@ class StoreRuns(StoreDatabase):
             return [row.record for row in rows]
 
 
+def _checked_record_rows(run_id: str, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        return record_rows(run_id, records)
+    except KeyError as exc:
+        raise StoreError(
+            f"cannot add records to run {run_id!r}: a record has no {exc} field"
+        ) from exc
+
+
 def _run_info(row: Row[Any]) -> RunInfo:
     return RunInfo(**row._asdict())  # the columns are named like the fields
 
@@ -215,8 +305,9 @@ def _runs_named(run_ids: Sequence[str]) -> str:
 
 
 def _refuse_runs_in_progress(conn: Connection, run_ids: list[str]) -> None:
-    """StoreError naming a run whose Core or one of whose workers still holds a lease."""
-    now = utc_now()
+    """StoreError naming a run whose Core or one of whose workers still holds a lease (by
+    the database's clock, like every lease)."""
+    now = store_now()
     owners = models.run_owners
     owner = conn.execute(
         select(owners).where(owners.c.run_id.in_(run_ids), owners.c.expires_at > now)

@@ -11,8 +11,8 @@ transactions (engine.py, schema.py).
 
 The store is checked, not trusted: a SQLite file deleted or replaced under an open store is
 raised as `StoreLost` (database.py). Errors the database may recover from are `StoreError`s
-with `transient=True` (errors.py); the reading and status methods, and `append_events`,
-retry them for up to `RETRY_BUDGET_S` (retry.py).
+with `transient=True` (errors.py); the reading and status methods, `create_run` and
+`append_events` retry them for up to `RETRY_BUDGET_S` (retry.py).
 
 `Store` is the one object callers hold. Each of its responsibilities is a part of its own,
 with that responsibility's SQL, all sharing one database (database.StoreDatabase):
