@@ -8,7 +8,13 @@ from urllib.parse import urlsplit
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidStatus,
+    InvalidURI,
+)
+from websockets.exceptions import ProtocolError as WebSocketProtocolError
 
 from streameval.core.session.failures import FailureStage, SessionFailure
 from streameval.core.session.readiness import AdapterNotReady, wait_until_ready
@@ -123,24 +129,52 @@ def _connect_failure(endpoint_url: str, exc: Exception) -> SessionFailure:
     return SessionFailure(FailureStage.CONNECT, reason, FailureCause.INFRASTRUCTURE)
 
 
-def closed_failure(exc: BaseException) -> SessionFailure:
-    """A lost connection: infrastructure, unless the adapter's message was oversized (a
-    protocol violation, which a rerun would repeat)."""
-    oversized = isinstance(exc, ConnectionClosed) and exc.sent is not None and exc.sent.code == 1009
-    return SessionFailure(
-        FailureStage.STREAMING,
-        closed_reason(exc),
-        FailureCause.ADAPTER if oversized else FailureCause.INFRASTRUCTURE,
-    )
+def closed_failure(
+    exc: BaseException, stage: FailureStage = FailureStage.STREAMING
+) -> SessionFailure:
+    """A lost connection: infrastructure, unless the adapter broke the protocol on the way
+    (a WebSocket framing violation, an oversized message), which a rerun would repeat."""
+    if isinstance(exc, ConnectionClosed):
+        violation = framing_violation(exc)
+        if violation is not None:
+            reason = f"framing: adapter broke WebSocket framing (RFC 6455): {violation}"
+            return SessionFailure(FailureStage.PROTOCOL, reason, FailureCause.ADAPTER)
+        if _oversized(exc):
+            return SessionFailure(stage, closed_reason(exc), FailureCause.ADAPTER)
+    return SessionFailure(stage, closed_reason(exc), FailureCause.INFRASTRUCTURE)
+
+
+def framing_violation(exc: ConnectionClosed) -> str | None:
+    """What the adapter's bytes broke when the Core's WebSocket parser refused them
+    (websockets closes with 1002, or 1007 for a close reason that is not UTF-8, and chains
+    the parser's error), else None."""
+    cause = exc.__cause__
+    if isinstance(cause, WebSocketProtocolError):
+        return str(cause)
+    if isinstance(cause, UnicodeDecodeError) and exc.sent is not None:
+        return f"close frame reason is not UTF-8 ({cause.reason} at position {cause.start})"
+    return None
+
+
+def _oversized(exc: ConnectionClosed) -> bool:
+    """The Core closed the socket (1009) on an adapter message over the limit; an adapter
+    closing it with 1009 first refused a Core message, which is not the adapter's message
+    being too big."""
+    sent = exc.sent
+    return sent is not None and sent.code == 1009 and exc.rcvd_then_sent is not True
 
 
 def closed_reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionClosed):
-        sent = exc.sent
-        if sent is not None and sent.code == 1009:
+        if _oversized(exc):
             return f"adapter sent an oversized message (limit {MAX_MESSAGE_BYTES} bytes)"
         received = exc.rcvd
         if received is None:
             return "adapter disconnected without a close frame"
+        if received.code == 1009:
+            return (
+                "adapter refused a message of the Core as too big (code 1009); the protocol "
+                f"allows {MAX_MESSAGE_BYTES} bytes"
+            )
         return f"adapter closed the connection (code {received.code} {received.reason})".strip()
     return f"{type(exc).__name__}: {exc}"

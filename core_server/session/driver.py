@@ -30,7 +30,6 @@ from streameval.core.frames.types import FrameRef
 from streameval.core.session.connection import (
     AdapterConnection,
     closed_failure,
-    closed_reason,
     connect_adapter,
 )
 from streameval.core.session.failures import FailureStage, SessionFailure
@@ -215,8 +214,7 @@ class SessionDriver:
                 stage, "adapter sent no hello", FailureCause.INFRASTRUCTURE
             ) from None
         except ConnectionClosed as exc:
-            stage = FailureStage.HANDSHAKE
-            raise SessionFailure(stage, closed_reason(exc), FailureCause.INFRASTRUCTURE) from None
+            raise closed_failure(exc, FailureStage.HANDSHAKE) from None
         try:
             receiver.accept(parse(raw), arrived)
         except ProtocolViolation as violation:

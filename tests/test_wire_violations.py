@@ -1,0 +1,57 @@
+"""An adapter that breaks the wire below the protocol's messages (RFC 6455 framing) or
+lies in its hello: a real process speaking HTTP and WebSocket by hand (raw_ws_adapter.py)
+against the Core's real run. Each is the adapter's fault, recorded once with a reason that
+names it, and never retried as if the network had failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streameval.child_process import module_command
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.store import Store
+from streameval.events import EventKind
+from tests.raw_ws_adapter import VIOLATIONS
+from tests.test_core_run import execute, run_config
+
+
+class RawAdapterProcess(AdapterProcess):
+    """tests/raw_ws_adapter.py as a child process, committing `behaviour`."""
+
+    def command(self) -> list[str]:
+        return module_command("tests.raw_ws_adapter", self.name)
+
+
+def run_against(behaviour: str, benchmark_path: Path, tmp_path: Path, store: Store):
+    with RawAdapterProcess(behaviour) as adapter:
+        config = run_config(
+            benchmark_path, tmp_path, adapter.url, tasks=["qa"], response_timeout_s=10.0
+        )
+        return execute(config, store)
+
+
+def connections(log_dir: Path) -> int:
+    return len((log_dir / "connections").read_text().splitlines())
+
+
+@pytest.mark.parametrize("violation", sorted(VIOLATIONS))
+def test_framing_violation_is_the_adapters_protocol_fault(
+    violation, adapter_env, benchmark_path, tmp_path
+):
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        summary = run_against(violation, benchmark_path, tmp_path, store)
+        assert (summary.finished, summary.failed) == (0, 2)
+        expected = (
+            f"framing: adapter broke WebSocket framing (RFC 6455): {VIOLATIONS[violation][1]}"
+        )
+        for session in store.sessions(summary.run_id):
+            assert (session.status, session.failure_stage) == ("failed", "protocol")
+            assert session.failure_cause == "adapter"
+            assert session.failure_reason == expected
+            kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
+            assert kinds[0] == EventKind.ADAPTER_HELLO
+            assert kinds[-1] == EventKind.SESSION_FAILED
+    # One connection per session: none was retried as an infrastructure failure.
+    assert connections(adapter_env) == 2
