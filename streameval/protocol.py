@@ -26,6 +26,10 @@ PROTOCOL_VERSION = "streameval/1"
 # while still refusing a runaway peer before it exhausts memory.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_TEXT_CHARS = 200_000
+# The largest task text a benchmark record may hold: a question with its options, or an
+# instruction, as UTF-8 JSON strings. Far below MAX_MESSAGE_BYTES, so every task the Core
+# sends fits one message; a benchmark past it is refused when it is loaded.
+MAX_TASK_TEXT_BYTES = 1024 * 1024
 # The largest count an adapter may report (tokens, images, frames per call or response): a
 # billion is beyond any model call, so a bigger or negative one is a broken adapter, refused
 # as a malformed message (docs/security.md) instead of being averaged into the metrics.

@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from streameval.core.benchmark.records import Benchmark, Record
+from streameval.core.benchmark.records import Benchmark, QARecord, Record
 from streameval.core.errors import CoreError
+from streameval.protocol import MAX_TASK_TEXT_BYTES
 
 T = TypeVar("T")
 
@@ -234,15 +235,42 @@ def _floats(value: Any, where: str) -> Iterator[tuple[str, float]]:
             yield from _floats(child, f"{where}[{index}]")
 
 
-def without_non_finite(imported: Imported) -> Imported:
-    """`imported` less the records holding NaN or an infinity, each of them a problem (as an
-    entry that could not be converted): `data validate` lists them and a run refuses the
-    benchmark before it creates anything."""
-    found = non_finite_problems(imported.benchmark.records)
+def task_text_problems(records: Iterable[Record]) -> list[Problem]:
+    """A problem for each task text over MAX_TASK_TEXT_BYTES (a question with its options,
+    a probe's, an instruction), naming the record, the task and the limit: the Core sends
+    each task as one protocol message, which has a size limit of its own."""
+    problems = []
+    for record in records:
+        for what, texts in _task_texts(record):
+            size = len(json.dumps(texts, ensure_ascii=False).encode())
+            if size > MAX_TASK_TEXT_BYTES:
+                message = (
+                    f"{what} is {size} bytes of JSON text, over the limit of "
+                    f"{MAX_TASK_TEXT_BYTES} bytes for one task (docs/security.md)"
+                )
+                problems.append(Problem(record.record_id, message))
+    return problems
+
+
+def _task_texts(record: Record) -> Iterator[tuple[str, list[str]]]:
+    if isinstance(record, QARecord):
+        yield "the question with its options", [record.question, *record.options]
+        return
+    yield "the instruction", [record.instruction]
+    for index, probe in enumerate(record.probes):
+        yield f"probe {index}'s question with its options", [probe.question, *probe.options]
+
+
+def without_unusable(imported: Imported) -> Imported:
+    """`imported` less the records holding NaN or an infinity or a task text over its limit,
+    each of them a problem (as an entry that could not be converted): `data validate` lists
+    them and a run refuses the benchmark before it creates anything."""
+    records = imported.benchmark.records
+    found = non_finite_problems(records) + task_text_problems(records)
     if not found:
         return imported
     bad = {problem.where for problem in found}
-    kept = [r for r in imported.benchmark.records if r.record_id not in bad]
+    kept = [r for r in records if r.record_id not in bad]
     benchmark = imported.benchmark.model_copy(update={"records": kept})
     return replace(imported, benchmark=benchmark, problems=[*imported.problems, *found])
 

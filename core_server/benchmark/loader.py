@@ -17,7 +17,7 @@ from streameval.core.benchmark.importing import (
     BenchmarkError,
     Imported,
     read_json,
-    without_non_finite,
+    without_unusable,
 )
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
@@ -45,11 +45,11 @@ def import_path(
     BenchmarkError only when the path cannot be read or its format is not recognised.
 
     `subset` (tiny, standard, full) applies to TRACE releases; `video_root` replaces the
-    default, the directory holding the file or release. A record holding NaN or an infinity
-    is a problem of every format (importing.without_non_finite), so `load_benchmark` refuses
-    it before a run is created.
+    default, the directory holding the file or release. A record holding NaN or an infinity,
+    or a task text over its limit, is a problem of every format (importing.without_unusable),
+    so `load_benchmark` refuses it before a run is created.
     """
-    return without_non_finite(_import_any(path, video_root, subset))
+    return without_unusable(_import_any(path, video_root, subset))
 
 
 def _import_any(path: Path, video_root: Path | None, subset: str | None) -> Imported:

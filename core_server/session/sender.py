@@ -24,8 +24,8 @@ from streameval.core.session.recorder import Recorder, frame_sent_payload
 from streameval.core.session.waiting import Waits, ack_wait
 from streameval.core.streams.plan import SessionPlan
 from streameval.core.streams.timeline import TimelineItem
-from streameval.events import EventKind, probe_task_id
-from streameval.protocol import Instruction, Question, Step
+from streameval.events import EventKind, FailureCause, probe_task_id
+from streameval.protocol import MAX_MESSAGE_BYTES, Instruction, Question, Step
 
 
 class Socket(Protocol):
@@ -221,9 +221,9 @@ class SessionStream:
             await self._send_instruction(record, item.t)
 
     async def _send_instruction(self, record: ProactiveRecord, t: float) -> None:
+        message = self._wire(Instruction(task_id=self.task_id, t=t, text=record.instruction))
         self.protocol.task_sent(self.task_id)
-        message = Instruction(task_id=self.task_id, t=t, text=record.instruction)
-        await self.ws.send(message.model_dump_json())
+        await self.ws.send(message)
         self.recorder.record(
             EventKind.INSTRUCTION_SENT,
             time.monotonic_ns(),
@@ -235,9 +235,9 @@ class SessionStream:
         )
 
     async def _send_question(self, task_id: str, t: float, text: str, options: list[str]) -> None:
+        message = self._wire(Question(task_id=task_id, t=t, text=text, options=options))
         self.protocol.task_sent(task_id)
-        message = Question(task_id=task_id, t=t, text=text, options=options)
-        await self.ws.send(message.model_dump_json())
+        await self.ws.send(message)
         self.recorder.record(
             EventKind.QUESTION_SENT,
             time.monotonic_ns(),
@@ -248,6 +248,21 @@ class SessionStream:
             text=text,
             options=options,
         )
+
+    def _wire(self, message: Question | Instruction) -> str:
+        """The task's message as sent, or the record's failure (cause `input`) when it is
+        over the protocol's message limit: the adapter would refuse it (1009), and no rerun
+        helps. Benchmarks are refused at load past MAX_TASK_TEXT_BYTES, well below; this
+        catches a run stored before that check."""
+        text = message.model_dump_json()
+        size = len(text.encode())
+        if size > MAX_MESSAGE_BYTES:
+            reason = (
+                f"record {self.plan.record.record_id}: its {message.type} is {size} bytes as "
+                f"sent, over the protocol's limit of {MAX_MESSAGE_BYTES} bytes per message"
+            )
+            raise SessionFailure(FailureStage.STREAMING, reason, FailureCause.INPUT)
+        return text
 
     async def cut(self, item: TimelineItem) -> None:
         assert self.reconnect is not None, "a timeline with a cut needs a stream that reconnects"
