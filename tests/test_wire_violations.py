@@ -55,3 +55,28 @@ def test_framing_violation_is_the_adapters_protocol_fault(
             assert kinds[-1] == EventKind.SESSION_FAILED
     # One connection per session: none was retried as an infrastructure failure.
     assert connections(adapter_env) == 2
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "named", "change"),
+    [
+        ("impostor", "someone-else 0", "adapter instant -> someone-else"),
+        ("other_version", "instant 9.9", "adapter_version 0 -> 9.9"),
+    ],
+)
+def test_a_hello_naming_another_adapter_than_its_info_is_refused(
+    behaviour, named, change, adapter_env, benchmark_path, tmp_path
+):
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        summary = run_against(behaviour, benchmark_path, tmp_path, store)
+        assert (summary.finished, summary.failed) == (0, 2)
+        expected = (
+            f"identity: the hello names {named} (test) but the endpoint's /info named "
+            f"instant 0 (test) ({change})"
+        )
+        for session in store.sessions(summary.run_id):
+            assert (session.failure_stage, session.failure_cause) == ("handshake", "adapter")
+            assert session.failure_reason == expected
+            kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
+            assert EventKind.FRAME_SENT not in kinds  # refused before anything was streamed
+    assert connections(adapter_env) == 2

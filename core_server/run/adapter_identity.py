@@ -3,6 +3,8 @@ lists it; plain dicts in, nothing imported (the listing stays light)."""
 
 from __future__ import annotations
 
+import json
+
 
 def adapter_identity(info: dict) -> dict:
     """What makes two adapters the same for a run: name, version and declared conditions
@@ -43,3 +45,16 @@ def identity_differences(used: dict, new: dict) -> list[str]:
         if before != after:
             changes.append(f"conditions.{key} {before} -> {after}")
     return changes
+
+
+def hello_mismatch(info: dict, hello: dict) -> str | None:
+    """How a session's hello differs from the identity the endpoint's /info declared (an
+    adapter may not be admitted under one name and serve sessions under another), or None.
+    Compared as JSON, as /info arrives."""
+    changes = identity_differences(info, json.loads(json.dumps(hello)))
+    if not changes:
+        return None
+    return (
+        f"the hello names {identity_label(hello)} but the endpoint's /info named "
+        f"{identity_label(info)} ({', '.join(changes)})"
+    )

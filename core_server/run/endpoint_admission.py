@@ -125,6 +125,8 @@ class EndpointAdmission:
         self.store = store
         # Endpoints the last check found unusable (url -> why): the run starts without them.
         self.left_out: dict[str, str] = {}
+        # Each admitted endpoint's /info (url -> info): its sessions' hellos must match it.
+        self.infos: dict[str, dict] = {}
         self.allow_adapter_change = False
 
     async def check_endpoints(
@@ -151,7 +153,9 @@ class EndpointAdmission:
             for endpoint, result in zip(self.config.endpoints, results, strict=True)
             if isinstance(result, EndpointUnusable)
         }
-        return [None if isinstance(r, EndpointUnusable) else r for r in results]
+        infos = [None if isinstance(r, EndpointUnusable) else r for r in results]
+        self._admitted(infos)
+        return infos
 
     def keep_left_out(
         self, health: EndpointPool, run_id: str, records: Sequence[QARecord | ProactiveRecord]
@@ -171,6 +175,12 @@ class EndpointAdmission:
         info = await check_endpoint(endpoint, self.config, has_proactive, None)
         infos = [info if e.url == endpoint.url else None for e in self.config.endpoints]
         await asyncio.to_thread(self.check_identities, run_id, infos, self.allow_adapter_change)
+        self._admitted(infos)
+
+    def _admitted(self, infos: list[dict | None]) -> None:
+        for endpoint, info in zip(self.config.endpoints, infos, strict=True):
+            if info is not None:
+                self.infos[endpoint.url] = info
 
     def check_identities(self, run_id: str, infos: list[dict | None], allow_change: bool) -> None:
         """Refuse endpoints whose adapter identity the run has not used (unless allowed);

@@ -17,6 +17,7 @@ RunSummary, the exit code, RunStopped).
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FramesError
 from streameval.core.frames.types import ImageRules
+from streameval.core.run.adapter_identity import hello_mismatch
 from streameval.core.run.endpoint_admission import EndpointAdmission
 from streameval.core.run.errors import RunError
 from streameval.core.run.frame_preparation import FramePreparation
@@ -238,6 +240,7 @@ class RunExecutor:
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:
             plan = SessionPlan(run_id, session_id, record, timeline, frames)
+            info = self.admission.infos.get(endpoint.url)
             driver = SessionDriver(
                 plan,
                 endpoint_url=endpoint.url,
@@ -252,6 +255,7 @@ class RunExecutor:
                     self.config.max_response_bytes,
                     self.config.max_session_events,
                 ),
+                check_hello=None if info is None else functools.partial(hello_mismatch, info),
             )
             outcome = await driver.run()
             if outcome.before_first_task:

@@ -106,8 +106,12 @@ class SessionDriver:
         sink: Callable[[EventRow], None],
         ready_timeout_s: float = 0.0,
         response_limits: ResponseLimits | None = None,
+        check_hello: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> None:
         self.plan = plan
+        # What is wrong with a hello for this endpoint (another adapter than its /info
+        # named), None when nothing is.
+        self.check_hello = check_hello
         self.endpoint_url = endpoint_url
         self.conditions = conditions
         self.profile = profile
@@ -221,6 +225,10 @@ class SessionDriver:
             await receiver.violate(violation)
         hello = self.protocol.hello
         assert hello is not None  # accepted as the first message: it is the hello
+        problem = None if self.check_hello is None else self.check_hello(hello_payload(hello))
+        if problem is not None:
+            reason = f"identity: {problem}"
+            raise SessionFailure(FailureStage.HANDSHAKE, reason, FailureCause.ADAPTER)
         return hello
 
     async def _reconnect(
