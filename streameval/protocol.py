@@ -30,6 +30,10 @@ MAX_TEXT_CHARS = 200_000
 # instruction, as UTF-8 JSON strings. Far below MAX_MESSAGE_BYTES, so every task the Core
 # sends fits one message; a benchmark past it is refused when it is loaded.
 MAX_TASK_TEXT_BYTES = 1024 * 1024
+# The largest hello an adapter may send, its conditions' settings included: the hello is
+# stored with every session (its event and the session's row), so a runaway settings map
+# would be stored again and again. A real adapter's hello is well under 4 KiB.
+MAX_HELLO_BYTES = 64 * 1024
 # The largest count an adapter may report (tokens, images, frames per call or response): a
 # billion is beyond any model call, so a bigger or negative one is a broken adapter, refused
 # as a malformed message (docs/security.md) instead of being averaged into the metrics.

@@ -16,7 +16,7 @@ import os
 import sys
 
 from streameval.adapters.__main__ import READY_PREFIX
-from streameval.protocol import PROTOCOL_VERSION, Hello
+from streameval.protocol import PROTOCOL_VERSION, AdapterConditions, Hello
 from tests.wire_adapters import InstantAdapter
 
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -49,6 +49,10 @@ VIOLATIONS: dict[str, tuple[bytes, str]] = {
 }
 
 
+def _conditions(**changes: object) -> AdapterConditions:
+    return InstantAdapter.conditions.model_copy(update=changes)
+
+
 def _hello(**changes: object) -> bytes:
     adapter = InstantAdapter()
     hello = Hello(
@@ -61,6 +65,8 @@ def _hello(**changes: object) -> bytes:
 HELLOS: dict[str, bytes] = {
     "impostor": _hello(adapter="someone-else"),
     "other_version": _hello(adapter_version="9.9"),
+    # 7 MB of settings: stored with every session, were it accepted.
+    "huge_settings": _hello(conditions=_conditions(settings={"prompt": "x" * 7_000_000})),
 }
 
 

@@ -13,7 +13,8 @@ from streameval.child_process import module_command
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
-from tests.raw_ws_adapter import VIOLATIONS
+from streameval.protocol import MAX_HELLO_BYTES
+from tests.raw_ws_adapter import HELLOS, VIOLATIONS
 from tests.test_core_run import execute, run_config
 
 
@@ -79,4 +80,25 @@ def test_a_hello_naming_another_adapter_than_its_info_is_refused(
             assert session.failure_reason == expected
             kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
             assert EventKind.FRAME_SENT not in kinds  # refused before anything was streamed
+    assert connections(adapter_env) == 2
+
+
+def test_a_hello_over_its_size_limit_is_refused_before_it_is_stored(
+    adapter_env, benchmark_path, tmp_path
+):
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        summary = run_against("huge_settings", benchmark_path, tmp_path, store)
+        assert (summary.finished, summary.failed) == (0, 2)
+        size = len(HELLOS["huge_settings"])
+        assert size > 7_000_000
+        expected = (
+            f"oversized: hello is {size} bytes, over the limit of {MAX_HELLO_BYTES} bytes "
+            "(settings included)"
+        )
+        for session in store.sessions(summary.run_id):
+            assert (session.failure_stage, session.failure_cause) == ("protocol", "adapter")
+            assert session.failure_reason == expected
+            assert session.adapter is None  # nothing of the hello is kept
+            kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
+            assert kinds == [EventKind.SESSION_FAILED]
     assert connections(adapter_env) == 2

@@ -51,6 +51,7 @@ from streameval.core.streams.timeline import TimelineItem
 from streameval.delivery import Arrival
 from streameval.events import EventKind, FailureCause
 from streameval.protocol import (
+    MAX_HELLO_BYTES,
     Hello,
     ProtocolError,
     ProtocolViolation,
@@ -220,6 +221,7 @@ class SessionDriver:
         except ConnectionClosed as exc:
             raise closed_failure(exc, FailureStage.HANDSHAKE) from None
         try:
+            _within_hello_limit(raw)
             receiver.accept(parse(raw), arrived)
         except ProtocolViolation as violation:
             await receiver.violate(violation)
@@ -455,6 +457,17 @@ class _Receiver:
             await self.ws.send(error.model_dump_json())
             await self.ws.close(1002, violation.code)
         return failure
+
+
+def _within_hello_limit(raw: Arrival) -> None:
+    """Refuse a first message over MAX_HELLO_BYTES before it is parsed or recorded."""
+    if isinstance(raw, UnicodeDecodeError):
+        size = len(raw.object)
+    else:
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > MAX_HELLO_BYTES:
+        reason = f"hello is {size} bytes, over the limit of {MAX_HELLO_BYTES} bytes"
+        raise ProtocolViolation("oversized", reason + " (settings included)")
 
 
 def parse(raw: Arrival) -> AdapterMessage:
