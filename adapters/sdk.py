@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from streameval.adapters.errors import AdapterSetupError
 from streameval.protocol import (
+    MAX_HELLO_BYTES,
     AdapterConditions,
     Instruction,
     Question,
@@ -305,6 +306,11 @@ class Adapter:
         }
 
 
+# The conditions' share of a hello; the rest (name, version, an accelerator of at most 200
+# characters) is small.
+MAX_CONDITIONS_BYTES = MAX_HELLO_BYTES - 4096
+
+
 def check_conditions(adapter: Adapter) -> None:
     """Refuse, in one line naming the field, an adapter whose declared conditions are missing
     or invalid: when it is loaded, rather than in every session's hello."""
@@ -314,12 +320,18 @@ def check_conditions(adapter: Adapter) -> None:
         raise AdapterSetupError(
             f"adapter {name} declares no conditions: set `conditions = AdapterConditions(...)`"
         )
-    if isinstance(declared, AdapterConditions):
-        return
-    try:
-        adapter.conditions = AdapterConditions.model_validate(declared)
-    except ValidationError as exc:
-        raise AdapterSetupError(f"adapter {name}: {conditions_problem(exc)}") from None
+    if not isinstance(declared, AdapterConditions):
+        try:
+            adapter.conditions = AdapterConditions.model_validate(declared)
+        except ValidationError as exc:
+            raise AdapterSetupError(f"adapter {name}: {conditions_problem(exc)}") from None
+    size = len(adapter.conditions.model_dump_json().encode())
+    if size > MAX_CONDITIONS_BYTES:
+        raise AdapterSetupError(
+            f"adapter {name}: its conditions are {size} bytes of JSON, over the limit of "
+            f"{MAX_CONDITIONS_BYTES} (a hello carries at most {MAX_HELLO_BYTES} bytes, "
+            "settings included; the Core refuses a larger one)"
+        )
 
 
 def conditions_problem(exc: ValidationError) -> str:

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from streameval.adapters.sdk import MAX_CONDITIONS_BYTES
 from streameval.child_process import module_command
-from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.launch.adapter_process import AdapterProcess, AdapterProcessError
 from streameval.core.store.store import Store
 from streameval.events import EventKind
 from streameval.protocol import MAX_HELLO_BYTES
 from tests.raw_ws_adapter import HELLOS, VIOLATIONS
 from tests.test_core_run import execute, run_config
+from tests.wire_adapters import HugeSettingsAdapter
 
 
 class RawAdapterProcess(AdapterProcess):
@@ -102,3 +104,13 @@ def test_a_hello_over_its_size_limit_is_refused_before_it_is_stored(
             kinds = [e.kind for e in store.iter_events(summary.run_id, session.session_id)]
             assert kinds == [EventKind.SESSION_FAILED]
     assert connections(adapter_env) == 2
+
+
+def test_an_sdk_adapter_with_oversized_conditions_does_not_start(adapter_env):
+    with pytest.raises(AdapterProcessError) as refused:
+        AdapterProcess("tests.wire_adapters:HugeSettingsAdapter").start()
+    size = len(HugeSettingsAdapter.conditions.model_dump_json())
+    assert (
+        f"adapter HugeSettingsAdapter: its conditions are {size} bytes of JSON, over the limit "
+        f"of {MAX_CONDITIONS_BYTES} (a hello carries at most {MAX_HELLO_BYTES} bytes"
+    ) in str(refused.value)

@@ -238,3 +238,9 @@ class AbandonedCallAdapter(Adapter):
         self._log(session, "cleanup_begins")
         await asyncio.sleep(0.2)
         self._log(session, "cleanup_done")
+
+
+class HugeSettingsAdapter(InstantAdapter):
+    """Declares 7 MB of settings: every hello would carry them."""
+
+    conditions = _POLLED.model_copy(update={"settings": {"prompt": "x" * 7_000_000}})
