@@ -1,8 +1,8 @@
 """An adapter that speaks HTTP and WebSocket by hand, to commit what no WebSocket library
 would let it: `python -m tests.raw_ws_adapter BEHAVIOUR` serves `/healthz`, `/info` (an
 `InstantAdapter`'s) and `/ws`; on `/ws` it sends a hello, reads the Core's session_start
-and then does BEHAVIOUR: one of `VIOLATIONS` (raw bytes that break RFC 6455), or a hello of
-its own (`HELLOS`) in place of the honest one. Each upgrade is counted in
+and then does BEHAVIOUR: one of `AFTER_START` (raw bytes that break RFC 6455, or a close),
+or a hello of its own (`HELLOS`) in place of the honest one. Each upgrade is counted in
 $STREAMEVAL_TEST_LOG/connections (one line each), so a test sees every retry.
 """
 
@@ -46,6 +46,14 @@ VIOLATIONS: dict[str, tuple[bytes, str]] = {
         b"\x88\x04\x03\xe8\xff\xfe",
         "close frame reason is not UTF-8 (invalid start byte at position 0)",
     ),
+}
+
+
+# What the adapter sends after session_start: a violation, or a valid close with code 1009
+# ("message too big") that an adapter would send on a Core message over its own limit.
+AFTER_START: dict[str, bytes] = {
+    **{name: sent for name, (sent, _) in VIOLATIONS.items()},
+    "refuses_as_too_big": b"\x88\x02\x03\xf1",
 }
 
 
@@ -109,8 +117,8 @@ async def _session(
     )
     writer.write(_frame(HELLOS.get(behaviour) or _hello()))
     await _read_frame(reader)  # session_start
-    if behaviour in VIOLATIONS:
-        writer.write(VIOLATIONS[behaviour][0])
+    if behaviour in AFTER_START:
+        writer.write(AFTER_START[behaviour])
     # Until the Core closes: its close frame is answered by closing the socket.
     while (await _read_frame(reader))[0] != _CLOSE:
         pass

@@ -14,7 +14,7 @@ from streameval.child_process import module_command
 from streameval.core.launch.adapter_process import AdapterProcess, AdapterProcessError
 from streameval.core.store.store import Store
 from streameval.events import EventKind
-from streameval.protocol import MAX_HELLO_BYTES
+from streameval.protocol import MAX_HELLO_BYTES, MAX_MESSAGE_BYTES
 from tests.raw_ws_adapter import HELLOS, VIOLATIONS
 from tests.test_core_run import execute, run_config
 from tests.wire_adapters import HugeSettingsAdapter
@@ -114,3 +114,19 @@ def test_an_sdk_adapter_with_oversized_conditions_does_not_start(adapter_env):
         f"adapter HugeSettingsAdapter: its conditions are {size} bytes of JSON, over the limit "
         f"of {MAX_CONDITIONS_BYTES} (a hello carries at most {MAX_HELLO_BYTES} bytes"
     ) in str(refused.value)
+
+
+def test_an_adapter_refusing_a_core_message_as_too_big_is_not_read_as_its_own(
+    adapter_env, benchmark_path, tmp_path
+):
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        summary = run_against("refuses_as_too_big", benchmark_path, tmp_path, store)
+        assert (summary.finished, summary.failed) == (0, 2)
+        expected = (
+            "adapter refused a message of the Core as too big (code 1009); the protocol "
+            f"allows {MAX_MESSAGE_BYTES} bytes"
+        )
+        for session in store.sessions(summary.run_id):
+            assert (session.failure_stage, session.failure_cause) == ("streaming", "adapter")
+            assert session.failure_reason == expected
+    assert connections(adapter_env) == 2

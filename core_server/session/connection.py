@@ -139,7 +139,7 @@ def closed_failure(
         if violation is not None:
             reason = f"framing: adapter broke WebSocket framing (RFC 6455): {violation}"
             return SessionFailure(FailureStage.PROTOCOL, reason, FailureCause.ADAPTER)
-        if _oversized(exc):
+        if _oversized(exc) or _refused_as_too_big(exc):
             return SessionFailure(stage, closed_reason(exc), FailureCause.ADAPTER)
     return SessionFailure(stage, closed_reason(exc), FailureCause.INFRASTRUCTURE)
 
@@ -164,6 +164,12 @@ def _oversized(exc: ConnectionClosed) -> bool:
     return sent is not None and sent.code == 1009 and exc.rcvd_then_sent is not True
 
 
+def _refused_as_too_big(exc: ConnectionClosed) -> bool:
+    """The adapter closed the socket (1009) on a Core message: every one is within the
+    protocol's limit (task texts are limited at load), so a rerun would repeat it."""
+    return exc.rcvd is not None and exc.rcvd.code == 1009 and not _oversized(exc)
+
+
 def closed_reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionClosed):
         if _oversized(exc):
@@ -171,7 +177,7 @@ def closed_reason(exc: BaseException) -> str:
         received = exc.rcvd
         if received is None:
             return "adapter disconnected without a close frame"
-        if received.code == 1009:
+        if _refused_as_too_big(exc):
             return (
                 "adapter refused a message of the Core as too big (code 1009); the protocol "
                 f"allows {MAX_MESSAGE_BYTES} bytes"
