@@ -14,9 +14,10 @@ class SessionFailure(Exception):
 
     `cause` tells failures a rerun may cure from those it will not: `infrastructure` (the
     adapter could not be reached, disconnected or crashed, sent no hello, or did not answer
-    within the response timeout), `adapter` (it broke the protocol, reported a fatal error,
-    speaks another protocol version or declared conditions the profile refuses) or `input`
-    (the record's video or timeline is unusable).
+    within the response timeout), `adapter` (it broke the protocol or WebSocket framing,
+    reported a fatal error, speaks another protocol version, names another adapter than its
+    /info or declared conditions the profile refuses) or `input` (the record's video or
+    timeline is unusable, or its task is too big for one message).
     """
 
     def __init__(self, stage: FailureStage, reason: str, cause: str) -> None:
