@@ -250,7 +250,8 @@ def unknown_profile(kind: str, name: str, known: Iterable[str], other: Collectio
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity in any number: a stored configuration is JSON, which holds neither.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     benchmark: str = Field(
         description="'synthetic', a benchmark.json, a TRACE release directory, an OVO-Bench or "

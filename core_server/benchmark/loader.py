@@ -16,6 +16,7 @@ from streameval.core.benchmark.benchmark_json import benchmark_from_json, is_ben
 from streameval.core.benchmark.importing import (
     BenchmarkError,
     Imported,
+    duplicate_ids,
     read_json,
     without_non_finite,
 )
@@ -65,7 +66,8 @@ def _import_any(path: Path, video_root: Path | None, subset: str | None) -> Impo
         raise BenchmarkError(f"subsets are for TRACE release directories; {path} is a file")
     data = read_json(path)
     if is_benchmark_json(data):
-        return Imported("benchmark_json", benchmark_from_json(path, data, video_root))
+        benchmark = benchmark_from_json(path, data, video_root)
+        return Imported("benchmark_json", benchmark, duplicate_ids(benchmark.records))
     if ovo_bench.looks_like(data):
         return ovo_bench.import_ovo_bench(path, data, video_root)
     if streamingbench.looks_like(data):

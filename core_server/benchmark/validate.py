@@ -69,6 +69,8 @@ def _qa(record: QARecord) -> Iterator[str]:
         yield f"unknown answer letter {record.answer!r} (options {choices})"
     if record.question_time_s < 0:
         yield f"question time {record.question_time_s:g}s is negative"
+    if record.evidence_anchor_s < 0:
+        yield f"evidence anchor {record.evidence_anchor_s:g}s is negative"
     if record.evidence_anchor_s > record.question_time_s:
         yield (
             f"evidence anchor {record.evidence_anchor_s:g}s is after the question at "
@@ -77,6 +79,8 @@ def _qa(record: QARecord) -> Iterator[str]:
     for number, span in enumerate(record.evidence_spans, start=1):
         if span.end_s < span.start_s:
             yield f"evidence span {number} [{span.start_s:g}s, {span.end_s:g}s] is reversed"
+        if min(span.start_s, span.end_s) < 0:
+            yield f"evidence span {number} [{span.start_s:g}s, {span.end_s:g}s] is negative"
 
 
 def trigger_bounds(trigger: Trigger) -> tuple[float | None, float | None]:
@@ -109,9 +113,19 @@ def _proactive(record: ProactiveRecord) -> Iterator[str]:
                 f"{previous:g}s (windows out of order)"
             )
         previous = start
-        evidence = (trigger.evidence_start_s, trigger.evidence_end_s)
-        if None not in evidence and evidence[1] < evidence[0]:
-            yield f"window {number}: evidence [{evidence[0]:g}s, {evidence[1]:g}s] is reversed"
+        yield from _trigger_evidence(number, trigger)
+    for number, probe in enumerate(record.probes, start=1):
+        if probe.t < 0:
+            yield f"probe {number} at {probe.t:g}s is negative"
+
+
+def _trigger_evidence(number: int, trigger: Trigger) -> Iterator[str]:
+    start, end = trigger.evidence_start_s, trigger.evidence_end_s
+    if start is not None and end is not None and end < start:
+        yield f"window {number}: evidence [{start:g}s, {end:g}s] is reversed"
+    for side, t in (("start", start), ("end", end)):
+        if t is not None and t < 0:
+            yield f"window {number}: evidence {side} {t:g}s is negative"
 
 
 # ----------------------------------------------------------------------------- videos

@@ -25,7 +25,6 @@ from streameval.core.cli.common import (
     cancel_on_sigterm,
     console,
     fail,
-    first_validation_error,
 )
 from streameval.core.cli.run_options import (
     AdapterReadyTimeoutOption,
@@ -51,6 +50,7 @@ from streameval.core.cli.run_options import (
     SpeedOption,
     UnreachableTimeoutOption,
     VerifyVideoDigestsOption,
+    option_error,
 )
 from streameval.core.run.exit_codes import (
     EXIT_INTERRUPTED,
@@ -222,7 +222,7 @@ def run_with(ctx: typer.Context, options: RunOptions) -> None:
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
-        raise fail(first_validation_error(exc)) from None
+        raise fail(option_error(exc)) from None
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 
