@@ -114,9 +114,9 @@ def _proactive(record: ProactiveRecord) -> Iterator[str]:
             )
         previous = start
         yield from _trigger_evidence(number, trigger)
-    for number, probe in enumerate(record.probes, start=1):
-        if probe.t < 0:
-            yield f"probe {number} at {probe.t:g}s is negative"
+    for number, asked_probe in enumerate(record.probes, start=1):
+        if asked_probe.t < 0:
+            yield f"probe {number} at {asked_probe.t:g}s is negative"
 
 
 def _trigger_evidence(number: int, trigger: Trigger) -> Iterator[str]:
