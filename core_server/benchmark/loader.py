@@ -22,6 +22,7 @@ from streameval.core.benchmark.importing import (
 )
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
+from streameval.core.benchmark.video_paths import confined
 from streameval.progress import NO_PROGRESS, Progress
 
 __all__ = [
@@ -99,9 +100,10 @@ def load_benchmark(
     video_root: Path | str | None = None,
     subset: str | None = None,
     progress: Progress = NO_PROGRESS,
+    allow_outside_video_root: bool = False,
 ) -> Benchmark:
     """'synthetic' (generated under `cache_dir` from `seed`, which `progress` hears of) or a
-    path `import_path` reads."""
+    path `import_path` reads, its videos confined to its video root unless allowed."""
     if name == "synthetic":
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
@@ -109,4 +111,5 @@ def load_benchmark(
     if not Path(name).exists():
         raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")
     root = Path(video_root) if video_root is not None else None
-    return accept(import_path(Path(name), video_root=root, subset=subset), name)
+    imported = import_path(Path(name), video_root=root, subset=subset)
+    return accept(imported if allow_outside_video_root else confined(imported), name)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from streameval.core.benchmark.importing import Imported, Problem, option_letter
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
+from streameval.core.benchmark.video_paths import outside_video_root
 from streameval.core.errors import CoreError
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.probing import probe
@@ -36,10 +37,16 @@ class Report:
     videos_checked: int = 0
 
 
-def validate(imported: Imported, video_root: Path | None) -> Report:
-    """The importer's problems, the records' and, when `video_root` is given, the videos'."""
+def validate(
+    imported: Imported, video_root: Path | None, *, allow_outside_video_root: bool = False
+) -> Report:
+    """The importer's problems, the records', their video paths' (confined to the video
+    root unless allowed) and, when `video_root` is given, the videos'."""
     records = imported.benchmark.records
     report = Report(len(records), [*imported.problems, *check_records(records)])
+    if not allow_outside_video_root:
+        root = Path(imported.benchmark.video_root)
+        report.problems.extend(outside_video_root(records, root))
     report.notes.extend(imported.notes)
     if video_root is not None:
         report.videos_checked = check_videos(records, video_root, report)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from streameval.core.cli.common import (
+    AllowOutsideVideoRootOption,
     BenchmarkOption,
     JsonOption,
     RecordChoice,
@@ -130,6 +131,7 @@ def run(
     concurrency: ConcurrencyOption = 4,
     benchmark: BenchmarkOption = "synthetic",
     video_root: VideoRootOption = None,
+    allow_outside_video_root: AllowOutsideVideoRootOption = False,
     subset: SubsetOption = None,
     seed: SeedOption = 0,
     task: TaskOption = None,
@@ -166,7 +168,9 @@ def run(
     endpoint gone: resume it; the store failed); 130 interrupted, 143 terminated by
     SIGTERM (continue it with --resume).
     """
-    records = RecordChoice(benchmark, video_root, subset, seed, task, task_type, limit)
+    records = RecordChoice(
+        benchmark, video_root, subset, seed, task, task_type, limit, allow_outside_video_root
+    )
     options = RunOptions(
         adapter_url=adapter_url,
         concurrency=concurrency,

@@ -225,8 +225,9 @@ class RunOptions:
         return [EndpointConfig(url=u, concurrency=self.concurrency) for u in self.adapter_url or []]
 
     def _resumed_config(self, store: Store, run_id: str) -> RunConfig:
-        """The stored run's configuration, with the endpoints, the adapter-ready timeout and
-        the digest checking these options give (nothing else of a run may change)."""
+        """The stored run's configuration, with the endpoints, the adapter-ready timeout,
+        the digest checking and the videos allowed outside the video root these options
+        give (nothing else of a run may change)."""
         from streameval.core.run.runner import stored_config
 
         config = stored_config(store, run_id)
@@ -237,6 +238,8 @@ class RunOptions:
             config = config.model_copy(update=update)
         if self.verify_video_digests:
             config = config.model_copy(update={"verify_video_digests": True})
+        if self.records.allow_outside_video_root:
+            config = config.model_copy(update={"allow_outside_video_root": True})
         return config
 
     def _new_config(self) -> RunConfig:
