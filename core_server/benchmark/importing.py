@@ -222,15 +222,17 @@ def _lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, str]]:
     offset = 0
     with _opened(path) as file:
         for number in itertools.count(1):
-            raw = file.readline(MAX_LINE_BYTES + 1)
+            raw = file.readline(MAX_LINE_BYTES + 2)  # the line and its "\r\n"
             if not raw:
                 return
             start, offset = offset, offset + len(raw)
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                offset += _skip_line(file)
+            line = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if len(line) > MAX_LINE_BYTES:
+                if not raw.endswith(b"\n"):
+                    offset += _skip_line(file)
                 problems.append(Problem(f"{path.name}:{number}", _too_long("line", MAX_LINE_BYTES)))
                 continue
-            yield number, _decoded(path, raw.removesuffix(b"\n").removesuffix(b"\r"), start)
+            yield number, _decoded(path, line, start)
 
 
 def _skip_line(file: BinaryIO) -> int:
