@@ -250,7 +250,8 @@ def unknown_profile(kind: str, name: str, known: Iterable[str], other: Collectio
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity in any number: a stored configuration is JSON, which holds neither.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     benchmark: str = Field(
         description="'synthetic', a benchmark.json, a TRACE release directory, an OVO-Bench or "
@@ -259,6 +260,10 @@ class RunConfig(BaseModel):
     benchmark_seed: int = 0
     video_root: str | None = Field(default=None, description="None = next to the benchmark")
     subset: str | None = Field(default=None, description="TRACE release: tiny, standard, full")
+    # Video paths leading outside the video root (absolute, `..`, symlinks) are refused
+    # unless this is set. Left out of a dump when unset: configurations stored before it
+    # existed keep their bytes and hash.
+    allow_outside_video_root: bool = Field(default=False, exclude_if=lambda allowed: not allowed)
     tasks: list[Literal["qa", "proactive"]] = ["qa", "proactive"]
     task_types: list[str] = Field(default_factory=list, description="empty = all")
     limit: int | None = Field(default=None, ge=1)

@@ -342,6 +342,7 @@ class CapacitySearch:
             base.benchmark_seed,
             video_root=base.video_root,
             subset=base.subset,
+            allow_outside_video_root=base.allow_outside_video_root,
         )
         records = select_records(benchmark, base)
         if not records:

@@ -10,13 +10,15 @@ refuses a source with any problem. A file that cannot be read at all raises
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -60,6 +62,12 @@ class Imported:
 # few digits; docs/security.md lists the limits.
 MAX_JSON_DEPTH = 64  # nested lists and objects
 MAX_NUMBER_CHARS = 50  # characters of one number literal (sign, digits, point, exponent)
+# Bytes a file is read in: one JSONL line (a TRACE record is a few kilobytes) and one JSON
+# document (OVO-Bench's and StreamingBench's files are a few megabytes). Past them nothing
+# more is held in memory: a 300 MB line costs a 4 MiB buffer, not 1.3 GB of text and objects.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_JSON_FILE_BYTES = 64 * 1024 * 1024
+_SKIP_CHUNK = 1024 * 1024  # what the rest of an overlong line is skipped in
 
 
 class JsonLimitError(ValueError):
@@ -180,7 +188,7 @@ def _limit_message(exc: JsonLimitError, text: str) -> str:
 
 def read_json(path: Path) -> Any:
     """Parse a whole JSON file; a malformed one is named with its line and column."""
-    text = read_text(path)
+    text = _decoded(path, _read_capped(path), 0)
     try:
         return parse_json(text)
     except json.JSONDecodeError as exc:
@@ -192,10 +200,11 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[Problem]]:
-    """(line number, value) of every non-empty line, and a problem for each malformed line."""
+    """(line number, value) of every non-empty line, and a problem for each malformed line
+    or line longer than MAX_LINE_BYTES (never held whole: the file is read line by line)."""
     rows: list[tuple[int, Any]] = []
     problems: list[Problem] = []
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+    for number, line in _lines(path, problems):
         if not line.strip():
             continue
         where = f"{path.name}:{number}"
@@ -206,6 +215,72 @@ def read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[Problem]]:
         except JsonLimitError as exc:
             problems.append(Problem(where, _limit_message(exc, line).removeprefix("line 1, ")))
     return rows, problems
+
+
+def _lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line split at "\n" ("\r\n" too), read at most MAX_LINE_BYTES
+    at a time; a longer line becomes a problem and is skipped without being kept."""
+    offset = 0
+    with _opened(path) as file:
+        for number in itertools.count(1):
+            raw = file.readline(MAX_LINE_BYTES + 2)  # the line and its "\r\n"
+            if not raw:
+                return
+            start, offset = offset, offset + len(raw)
+            line = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if len(line) > MAX_LINE_BYTES:
+                if not raw.endswith(b"\n"):
+                    offset += _skip_line(file)
+                problems.append(Problem(f"{path.name}:{number}", _too_long("line", MAX_LINE_BYTES)))
+                continue
+            yield number, _decoded(path, line, start)
+
+
+def _skip_line(file: BinaryIO) -> int:
+    """Read past the rest of the current line in bounded chunks; the bytes skipped."""
+    skipped = 0
+    while chunk := file.readline(_SKIP_CHUNK):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
+def _too_long(what: str, limit: int) -> str:
+    return f"{what} longer than the limit of {limit // (1024 * 1024)} MiB ({limit} bytes)"
+
+
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes, refused past MAX_JSON_FILE_BYTES (read no further: a file that
+    grows, or a device such as /dev/zero, is not read to its end)."""
+    with _opened(path) as file:
+        data = file.read(MAX_JSON_FILE_BYTES + 1)
+    if len(data) > MAX_JSON_FILE_BYTES:
+        raise BenchmarkError(f"{path}: {_too_long('JSON file', MAX_JSON_FILE_BYTES)}")
+    return data
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO]:
+    try:
+        file = path.open("rb")
+    except FileNotFoundError:
+        raise BenchmarkError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise BenchmarkError(f"{path} cannot be read: {exc.strerror}") from None
+    with file:
+        try:
+            yield file
+        except OSError as exc:  # EISDIR on read, EIO
+            raise BenchmarkError(f"{path} cannot be read: {exc.strerror}") from None
+
+
+def _decoded(path: Path, data: bytes, offset: int) -> str:
+    """`data` as UTF-8 text; `offset` is where it starts in the file, for the message."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchmarkError(f"{path} is not UTF-8 text (byte {offset + exc.start})") from None
 
 
 def non_finite_problems(records: Iterable[Record]) -> list[Problem]:
@@ -278,17 +353,6 @@ def without_unusable(imported: Imported) -> Imported:
 def _reason(exc: json.JSONDecodeError) -> str:
     # The decoder's messages expect its own ": line L column C" suffix ("... starting at").
     return exc.msg.removesuffix(" at").lower()
-
-
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BenchmarkError(f"{path} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise BenchmarkError(f"{path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise BenchmarkError(f"{path} cannot be read: {exc.strerror}") from None
 
 
 _JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "true/false"}
@@ -377,5 +441,18 @@ def content_version(paths: Iterable[Path]) -> str:
     """A version for sources that carry none: the digest of the files read."""
     digest = hashlib.sha256()
     for path in paths:
-        digest.update(path.read_bytes())
+        _hash_into(digest, path)
     return f"sha256:{digest.hexdigest()[:16]}"
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in chunks (a release's files may be large)."""
+    digest = hashlib.sha256()
+    _hash_into(digest, path)
+    return digest.hexdigest()
+
+
+def _hash_into(digest: Any, path: Path) -> None:
+    with _opened(path) as file:
+        for chunk in iter(lambda: file.read(_SKIP_CHUNK), b""):
+            digest.update(chunk)

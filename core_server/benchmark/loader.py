@@ -16,11 +16,13 @@ from streameval.core.benchmark.benchmark_json import benchmark_from_json, is_ben
 from streameval.core.benchmark.importing import (
     BenchmarkError,
     Imported,
+    duplicate_ids,
     read_json,
     without_unusable,
 )
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.benchmark.synthetic import load_or_generate
+from streameval.core.benchmark.video_paths import confined
 from streameval.progress import NO_PROGRESS, Progress
 
 __all__ = [
@@ -65,7 +67,8 @@ def _import_any(path: Path, video_root: Path | None, subset: str | None) -> Impo
         raise BenchmarkError(f"subsets are for TRACE release directories; {path} is a file")
     data = read_json(path)
     if is_benchmark_json(data):
-        return Imported("benchmark_json", benchmark_from_json(path, data, video_root))
+        benchmark = benchmark_from_json(path, data, video_root)
+        return Imported("benchmark_json", benchmark, duplicate_ids(benchmark.records))
     if ovo_bench.looks_like(data):
         return ovo_bench.import_ovo_bench(path, data, video_root)
     if streamingbench.looks_like(data):
@@ -97,9 +100,10 @@ def load_benchmark(
     video_root: Path | str | None = None,
     subset: str | None = None,
     progress: Progress = NO_PROGRESS,
+    allow_outside_video_root: bool = False,
 ) -> Benchmark:
     """'synthetic' (generated under `cache_dir` from `seed`, which `progress` hears of) or a
-    path `import_path` reads."""
+    path `import_path` reads, its videos confined to its video root unless allowed."""
     if name == "synthetic":
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
@@ -107,4 +111,5 @@ def load_benchmark(
     if not Path(name).exists():
         raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")
     root = Path(video_root) if video_root is not None else None
-    return accept(import_path(Path(name), video_root=root, subset=subset), name)
+    imported = import_path(Path(name), video_root=root, subset=subset)
+    return accept(imported if allow_outside_video_root else confined(imported), name)

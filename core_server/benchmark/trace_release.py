@@ -8,7 +8,6 @@ manifest's checksums, and turning each window's `trigger_annotations` entry into
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -23,6 +22,7 @@ from streameval.core.benchmark.importing import (
     content_version,
     convert,
     duplicate_ids,
+    file_sha256,
     read_json,
     read_jsonl,
     require,
@@ -125,7 +125,7 @@ def _manifest(directory: Path, problems: list[Problem], notes: list[str]) -> dic
             # Audit sidecars are not needed to import; a missing one is worth knowing only.
             notes.append(f"{MANIFEST} lists {name}, which is not in {directory}")
             continue
-        actual = hashlib.sha256(target.read_bytes()).hexdigest()
+        actual = file_sha256(target)
         if actual != expected:
             problems.append(
                 Problem(name, f"sha256 {actual} does not match {MANIFEST}'s {expected}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from streameval.core.benchmark.importing import Imported, Problem, option_letter
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
+from streameval.core.benchmark.video_paths import outside_video_root
 from streameval.core.errors import CoreError
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.probing import probe
@@ -36,10 +37,16 @@ class Report:
     videos_checked: int = 0
 
 
-def validate(imported: Imported, video_root: Path | None) -> Report:
-    """The importer's problems, the records' and, when `video_root` is given, the videos'."""
+def validate(
+    imported: Imported, video_root: Path | None, *, allow_outside_video_root: bool = False
+) -> Report:
+    """The importer's problems, the records', their video paths' (confined to the video
+    root unless allowed) and, when `video_root` is given, the videos'."""
     records = imported.benchmark.records
     report = Report(len(records), [*imported.problems, *check_records(records)])
+    if not allow_outside_video_root:
+        root = Path(imported.benchmark.video_root)
+        report.problems.extend(outside_video_root(records, root))
     report.notes.extend(imported.notes)
     if video_root is not None:
         report.videos_checked = check_videos(records, video_root, report)
@@ -69,6 +76,8 @@ def _qa(record: QARecord) -> Iterator[str]:
         yield f"unknown answer letter {record.answer!r} (options {choices})"
     if record.question_time_s < 0:
         yield f"question time {record.question_time_s:g}s is negative"
+    if record.evidence_anchor_s < 0:
+        yield f"evidence anchor {record.evidence_anchor_s:g}s is negative"
     if record.evidence_anchor_s > record.question_time_s:
         yield (
             f"evidence anchor {record.evidence_anchor_s:g}s is after the question at "
@@ -77,6 +86,8 @@ def _qa(record: QARecord) -> Iterator[str]:
     for number, span in enumerate(record.evidence_spans, start=1):
         if span.end_s < span.start_s:
             yield f"evidence span {number} [{span.start_s:g}s, {span.end_s:g}s] is reversed"
+        if min(span.start_s, span.end_s) < 0:
+            yield f"evidence span {number} [{span.start_s:g}s, {span.end_s:g}s] is negative"
 
 
 def trigger_bounds(trigger: Trigger) -> tuple[float | None, float | None]:
@@ -109,9 +120,19 @@ def _proactive(record: ProactiveRecord) -> Iterator[str]:
                 f"{previous:g}s (windows out of order)"
             )
         previous = start
-        evidence = (trigger.evidence_start_s, trigger.evidence_end_s)
-        if None not in evidence and evidence[1] < evidence[0]:
-            yield f"window {number}: evidence [{evidence[0]:g}s, {evidence[1]:g}s] is reversed"
+        yield from _trigger_evidence(number, trigger)
+    for number, asked_probe in enumerate(record.probes, start=1):
+        if asked_probe.t < 0:
+            yield f"probe {number} at {asked_probe.t:g}s is negative"
+
+
+def _trigger_evidence(number: int, trigger: Trigger) -> Iterator[str]:
+    start, end = trigger.evidence_start_s, trigger.evidence_end_s
+    if start is not None and end is not None and end < start:
+        yield f"window {number}: evidence [{start:g}s, {end:g}s] is reversed"
+    for side, t in (("start", start), ("end", end)):
+        if t is not None and t < 0:
+            yield f"window {number}: evidence {side} {t:g}s is negative"
 
 
 # ----------------------------------------------------------------------------- videos

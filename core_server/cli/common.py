@@ -88,6 +88,14 @@ BenchmarkOption = Annotated[
 VideoRootOption = Annotated[
     Path | None, typer.Option(help="Folder the benchmark's video paths are relative to.")
 ]
+AllowOutsideVideoRootOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-outside-video-root",
+        help="Accept video paths that lead outside the video root (absolute paths, '..', "
+        "symlinks to elsewhere); without it such a record is refused.",
+    ),
+]
 SubsetOption = Annotated[
     str | None, typer.Option(help="TRACE release subset: tiny, standard, full.")
 ]
@@ -112,6 +120,7 @@ class RecordChoice:
     task: list[str] | None
     task_type: list[str] | None
     limit: int | None
+    allow_outside_video_root: bool = False
 
     def config_fields(self) -> dict[str, Any]:
         """The RunConfig fields these options set (unset lists mean every task and type)."""
@@ -123,6 +132,7 @@ class RecordChoice:
             "tasks": self.task or ["qa", "proactive"],
             "task_types": self.task_type or [],
             "limit": self.limit,
+            "allow_outside_video_root": self.allow_outside_video_root,
         }
 
 

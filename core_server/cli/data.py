@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from streameval.core.cli.common import JsonOption
+from streameval.core.cli.common import AllowOutsideVideoRootOption, JsonOption
 
 # The importers are loaded by the commands: `streameval --help` does without them.
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ def validate_command(
             help="Folder the videos are relative to; videos are checked only when given.",
         ),
     ] = None,
+    allow_outside_video_root: AllowOutsideVideoRootOption = False,
     subset: SubsetOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -82,7 +83,7 @@ def validate_command(
     from streameval.core.benchmark.validate import validate
 
     imported = _import(path, video_root, subset, as_json)
-    report = validate(imported, video_root)
+    report = validate(imported, video_root, allow_outside_video_root=allow_outside_video_root)
     if as_json:
         typer.echo(json.dumps(_report_json(path, imported, report, video_root)))
     else:

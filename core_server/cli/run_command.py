@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from streameval.core.cli.common import (
+    AllowOutsideVideoRootOption,
     BenchmarkOption,
     JsonOption,
     RecordChoice,
@@ -25,7 +26,6 @@ from streameval.core.cli.common import (
     cancel_on_sigterm,
     console,
     fail,
-    first_validation_error,
 )
 from streameval.core.cli.run_options import (
     AdapterReadyTimeoutOption,
@@ -51,6 +51,7 @@ from streameval.core.cli.run_options import (
     SpeedOption,
     UnreachableTimeoutOption,
     VerifyVideoDigestsOption,
+    option_error,
 )
 from streameval.core.run.exit_codes import (
     EXIT_INTERRUPTED,
@@ -130,6 +131,7 @@ def run(
     concurrency: ConcurrencyOption = 4,
     benchmark: BenchmarkOption = "synthetic",
     video_root: VideoRootOption = None,
+    allow_outside_video_root: AllowOutsideVideoRootOption = False,
     subset: SubsetOption = None,
     seed: SeedOption = 0,
     task: TaskOption = None,
@@ -166,7 +168,9 @@ def run(
     endpoint gone: resume it; the store failed); 130 interrupted, 143 terminated by
     SIGTERM (continue it with --resume).
     """
-    records = RecordChoice(benchmark, video_root, subset, seed, task, task_type, limit)
+    records = RecordChoice(
+        benchmark, video_root, subset, seed, task, task_type, limit, allow_outside_video_root
+    )
     options = RunOptions(
         adapter_url=adapter_url,
         concurrency=concurrency,
@@ -222,7 +226,7 @@ def run_with(ctx: typer.Context, options: RunOptions) -> None:
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
-        raise fail(first_validation_error(exc)) from None
+        raise fail(option_error(exc)) from None
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 

@@ -6,13 +6,20 @@ the RunConfig they make (a new run's, or a resumed run's stored one).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from streameval.core.cli.common import PROFILE_HELP, RecordChoice, check_protocol_profile, fail
+from streameval.core.cli.common import (
+    PROFILE_HELP,
+    RecordChoice,
+    check_protocol_profile,
+    fail,
+    first_validation_error,
+)
 from streameval.core.streams.perturb_spec import NAMES as PERTURBATION_NAMES
 from streameval.core.streams.perturb_spec import PRESET_HELP, PerturbationError, run_variants
 
@@ -121,6 +128,27 @@ PerturbSeedOption = Annotated[
 ]
 
 
+# The option of `run` that sets each RunConfig field it can get wrong: an invalid value is
+# reported under the flag the user typed, not the field's name.
+CONFIG_FLAGS = {
+    "speed": "--speed",
+    "fps": "--fps",
+    "max_width": "--max-width",
+    "limit": "--limit",
+    "qa_history_s": "--qa-history",
+    "response_timeout_s": "--response-timeout",
+    "adapter_ready_timeout_s": "--adapter-ready-timeout",
+    "perturb_seed": "--perturb-seed",
+}
+
+
+def option_error(exc: ValueError) -> str:
+    """The first problem of the run's configuration, as one line naming its option."""
+    line = first_validation_error(exc)
+    field, colon, rest = line.partition(": ")
+    return f"{CONFIG_FLAGS[field]}: {rest}" if colon and field in CONFIG_FLAGS else line
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """Every option of one `streameval run`, as given (None: not given)."""
@@ -152,6 +180,7 @@ class RunOptions:
 
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
+        self._check_finite()
         for name, value in (
             ("--lease-timeout", self.lease_timeout),
             ("--unreachable-timeout", self.unreachable_timeout),
@@ -172,6 +201,19 @@ class RunOptions:
         except PerturbationError as exc:
             raise fail(str(exc)) from None
 
+    def _check_finite(self) -> None:
+        """NaN and infinity, refused under their flag (a resume copies some options into
+        the stored configuration without validating them again)."""
+        for flag, value in (
+            ("--speed", self.speed),
+            ("--fps", self.fps),
+            ("--qa-history", self.qa_history),
+            ("--response-timeout", self.response_timeout),
+            ("--adapter-ready-timeout", self.adapter_ready_timeout),
+        ):
+            if value is not None and not math.isfinite(value):
+                raise fail(f"{flag} must be a finite number, not {value}")
+
     def config(self, store: Store) -> RunConfig:
         """The run's configuration: the resumed run's, with what these options change in
         it, or a new run's."""
@@ -183,8 +225,9 @@ class RunOptions:
         return [EndpointConfig(url=u, concurrency=self.concurrency) for u in self.adapter_url or []]
 
     def _resumed_config(self, store: Store, run_id: str) -> RunConfig:
-        """The stored run's configuration, with the endpoints, the adapter-ready timeout and
-        the digest checking these options give (nothing else of a run may change)."""
+        """The stored run's configuration, with the endpoints, the adapter-ready timeout,
+        the digest checking and the videos allowed outside the video root these options
+        give (nothing else of a run may change)."""
         from streameval.core.run.runner import stored_config
 
         config = stored_config(store, run_id)
@@ -195,6 +238,8 @@ class RunOptions:
             config = config.model_copy(update=update)
         if self.verify_video_digests:
             config = config.model_copy(update={"verify_video_digests": True})
+        if self.records.allow_outside_video_root:
+            config = config.model_copy(update={"allow_outside_video_root": True})
         return config
 
     def _new_config(self) -> RunConfig:

@@ -6,6 +6,8 @@ that `STREAMEVAL_ADAPTER_HOSTS` allows). Registered endpoints live in the store 
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
@@ -16,6 +18,8 @@ from streameval.core.config import (
     host_allowed,
 )
 from streameval.core.store.store import Store, StoreError
+
+log = logging.getLogger(__name__)
 
 
 class AdapterRegistration(BaseModel):
@@ -35,7 +39,7 @@ def adapters_router(store: Store) -> APIRouter:
         try:
             store.register_adapter_endpoint(registration.name, endpoint.url, endpoint.concurrency)
         except StoreError as exc:
-            raise _unavailable(exc) from None
+            raise store_unavailable(exc) from None
         return registration
 
     @router.get("/adapters", response_model=list[AdapterRegistration])
@@ -80,7 +84,7 @@ def registered(store: Store) -> dict[str, EndpointConfig]:
     try:
         stored = store.adapter_endpoints()
     except StoreError as exc:
-        raise _unavailable(exc) from None
+        raise store_unavailable(exc) from None
     found: dict[str, EndpointConfig] = {}
     for row in stored:
         try:
@@ -95,5 +99,12 @@ def registered(store: Store) -> dict[str, EndpointConfig]:
     return found
 
 
-def _unavailable(exc: StoreError) -> HTTPException:
-    return HTTPException(503, f"adapter registry unavailable: {exc}")
+# What a client hears of a store failure: its text names the store (a SQLite file's path,
+# a database host), which is the operator's to read, in the server's log.
+STORE_UNAVAILABLE = "the store is unavailable"
+
+
+def store_unavailable(exc: StoreError) -> HTTPException:
+    """The 503 of a store failure, its reason logged for the operator only."""
+    log.error("store failure: %s", exc)
+    return HTTPException(503, STORE_UNAVAILABLE)

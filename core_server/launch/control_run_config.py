@@ -70,9 +70,14 @@ def _no_cache_dir() -> HTTPException:
 
 def _confined(config: RunConfig) -> RunConfig:
     """The run's endpoints on allowed hosts, its benchmark and video root under the data
-    root (resolved, symlinks included), or a 422."""
+    root (resolved, symlinks included) and its videos under its video root, or a 422."""
     for endpoint in config.endpoints:
         allowed_endpoint(endpoint.url, endpoint.concurrency)
+    if config.allow_outside_video_root:
+        raise HTTPException(
+            422,
+            "allow_outside_video_root cannot be set over the API: videos stay under the video root",
+        )
     update: dict[str, Any] = {}
     if config.benchmark != "synthetic":
         update["benchmark"] = str(_under_data_root("benchmark", config.benchmark))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from streameval.core.config import RunConfig
 from streameval.core.errors import CoreError
+from streameval.core.launch.control_adapters import store_unavailable
 from streameval.core.launch.control_run_config import RunRequest, config_for
 from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store, StoreError
@@ -107,6 +108,8 @@ def runs_router(store: Store, runs: BackgroundRuns) -> APIRouter:
         started = time.monotonic()
         try:
             run_id = await executor.prepare()
+        except StoreError as exc:
+            raise store_unavailable(exc) from None
         except CoreError as exc:
             if _is_unreachable(exc):
                 raise await _unreachable(config, started) from None
@@ -119,9 +122,11 @@ def runs_router(store: Store, runs: BackgroundRuns) -> APIRouter:
         """A run's status, its sessions per status and why it ended with an error, if it did."""
         try:
             return runs.status(run_id)
-        except StoreError:
+        except StoreError as exc:
             # StoreError's text names the store (a path or a host): not for API clients.
-            raise HTTPException(404, f"unknown run id {run_id!r}") from None
+            if str(exc).startswith("unknown run id"):
+                raise HTTPException(404, f"unknown run id {run_id!r}") from None
+            raise store_unavailable(exc) from None
 
     return router
 

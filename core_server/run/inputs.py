@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +46,16 @@ def _bad_number(value: Any, path: str) -> str | None:
 
 
 def check_records(records: Sequence[dict[str, Any]]) -> None:
-    """Refuse a record the store could not hold exactly (RunInputError, one line)."""
+    """Refuse a record the store could not hold exactly, and records sharing an id (one
+    session per record id: the store's unique key would refuse them with a raw database
+    error), as RunInputError, one line."""
+    counts = Counter(record.get("record_id") for record in records)
+    repeated = [str(ident) for ident, count in counts.items() if count > 1]
+    if repeated:
+        raise RunInputError(
+            f"duplicate record id{'s' if len(repeated) > 1 else ''} {_names(repeated)}: "
+            "each record of a run needs its own id; fix the benchmark file"
+        )
     for record in records:
         bad = _bad_number(record, "")
         if bad is not None:

@@ -50,6 +50,7 @@ class RunRecords:
             video_root=self.config.video_root,
             subset=self.config.subset,
             progress=self.progress,
+            allow_outside_video_root=self.config.allow_outside_video_root,
         )
         self.use(benchmark)
         return benchmark
