@@ -24,6 +24,7 @@ import pytest
 from PIL import Image
 
 from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.entries import INDEX_FORMAT
 from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
 from streameval.core.frames.types import ImageRules, VideoFrames
 
@@ -333,7 +334,21 @@ def test_unreadable_index_is_rebuilt(
 
     assert FrameCache(tmp_path).get(videos["25"], ImageRules()) == built
     assert len(decodes) == 2
-    assert json.loads((built.directory / "index.json").read_text())["format"] == 2
+    assert json.loads((built.directory / "index.json").read_text())["format"] == INDEX_FORMAT == 3
+
+
+def test_an_entry_of_an_older_format_is_rebuilt(
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
+) -> None:
+    # Format 2 entries were sampled without the pixel aspect or TRACE's tie rule.
+    built = FrameCache(tmp_path).get(videos["25"], ImageRules())
+    index = json.loads((built.directory / "index.json").read_text())
+    index["format"] = 2
+    (built.directory / "index.json").write_text(json.dumps(index))
+
+    assert FrameCache(tmp_path).get(videos["25"], ImageRules()) == built
+    assert len(decodes) == 2
+    assert json.loads((built.directory / "index.json").read_text())["format"] == 3
 
 
 def test_stale_partial_folders_are_cleaned(videos: dict[str, Path], tmp_path: Path) -> None:

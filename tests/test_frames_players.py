@@ -242,7 +242,9 @@ def test_a_matroska_file_damaged_mid_file_is_called_corrupt(tmp_path: Path) -> N
         FrameCache(tmp_path / "cache").get(video_path, ImageRules())
     message = one_line(error)
     assert message.startswith(f"{video_path}: corrupt video data: the stream stops at 1.90s with ")
-    assert message.endswith("bytes of the file unread (decoded 1.90s of the 5.00s its header declares)")
+    assert message.endswith(
+        "bytes of the file unread (decoded 1.90s of the 5.00s its header declares)"
+    )
 
 
 def test_a_matroska_file_cut_short_is_called_truncated(tmp_path: Path) -> None:
