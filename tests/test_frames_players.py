@@ -2,8 +2,8 @@
 the pixel aspect applied, the default video stream chosen, still images refused, truncation
 judged by a fixed margin, corruption told from truncation, and TRACE's frame at a tie.
 
-Every video is encoded here with PyAV; numbered videos show their frame number as two grey
-bars (see tests/test_frames.py), so a sampled JPEG tells which source frame it came from.
+The videos are generated with PyAV (tests/test_frames.py's encoder, whose numbered
+pictures let a JPEG say which source frame it shows); broken ones are cut or overwritten.
 """
 
 from __future__ import annotations
@@ -197,15 +197,8 @@ def test_an_image_renamed_as_a_video_is_refused(
 def test_a_long_video_missing_more_than_the_fixed_margin_is_truncated(tmp_path: Path) -> None:
     # 60 s at 2 fps, its header up front ("faststart"), cut where its last 4 frames begin:
     # 2 s lost, which the old margin (5% of the length: 3 s) let through.
-    whole = encode_numbered_video(
-        tmp_path / "whole.mp4",
-        120,
-        32,
-        32,
-        2,
-        codec_options={"bf": "0"},
-        container_options={"movflags": "faststart"},
-    )
+    up_front = {"codec_options": {"bf": "0"}, "container_options": {"movflags": "faststart"}}
+    whole = encode_numbered_video(tmp_path / "whole.mp4", 120, 32, 32, 2, **up_front)
     with av.open(str(whole)) as container:
         last_four_at = container.streams.video[0].index_entries[116].pos
     cut = tmp_path / "cut.mp4"
