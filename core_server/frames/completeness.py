@@ -35,14 +35,15 @@ def check_complete(path: Path, decoded_s: float, info: VideoInfo) -> None:
         return
     read, size = _bytes_read(path), path.stat().st_size
     rate = read / decoded_s if decoded_s > 0 else 0.0
-    lost = f"decoded {decoded_s:.2f}s of the {declared_s:.2f}s its header declares"
+    declared = f"{decoded_s:.2f}s of the {declared_s:.2f}s its header declares"
     if size - read >= UNREAD_SHARE_OF_MISSING * missing_s * rate > 0:
         raise VideoDecodeError(
-            f"{path}: corrupt video data: the stream stops at {decoded_s:.2f}s with "
-            f"{size - read} bytes of the file unread ({lost})"
+            f"{path}: corrupt video data: the stream stops at {declared}, with "
+            f"{size - read} bytes of the file unread"
         )
     raise VideoDecodeError(
-        f"{path}: truncated video: {lost}, {missing_s:.2f}s missing (the file ends early)"
+        f"{path}: truncated video: decoded {declared}, {missing_s:.2f}s missing "
+        "(the file ends early)"
     )
 
 
