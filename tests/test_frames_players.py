@@ -24,6 +24,9 @@ from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.probing import probe
 from streameval.core.frames.timing import source_index
 from streameval.core.frames.types import ImageRules
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.store import Store
+from tests.test_core_run import execute, run_config
 from tests.test_frames import (
     NTSC,
     encode_numbered_video,
@@ -31,6 +34,9 @@ from tests.test_frames import (
     numbered_picture,
     shown_frame_number,
 )
+from tests.timeline_fixtures import PROACTIVE, QA, QA_EARLY, write_benchmark
+
+RECORDS = (QA, QA_EARLY, PROACTIVE)
 
 MATROSKA = "matroska,webm"
 
@@ -65,6 +71,27 @@ def test_the_duration_is_the_video_streams_own(tmp_path: Path, name: str, layout
     assert video.duration_s == 2.0
     assert [ref.source_index for ref in video.frames] == [0, 15, 30, 45]
     assert [shown_frame_number(video.read(ref)) for ref in video.frames] == [0, 15, 30, 45]
+
+
+@pytest.mark.parametrize("layout", [{"audio_s": 25.0}, {"first_frame": 50}])
+def test_a_run_streams_every_session_of_such_a_webm(
+    adapter_env: Path, tmp_path: Path, layout: dict
+) -> None:
+    # The timeline fixtures' 20 s video at 10 fps, as WebM with 5 s of audio past its end
+    # or timestamps from 5 s: before, each of its three sessions failed as "truncated".
+    records = [record.model_copy(update={"video_path": "v.webm"}) for record in RECORDS]
+    benchmark_path = write_benchmark(tmp_path / "bench", records)
+    webm = tmp_path / "bench" / "v.webm"
+    encode_numbered_video(webm, 200, 64, 48, 10, codec="libvpx-vp9", **layout)
+    with (
+        AdapterProcess("tests.wire_adapters:LoggingAdapter") as adapter,
+        Store(f"sqlite:///{tmp_path / 's.db'}") as store,
+    ):
+        summary = execute(run_config(benchmark_path, tmp_path, adapter.url), store)
+        sessions = store.sessions(summary.run_id)
+
+    assert (summary.finished, summary.failed) == (3, 0)
+    assert {session.status for session in sessions} == {"finished"}
 
 
 # ----------------------------------------------------------------------------- pixel aspect
