@@ -24,6 +24,7 @@ import pytest
 from PIL import Image
 
 from streameval.core.frames.cache import FrameCache
+from streameval.core.frames.entries import INDEX_FORMAT
 from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
 from streameval.core.frames.types import ImageRules, VideoFrames
 
@@ -42,17 +43,24 @@ def encode_video(
     tags: dict[str, str] | None = None,
     container_format: str | None = None,
     container_options: dict[str, str] | None = None,
+    sample_aspect_ratio: Fraction | None = None,
+    first_frame: int = 0,
+    audio_s: float = 0.0,
 ) -> Path:
     """Encode RGB pictures with PyAV. `codec_options` go to the encoder (keyframe spacing
     "g", B-frames "bf", "x264-params"); `pts_ms` (one per picture) gives irregular timestamps;
     `display_rotation` (PyAV's counter-clockwise degrees) is written as a display matrix;
-    `tags` go into the stream's metadata; the container follows the suffix unless named."""
+    `tags` go into the stream's metadata; the container follows the suffix unless named.
+    `sample_aspect_ratio` gives non-square pixels; `first_frame` starts the timestamps that
+    many frame periods after 0; `audio_s` adds a silent Opus track that long."""
     with av.open(
         str(path), "w", format=container_format, options=container_options or {}
     ) as container:
         stream = container.add_stream(codec, rate=rate)
         stream.height, stream.width = pictures[0].shape[:2]
         stream.pix_fmt = "yuv420p"
+        if sample_aspect_ratio is not None:
+            stream.codec_context.sample_aspect_ratio = sample_aspect_ratio
         if codec_options:
             stream.options = codec_options
         if pts_ms is not None:
@@ -60,13 +68,30 @@ def encode_video(
         if display_rotation is not None:
             stream.set_display_rotation(display_rotation)
         stream.metadata.update(tags or {})
+        # Every stream is declared before the first packet is muxed.
+        audio = container.add_stream("libopus", rate=48000) if audio_s else None
         for i, pixels in enumerate(pictures):
             frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
             if pts_ms is not None:
                 frame.pts, frame.time_base = pts_ms[i], Fraction(1, 1000)
+            elif first_frame:
+                frame.pts = first_frame + i
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
+        if audio is not None:
+            _add_silence(container, audio, audio_s)
     return path
+
+
+def _add_silence(
+    container: av.container.OutputContainer, audio: av.AudioStream, seconds: float
+) -> None:
+    """`seconds` of silence at 48 kHz mono, in 20 ms frames."""
+    for n in range(round(seconds / 0.02)):
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 960), np.float32), "fltp", "mono")
+        frame.sample_rate, frame.pts = 48000, n * 960
+        container.mux(audio.encode(frame))
+    container.mux(audio.encode())
 
 
 def numbered_picture(i: int, width: int, height: int) -> np.ndarray:
@@ -309,7 +334,21 @@ def test_unreadable_index_is_rebuilt(
 
     assert FrameCache(tmp_path).get(videos["25"], ImageRules()) == built
     assert len(decodes) == 2
-    assert json.loads((built.directory / "index.json").read_text())["format"] == 2
+    assert json.loads((built.directory / "index.json").read_text())["format"] == INDEX_FORMAT == 3
+
+
+def test_an_entry_of_an_older_format_is_rebuilt(
+    videos: dict[str, Path], tmp_path: Path, decodes: list[str]
+) -> None:
+    # Format 2 entries were sampled without the pixel aspect or TRACE's tie rule.
+    built = FrameCache(tmp_path).get(videos["25"], ImageRules())
+    index = json.loads((built.directory / "index.json").read_text())
+    index["format"] = 2
+    (built.directory / "index.json").write_text(json.dumps(index))
+
+    assert FrameCache(tmp_path).get(videos["25"], ImageRules()) == built
+    assert len(decodes) == 2
+    assert json.loads((built.directory / "index.json").read_text())["format"] == 3
 
 
 def test_stale_partial_folders_are_cleaned(videos: dict[str, Path], tmp_path: Path) -> None:

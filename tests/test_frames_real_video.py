@@ -60,30 +60,20 @@ def info(**fields) -> VideoInfo:
         ("a.mp4", "libx264", 30, info(duration_s=4.0, source_fps=30.0), [0, 30, 60, 90]),
         ("a.mov", "libx264", 30, info(duration_s=4.0, source_fps=30.0), [0, 30, 60, 90]),
         # Matroska keeps milliseconds: 29.97 fps frames lie 33 or 34 ms apart, which is
-        # rounding, not a variable rate; 4 s rounds to frame 120, past the last (119).
+        # rounding, not a variable rate; 4 s rounds to frame 120, past the last (119). Its
+        # duration is the track's own (the muxer's duration tag), not the container's.
         (
             "a.mkv",
             "libx264",
             NTSC,
-            info(
-                duration_s=4.004,
-                duration_source="container",
-                source_fps=float(NTSC),
-                container=MATROSKA,
-            ),
+            info(duration_s=4.004, source_fps=float(NTSC), container=MATROSKA),
             [0, 30, 60, 90, 119],
         ),
         (
             "a.webm",
             "libvpx-vp9",
             NTSC,
-            info(
-                duration_s=4.004,
-                duration_source="container",
-                source_fps=float(NTSC),
-                codec="vp9",
-                container=MATROSKA,
-            ),
+            info(duration_s=4.004, source_fps=float(NTSC), codec="vp9", container=MATROSKA),
             [0, 30, 60, 90, 119],
         ),
         pytest.param(
@@ -127,8 +117,8 @@ def last_frame_at_or_before(times_ms: list[int], t_ms: float) -> int:
     [
         ("vfr.mp4", "libx264", "stream", "h264", MP4),
         ("vfr.mov", "libx264", "stream", "h264", MP4),
-        ("vfr.mkv", "libx264", "container", "h264", MATROSKA),
-        ("vfr.webm", "libvpx-vp9", "container", "vp9", MATROSKA),
+        ("vfr.mkv", "libx264", "stream", "h264", MATROSKA),
+        ("vfr.webm", "libvpx-vp9", "stream", "vp9", MATROSKA),
     ],
 )
 def test_variable_rate_shows_the_last_frame_at_or_before_each_sample(

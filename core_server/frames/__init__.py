@@ -5,8 +5,9 @@ the same files.
 cache.py (`FrameCache`, open it first) finds or builds a video's entry (entries.py: the
 folder, its index, publishing it whole). A video is known by its content digest (digest.py)
 and its stream's facts (probing.py); timing.py says which source frame each sample shows,
-planning.py which packets hold them, decoding.py and sampling.py decode just those, and
-jpeg_writer.py resizes, encodes and writes each sample. types.py and errors.py hold what the
+planning.py which packets hold them, decoding.py and sampling.py decode just those,
+completeness.py tells a truncated or corrupt stream from a whole one, and jpeg_writer.py
+resizes, encodes and writes each sample. types.py and errors.py hold what the
 other rooms import.
 
 May import: errors.

@@ -17,9 +17,10 @@ from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.planning import Plan, PlanMismatch, Run
 
 
-def decoded_frames(path: Path, container: av.container.InputContainer) -> Iterator[av.VideoFrame]:
+def decoded_frames(
+    path: Path, container: av.container.InputContainer, stream: av.VideoStream
+) -> Iterator[av.VideoFrame]:
     """Every frame of the video stream in presentation order, decoded on all cores."""
-    stream = container.streams.video[0]
     stream.thread_type = "AUTO"
     at_s = 0.0
     try:

@@ -38,7 +38,7 @@ from streameval.core.frames.types import (
 log = logging.getLogger(__name__)
 
 # Bumped whenever the sampling or encoding changes, so older cache entries are rebuilt.
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 # A builder adds a JPEG every few seconds at most; a partial folder untouched this long
 # belongs to a process that died, and is deleted.
 STALE_PARTIAL_S = 600.0

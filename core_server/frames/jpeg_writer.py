@@ -1,9 +1,11 @@
 """One sample's JPEG, written as soon as its frame is decoded.
 
-Frames are delivered upright: the rotation `probe` read is applied, and the width cap
-applies to the upright picture. Each sample is resized inside PyAV's pixel-format conversion
-(cheaper than a Pillow resize), turned, JPEG-encoded with Pillow and written to disk straight
-away, so memory stays flat whatever the video's length. While it writes, the writer tells
+Frames are delivered as players show them: at their display size (non-square pixels
+stretched or narrowed by the pixel aspect `probe` read) and upright (its rotation applied);
+the width cap applies to that picture, which is never enlarged past its display size. Each
+sample is resized inside PyAV's pixel-format conversion (cheaper than a Pillow resize),
+turned, JPEG-encoded with Pillow and written to disk straight away, so memory stays flat
+whatever the video's length. While it writes, the writer tells
 how far sampling is (`DecodeProgress`), a few times a second.
 """
 
@@ -12,14 +14,16 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 from av.video.reformatter import VideoReformatter
 from PIL import Image
 
 from streameval.core.frames.errors import cache_io
+from streameval.core.frames.probing import display_size
 from streameval.core.frames.timing import Placed
-from streameval.core.frames.types import FrameRef, ImageRules, jpeg_name
+from streameval.core.frames.types import FrameRef, ImageRules, VideoInfo, jpeg_name
 
 # An entry being built reports how far it is at most this often (FrameCache.get's on_progress).
 PROGRESS_INTERVAL_S = 0.25
@@ -54,20 +58,22 @@ class ProgressTicker:
 
 
 class JpegWriter:
-    """Resizes, turns upright, encodes and writes one sample at a time into a folder."""
+    """Resizes to the display size, turns upright, encodes and writes one sample at a time
+    into a folder."""
 
     def __init__(
         self,
         folder: Path,
         rules: ImageRules,
         digest: str,
-        rotation: int,
+        info: VideoInfo,
         ticker: ProgressTicker | None = None,
     ) -> None:
         self.folder = folder
         self.rules = rules
         self.id_prefix = digest[:16]
-        self.rotation = rotation
+        self.rotation = info.rotation
+        self.aspect = Fraction(info.sample_aspect_ratio.replace(":", "/"))
         # One scaler for the whole video: its context is reused instead of rebuilt per frame.
         self.scaler = VideoReformatter()
         self.ticker = ticker
@@ -75,7 +81,8 @@ class JpegWriter:
     def write(self, k: int, placed: Placed) -> FrameRef:
         frame = placed.frame
         turned = self.rotation in (90, 270)
-        upright = (frame.height, frame.width) if turned else (frame.width, frame.height)
+        shown = display_size(frame.width, frame.height, self.aspect)
+        upright = (shown[1], shown[0]) if turned else shown
         width, height = capped_size(*upright, self.rules.max_width)
         # Scale in the coded orientation, then turn the already small picture.
         coded = (height, width) if turned else (width, height)

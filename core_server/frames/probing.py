@@ -2,13 +2,20 @@
 (`probe`), and the opening of a video file and its stream, whose failures are one-line
 VideoDecodeErrors.
 
-Its rotation comes from a display matrix (or a legacy `rotate` tag) turning the picture by
-90, 180 or 270 degrees; its rate is variable when timestamp gaps differ from the nominal
-frame period by more than a muxer's rounding.
+The video stream is the one players show: the first marked default, else the first (cover
+art never). Its duration is that stream's own, measured from its first frame, in every
+container: a Matroska/WebM audio track running past the video, or timestamps starting at
+5 s, change nothing. Its pixels may not be square: the display size applies the sample
+aspect ratio to the coded width, as players do. Its rotation comes from a display matrix (or
+a legacy `rotate` tag) turning the picture by 90, 180 or 270 degrees; its rate is variable
+when timestamp gaps differ from the nominal frame period by more than a muxer's rounding. A
+still image (a PNG or JPEG renamed .mp4) is refused: FFmpeg reads it as a one-frame video.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from fractions import Fraction
 from itertools import pairwise
 from pathlib import Path
@@ -19,6 +26,12 @@ from streameval.core.frames.decoding import decoded_frames
 from streameval.core.frames.digest import stat_video
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.types import DurationSource, VideoInfo
+
+# FFmpeg's demuxers of still images: "image2" (files named like pictures) and the
+# "<codec>_pipe" ones that recognise an image by its bytes whatever its name.
+IMAGE_DEMUXERS = re.compile(r"image2|.+_pipe")
+# The end of a Matroska track as its muxer tags it (FFmpeg writes "00:00:04.004000000").
+MATROSKA_DURATION = re.compile(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)")
 
 # A muxer rounds every timestamp to its time base on its own, so two frames of a constant-rate
 # stream may lie up to one tick closer or further apart than the nominal frame period
@@ -41,28 +54,35 @@ def probe(path: Path) -> VideoInfo:
         rate = nominal_rate(path, stream)
         time_base = stream_time_base(stream)
         stamps, first = _timestamps_and_first_frame(path, container, stream)
-        declared = _declared_duration(stream, container)
+        declared = _declared_duration(stream)
+        whole = _container_duration(container)
         rotation = _rotation(first, stream)
+        aspect = pixel_aspect(stream)
         codec, format_name = stream.codec_context.name, container.format.name
+    source: DurationSource
     if declared is not None:
-        duration_s, source = declared
+        duration_s, source = declared, "stream"
     elif stamps and time_base is not None:
         # The last frame lasts one nominal period.
         duration_s, source = float((max(stamps) - min(stamps)) * time_base + 1 / rate), "packets"
+    elif whole is not None:
+        duration_s, source = whole, "container"
     else:
         duration_s, source = float(_count_frames(path) / rate), "decoded"
     variable = time_base is not None and _varies(stamps, rate, time_base)
+    width, height = display_size(first.width, first.height, aspect)
     turned = rotation in (90, 270)
     return VideoInfo(
         duration_s=duration_s,
         duration_source=source,
         source_fps=len(stamps) / duration_s if variable else float(rate),
-        width=first.height if turned else first.width,
-        height=first.width if turned else first.height,
+        width=height if turned else width,
+        height=width if turned else height,
         rotation=rotation,
         variable_frame_rate=variable,
         codec=codec,
         container=format_name,
+        sample_aspect_ratio=f"{aspect.numerator}:{aspect.denominator}",
     )
 
 
@@ -75,9 +95,33 @@ def open_video(path: Path) -> av.container.InputContainer:
 
 
 def video_stream(path: Path, container: av.container.InputContainer) -> av.VideoStream:
-    if not container.streams.video:
+    """The video stream players show: the first marked default, else the first; an attached
+    picture (cover art) is no video. A still image is refused."""
+    if IMAGE_DEMUXERS.fullmatch(container.format.name):
+        codec = container.streams.video[0].codec_context.name if container.streams.video else "?"
+        raise VideoDecodeError(f"{path}: a still image ({codec}), not a video")
+    playable = [
+        stream
+        for stream in container.streams.video
+        if not stream.disposition & av.stream.Disposition.attached_pic
+    ]
+    if not playable:
         raise VideoDecodeError(f"{path}: no video stream")
-    return container.streams.video[0]
+    defaults = [stream for stream in playable if stream.disposition & av.stream.Disposition.default]
+    return (defaults or playable)[0]
+
+
+def pixel_aspect(stream: av.VideoStream) -> Fraction:
+    """The sample aspect ratio (a pixel's width over its height): the container's if it
+    declares one, else the codec's, as FFmpeg reads them; 1 when neither does."""
+    ratio = stream.sample_aspect_ratio
+    return Fraction(ratio) if ratio and ratio > 0 else Fraction(1)
+
+
+def display_size(width: int, height: int, aspect: Fraction) -> tuple[int, int]:
+    """The size players show a coded picture at: its width stretched (or narrowed) by the
+    pixel aspect, its height kept (720x480 at 8:9 shows as 640x480)."""
+    return max(1, math.floor(width * aspect + Fraction(1, 2))), height
 
 
 def nominal_rate(path: Path, stream: av.VideoStream) -> Fraction:
@@ -93,14 +137,33 @@ def stream_time_base(stream: av.VideoStream) -> Fraction | None:
     return Fraction(stream.time_base) if stream.time_base else None
 
 
-def _declared_duration(
-    stream: av.VideoStream, container: av.container.InputContainer
-) -> tuple[float, DurationSource] | None:
+def _declared_duration(stream: av.VideoStream) -> float | None:
+    """The video stream's own duration, as its header declares it."""
     if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base), "stream"
-    if container.duration is not None:
-        return container.duration / av.time_base, "container"
-    return None
+        return float(stream.duration * stream.time_base)
+    return _matroska_duration(stream)
+
+
+def _container_duration(container: av.container.InputContainer) -> float | None:
+    """The container's duration where it can only be the video's: a container's spans every
+    stream (an audio track running past the video included), and its start differs between
+    demuxers, so it is read only for a lone stream without timestamps (raw streams)."""
+    if container.duration is None or len(container.streams) != 1:
+        return None
+    return container.duration / av.time_base
+
+
+def _matroska_duration(stream: av.VideoStream) -> float | None:
+    """Matroska keeps no duration per track; FFmpeg's muxer tags each track with the time
+    its last frame ends, counted from 0, so the stream's start is taken off."""
+    tags = {key.lower(): value for key, value in stream.metadata.items()}
+    match = MATROSKA_DURATION.fullmatch(tags.get("duration", ""))
+    if match is None or stream.time_base is None:
+        return None
+    hours, minutes, seconds = match.groups()
+    end = int(hours) * 3600 + int(minutes) * 60 + Fraction(seconds)
+    start = (stream.start_time or 0) * Fraction(stream.time_base)
+    return float(end - start) if end > start else None
 
 
 def _timestamps_and_first_frame(
@@ -154,4 +217,4 @@ def _rotation(first: av.VideoFrame, stream: av.VideoStream) -> int:
 
 def _count_frames(path: Path) -> int:
     with open_video(path) as container:
-        return sum(1 for _ in decoded_frames(path, container))
+        return sum(1 for _ in decoded_frames(path, container, video_stream(path, container)))

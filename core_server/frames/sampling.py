@@ -3,8 +3,8 @@
 Decoding follows the plan (streameval.core.frames.planning); on any difference from it, or
 a stream the plan cannot describe, every frame is decoded instead, which gives the same
 samples. Seeking anew for each sample would decode each GOP again and again
-(bench/bench_frame_sampling.py compares the approaches). A video that decodes much shorter
-than its header declares is truncated: a VideoDecodeError.
+(bench/bench_frame_sampling.py compares the approaches). A video that decodes shorter than
+its header declares is truncated or corrupt (streameval.core.frames.completeness).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import av
 
+from streameval.core.frames.completeness import check_complete
 from streameval.core.frames.decoding import DecodeStats, decode_to_plan, decoded_frames
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.jpeg_writer import DecodeProgress, JpegWriter, ProgressTicker
@@ -30,11 +31,6 @@ from streameval.core.frames.timing import Placed, Timing
 from streameval.core.frames.types import FrameRef, ImageRules, VideoInfo
 
 log = logging.getLogger(__name__)
-
-# A decoded stream may end a little before the duration its header declares (audio tails,
-# estimated durations); anything shorter than this margin means the file was cut off.
-TRUNCATION_MARGIN_S = 1.0
-TRUNCATION_MARGIN_FRACTION = 0.05
 
 
 def _timing(path: Path, info: VideoInfo, stream: av.VideoStream) -> Timing:
@@ -56,7 +52,7 @@ def sample_video(
     info = probe(path)
     stats = DecodeStats() if stats is None else stats
     ticker = None if on_progress is None else ProgressTicker(on_progress, info.duration_s)
-    writer = JpegWriter(folder, rules, digest, info.rotation, ticker)
+    writer = JpegWriter(folder, rules, digest, info, ticker)
     if not decode_all:
         try:
             sampled = _sample_planned(path, info, rules, writer, stats)
@@ -108,9 +104,10 @@ def _sample_everything(
     refs: list[FrameRef] = []
     stats.packets_decoded, stats.planned = 0, False
     with open_video(path) as container:
-        timing = _timing(path, info, container.streams.video[0])
+        stream = video_stream(path, container)
+        timing = _timing(path, info, stream)
         shown: Placed | None = None
-        for placed in timing.place(decoded_frames(path, container)):
+        for placed in timing.place(decoded_frames(path, container, stream)):
             stats.packets_decoded += 1
             # Frames come in presentation order: the one on screen serves every sample
             # placed before the next one.
@@ -136,7 +133,7 @@ def _finish(
     frame on (at a constant rate, also those within its last half frame, which round past
     the end): they show the last frame. Returns the duration."""
     duration_s = timing.end_s(last)
-    _check_not_truncated(path, duration_s, info)
+    check_complete(path, duration_s, info)
     while len(refs) / rules.fps < duration_s:
         refs.append(writer.write(len(refs), last))
     return duration_s
@@ -146,15 +143,3 @@ def _remove_samples(folder: Path) -> None:
     for jpeg in folder.glob("*.jpg"):
         with contextlib.suppress(OSError):
             jpeg.unlink()
-
-
-def _check_not_truncated(path: Path, decoded_s: float, info: VideoInfo) -> None:
-    if info.duration_source not in ("stream", "container"):
-        return
-    declared_s = info.duration_s
-    margin = max(TRUNCATION_MARGIN_S, TRUNCATION_MARGIN_FRACTION * declared_s)
-    if decoded_s < declared_s - margin:
-        raise VideoDecodeError(
-            f"{path}: truncated video: decoded {decoded_s:.2f}s of the {declared_s:.2f}s "
-            "its header declares"
-        )

@@ -4,7 +4,12 @@ Sample k sits at video time t = k / fps (time 0 is the first frame). Which sourc
 shows depends on the stream, as `probe` classifies it:
 
 - constant frame rate (the usual case): source frame floor(t * source_fps + 0.5), the rule
-  of the spec, with the frame number read from each frame's timestamp;
+  of the spec, with the frame number read from each frame's timestamp: the frame nearest
+  to t, which may start up to half a frame period after t. A tie (t exactly halfway between
+  two frames) goes to the later frame, and t is first rounded to 9 decimals, in floating
+  point, as TRACE's sampler computes it (om-ai-lab/trace-bench, `sample_video`:
+  floor(round(start + i / fps, 9) * CAP_PROP_FPS + 0.5)): 5/6 s at 15 fps, 12.5 frame
+  periods exactly, is frame 12 there because 0.833333333 s is a little before it;
 - variable frame rate (timestamp gaps that differ from the nominal frame period by more than
   a muxer's rounding): the last frame whose presentation time is <= t, i.e. the frame a
   player shows at t. Its source index is its position in presentation order.
@@ -73,7 +78,11 @@ class Timing:
         return float(last.position + lasts)
 
 
+# TRACE's sampler rounds every sample time to this many decimals before choosing its frame.
+TIME_DECIMALS = 9
+
+
 def source_index(t: float, source_fps: float) -> int:
     """The source frame a sample at time t shows at a constant rate (before clamping to the
-    last frame)."""
-    return math.floor(t * source_fps + 0.5)
+    last frame), computed as TRACE computes it, ties included."""
+    return math.floor(round(t, TIME_DECIMALS) * source_fps + 0.5)

@@ -48,17 +48,19 @@ DurationSource = Literal["stream", "container", "packets", "decoded"]
 class VideoInfo:
     """A video file as `probe` reads it, without decoding it in full."""
 
-    duration_s: float
-    # Where duration_s comes from: the video stream's metadata, else the container's; without
-    # either, the packet timestamps; without those (raw streams), counting decoded frames.
+    duration_s: float  # the video stream's own, from its first frame
+    # Where duration_s comes from: the video stream's metadata (Matroska: its track's
+    # duration tag); without it, the packet timestamps; without those (raw streams), the
+    # container's, else counting decoded frames.
     duration_source: DurationSource
     source_fps: float  # the nominal rate; frames / duration_s at a variable frame rate
-    width: int  # of the upright picture, after rotation
+    width: int  # as displayed: the pixel aspect applied, then turned upright
     height: int
     rotation: int  # clockwise degrees (0, 90, 180, 270) that turn the coded picture upright
     variable_frame_rate: bool
     codec: str  # FFmpeg's decoder name: "h264", "hevc", "vp9", ...
     container: str  # FFmpeg's demuxer name: "mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", ...
+    sample_aspect_ratio: str = "1:1"  # a coded pixel's width:height ("8:9" on NTSC DVDs)
 
 
 @dataclass(frozen=True)
