@@ -16,6 +16,7 @@ from streameval.core.config import (
     host_allowed,
 )
 from streameval.core.store.store import Store, StoreError
+from streameval.web_readiness import STORE_UNAVAILABLE
 
 
 class AdapterRegistration(BaseModel):
@@ -95,5 +96,6 @@ def registered(store: Store) -> dict[str, EndpointConfig]:
     return found
 
 
-def _unavailable(exc: StoreError) -> HTTPException:
-    return HTTPException(503, f"adapter registry unavailable: {exc}")
+def _unavailable(_exc: StoreError) -> HTTPException:
+    # StoreError's text names the store (a path or a host): not for API clients.
+    return HTTPException(503, f"adapter registry unavailable: {STORE_UNAVAILABLE}")

@@ -20,7 +20,9 @@ from streameval.core.config import RunConfig
 from streameval.core.errors import CoreError
 from streameval.core.launch.control_run_config import RunRequest, config_for
 from streameval.core.run.runner import RunExecutor
+from streameval.core.store.retry import retry_deadline
 from streameval.core.store.store import Store, StoreError
+from streameval.web_readiness import STORE_UNAVAILABLE
 
 UNREACHABLE = "adapter endpoint not reachable, not ready or not a streameval adapter"
 _UNSETTLED = ("created", "running")  # run statuses that a crashed execution leaves behind
@@ -51,7 +53,7 @@ class BackgroundRuns:
 
     def start(self, executor: RunExecutor, run_id: str) -> None:
         """Execute the prepared run `run_id` in the background."""
-        task = asyncio.create_task(executor.execute(run_id))
+        task = asyncio.create_task(_execute(executor, run_id))
         task.add_done_callback(lambda done: self._note_crash(run_id, done))
         self._tasks[run_id] = task
 
@@ -95,6 +97,13 @@ class BackgroundRuns:
             log.error("run %s: cannot record its failure: %s", run_id, failed)
 
 
+async def _execute(executor: RunExecutor, run_id: str) -> None:
+    # The task inherits the request's store deadline (streameval/web_readiness.py); a run
+    # waits out a store restart as every run does.
+    with retry_deadline(None):
+        await executor.execute(run_id)
+
+
 def runs_router(store: Store, runs: BackgroundRuns) -> APIRouter:
     """POST /runs starts a run, GET /runs/{run_id} reports one."""
     router = APIRouter(tags=["runs"])
@@ -119,8 +128,10 @@ def runs_router(store: Store, runs: BackgroundRuns) -> APIRouter:
         """A run's status, its sessions per status and why it ended with an error, if it did."""
         try:
             return runs.status(run_id)
-        except StoreError:
+        except StoreError as exc:
             # StoreError's text names the store (a path or a host): not for API clients.
+            if exc.transient:
+                raise HTTPException(503, STORE_UNAVAILABLE) from None
             raise HTTPException(404, f"unknown run id {run_id!r}") from None
 
     return router
