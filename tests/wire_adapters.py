@@ -238,3 +238,12 @@ class AbandonedCallAdapter(Adapter):
         self._log(session, "cleanup_begins")
         await asyncio.sleep(0.2)
         self._log(session, "cleanup_done")
+
+
+class NeverReadyAdapter(InstantAdapter):
+    """Listens but never finishes loading: `/healthz` answers 503 `loading` for good."""
+
+    name = "never-ready"
+
+    async def start(self) -> None:
+        await asyncio.Event().wait()
