@@ -1,5 +1,5 @@
 """What both HTTP services (the results API, the Core's control API) do about their store
-(docs/robustness.md, "The APIs while the store is down"):
+(docs/robustness.md, "The services while their store is down"):
 
 - `/healthz` is liveness: the process serves. It never asks the store, so a store outage
   does not get a healthy process restarted.

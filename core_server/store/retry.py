@@ -28,7 +28,7 @@ RETRY_BUDGET_S = 60.0
 RETRY_FIRST_DELAY_S = 0.1
 RETRY_MAX_DELAY_S = 2.0
 # What an API request gives the store: a store that cannot answer is a 503 within a second.
-REQUEST_RETRY_BUDGET_S = 0.5
+REQUEST_RETRY_BUDGET_S = 0.25
 # libpq and psycopg read any connect_timeout under 2 s as 2 s.
 REQUEST_CONNECT_TIMEOUT_S = 2
 T = TypeVar("T")
