@@ -21,10 +21,11 @@ from typing import Literal
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from streameval.core.store.light import StoreError
 from streameval.core.store.retry import REQUEST_RETRY_BUDGET_S, retry_deadline
+from streameval.web_security import HttpMiddleware
 
 STORE_UNAVAILABLE = "the store does not answer; try again later"
 
@@ -35,16 +36,10 @@ class Ready(BaseModel):
     status: Literal["ready"] = "ready"
 
 
-class RequestRetryBudget:
+class RequestRetryBudget(HttpMiddleware):
     """ASGI middleware: the store calls of each HTTP request stop retrying at one deadline."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         # A context variable: the thread a synchronous route runs in inherits it.
         with retry_deadline(REQUEST_RETRY_BUDGET_S):
             await self.app(scope, receive, send)

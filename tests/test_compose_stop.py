@@ -12,10 +12,8 @@ STREAMEVAL_REQUIRE_DOCKER is set.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +21,7 @@ import httpx
 import pytest
 
 from tests.docker_engine import require_engine
-from tests.test_compose_stack import BUILD_AND_RUN_TIMEOUT_S, Stack, _free_port, _must
+from tests.test_compose_stack import BUILD_AND_RUN_TIMEOUT_S, Stack, _must, new_stack
 
 pytestmark = pytest.mark.timeout(BUILD_AND_RUN_TIMEOUT_S + 600)
 READY_TIMEOUT_S = 3
@@ -34,24 +32,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The services up and healthy; the job not started. Its run is long enough to stop:
     paced on the wall clock, one session at a time."""
     require_engine(["docker", "compose", "version"])
-    root = tmp_path_factory.mktemp("compose-stop")
-    for folder in ("benchmark", "videos", "results"):
-        (root / folder).mkdir()
-    env = {
-        **os.environ,
-        "COMPOSE_PROJECT_NAME": f"streameval-stop-{uuid.uuid4().hex[:8]}",
-        "CORE_PORT": str(_free_port()),
-        "RESULTS_PORT": str(_free_port()),
-        "STREAMEVAL_API_TOKEN": "compose-stop-test-token",
-        "BENCHMARK_DIR": str(root / "benchmark"),
-        "VIDEO_DIR": str(root / "videos"),
-        "RESULTS_DIR": str(root / "results"),
-        "PACING": "wall_clock",
-        "CONCURRENCY": "1",
-        "RUN_ARGS": "--limit 2",
-        "READY_TIMEOUT": str(READY_TIMEOUT_S),
-    }
-    stack = Stack(env, root / "results")
+    stack = new_stack(
+        tmp_path_factory.mktemp("compose-stop"), "streameval-stop",
+        STREAMEVAL_API_TOKEN="compose-stop-test-token", PACING="wall_clock", CONCURRENCY="1",
+        RUN_ARGS="--limit 2", READY_TIMEOUT=str(READY_TIMEOUT_S),
+    )  # fmt: skip
     try:
         up = stack.compose(
             "up", "-d", "--build", "--wait", "core", "results", "reference-adapter",

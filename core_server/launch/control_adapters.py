@@ -96,6 +96,7 @@ def registered(store: Store) -> dict[str, EndpointConfig]:
     return found
 
 
-def _unavailable(_exc: StoreError) -> HTTPException:
-    # StoreError's text names the store (a path or a host): not for API clients.
-    return HTTPException(503, f"adapter registry unavailable: {STORE_UNAVAILABLE}")
+def _unavailable(exc: StoreError) -> HTTPException:
+    # An unreachable store's error names its host: not for API clients.
+    reason = STORE_UNAVAILABLE if exc.transient else exc
+    return HTTPException(503, f"adapter registry unavailable: {reason}")
