@@ -123,17 +123,26 @@ def split_host_list(values: Iterable[str]) -> list[str]:
     return [name for value in values for name in value.replace(",", " ").split()]
 
 
-class SecurityHeaders:
-    """ASGI middleware: every HTTP answer gets SECURITY_HEADERS, unless it set one itself."""
+class HttpMiddleware:
+    """ASGI middleware that acts on HTTP requests (`http`) only; the rest pass through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:
             await self.app(scope, receive, send)
-            return
 
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class SecurityHeaders(HttpMiddleware):
+    """ASGI middleware: every HTTP answer gets SECURITY_HEADERS, unless it set one itself."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)

@@ -71,8 +71,18 @@ def pg_ctl(data: str, *args: str) -> None:
 def restart_postgres(data: str, server_url: str, down_s: float = 1.0) -> None:
     """Stop the server (fast: every connection is ended), leave it down for `down_s` so the
     Core meets a server that is gone, not only reset connections, then start it again."""
-    port = make_url(server_url).port
-    pg_ctl(data, "-m", "fast", "-w", "stop")
+    stop_postgres(data)
     time.sleep(down_s)
+    start_postgres(data, server_url)
+
+
+def stop_postgres(data: str) -> None:
+    """Stop the server fast: every connection is ended, new ones are refused."""
+    pg_ctl(data, "-m", "fast", "-w", "stop")
+
+
+def start_postgres(data: str, server_url: str) -> None:
+    """Start the server stopped by stop_postgres again, as .ci/start-postgres.sh did."""
+    port = make_url(server_url).port
     options = f"-h 127.0.0.1 -p {port} -k '{data}' -c fsync=off"
     pg_ctl(data, "-l", f"{data}/server.log", "-w", "-t", "60", "-o", options, "start")

@@ -78,6 +78,7 @@ def test_every_control_api_operation_has_a_tag_and_typed_responses(core_schema) 
     tags = {(method, path): op.get("tags") for method, path, op in operations(core_schema)}
     assert tags == {
         ("GET", "/healthz"): ["service"],
+        ("GET", "/readyz"): ["service"],
         ("GET", "/adapters"): ["adapters"],
         ("POST", "/adapters"): ["adapters"],
         ("POST", "/runs"): ["runs"],
@@ -89,6 +90,9 @@ def test_every_control_api_operation_has_a_tag_and_typed_responses(core_schema) 
         "$ref": "#/components/schemas/Health"
     }
     assert core_schema["components"]["schemas"]["Health"]["properties"]["status"]["const"] == "ok"
+    ready = core_schema["paths"]["/readyz"]["get"]["responses"]
+    assert sorted(ready) == ["200", "503"]
+    assert core_schema["components"]["schemas"]["Ready"]["properties"]["status"]["const"] == "ready"
     # Every operation says what it does: ReDoc shows the docstring under the summary.
     assert all(op.get("description") for _, _, op in operations(core_schema))
 

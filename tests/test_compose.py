@@ -11,6 +11,8 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import tomllib
@@ -26,6 +28,8 @@ from fastapi.testclient import TestClient
 from streameval.adapters.registry import build_adapter
 from streameval.cli import app as cli_app
 from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.store import Store
+from tests.faults import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -320,6 +324,8 @@ def test_health_check_routes_are_served(tmp_path):
         base = f"http://{adapter.host}:{adapter.port}"
         assert httpx.get(base + polled("adapter")).status_code == 200
     assert polled("model") == polled("judge") == "/health"  # vLLM's readiness route
+    # The APIs' checks are readiness (their store answers), not liveness (/healthz).
+    assert polled("core") == polled("results") == "/readyz"
 
 
 # --------------------------------------------------------------------------- Dockerfiles
@@ -373,17 +379,22 @@ def test_the_images_get_the_presets_and_yaml():
 # --------------------------------------------------------------------------- the job
 
 
-def run_job(tmp_path: Path, adapter_url: str, benchmark: Path, run_args: str = ""):
-    env = {
+def job_env(tmp_path: Path, adapter_url: str, benchmark: Path, **extra: str) -> dict[str, str]:
+    """The job's environment as compose gives it (.env.example's values), on a SQLite store."""
+    return {
         **os.environ,
         **env_example(),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "STREAMEVAL_STORE": f"sqlite:///{tmp_path / 's.db'}",
         "ADAPTER_URL": adapter_url,
         "BENCHMARK": str(benchmark),
-        "RUN_ARGS": run_args,
         "RESULTS_DIR": str(tmp_path / "results"),
+        **extra,
     }
+
+
+def run_job(tmp_path: Path, adapter_url: str, benchmark: Path, run_args: str = "", **extra: str):
+    env = job_env(tmp_path, adapter_url, benchmark, RUN_ARGS=run_args, **extra)
     return subprocess.run(
         ["sh", str(JOB_SCRIPT)], env=env, capture_output=True, text=True, timeout=120
     )
@@ -406,6 +417,83 @@ def test_the_benchmark_job_runs_scores_and_exits_with_the_runs_status(
     assert hung.returncode == 3 and "3 sessions failed" in hung.stderr
     hung_id = json.loads(hung.stdout.splitlines()[0])["run_id"]
     assert (tmp_path / "results" / f"{hung_id}.json").is_file()
+
+
+def test_the_job_fails_fast_with_one_line_when_the_adapter_is_not_ready(
+    adapter_env, benchmark_path, tmp_path
+):
+    """Compose starts the job even when an optional dependency is unhealthy: the job waits
+    READY_TIMEOUT seconds for the adapter's /healthz, then says so in one line (exit 2)."""
+    with AdapterProcess("tests.wire_adapters:NeverReadyAdapter") as adapter:
+        done = run_job(tmp_path, adapter.url, benchmark_path, READY_TIMEOUT="1")
+        health = f"http://{adapter.host}:{adapter.port}/healthz"
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"benchmark job: the adapter at {health} is not ready after 1 s (READY_TIMEOUT): "
+        "HTTP 503 loading"
+    ]
+    assert done.stdout == "" and not (tmp_path / "s.db").exists()  # no run was started
+
+
+def test_the_job_waits_for_the_judge_when_one_is_configured(adapter_env, benchmark_path, tmp_path):
+    """STREAMEVAL_JUDGE_URL set (compose: JUDGE_URL) and nothing serving it: one line, exit 2,
+    before a run that could not be scored starts."""
+    with socket.socket() as unused:  # a port nothing listens on: refused
+        unused.bind(("127.0.0.1", 0))
+        judge = f"http://127.0.0.1:{unused.getsockname()[1]}/v1"
+    with AdapterProcess("always") as adapter:
+        done = run_job(
+            tmp_path, adapter.url, benchmark_path, READY_TIMEOUT="1", STREAMEVAL_JUDGE_URL=judge
+        )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"benchmark job: the judge at {judge}/models is not ready after 1 s (READY_TIMEOUT): "
+        "[Errno 111] Connection refused"
+    ]
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_sigterm_to_the_job_interrupts_its_run_resumably_and_it_exits_143(
+    adapter_env, benchmark_path, tmp_path, monkeypatch
+):
+    """What `docker stop` sends the job (its shell is the container's PID 1): the shell
+    passes SIGTERM on to `streameval run`, whose run ends `interrupted` with its sessions
+    given back, and exits 143; `streameval run --resume` then finishes the run."""
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("STREAMEVAL_TEST_GATE", str(gate))
+    with AdapterProcess("tests.wire_adapters:GatedAdapter") as adapter:
+        env = job_env(tmp_path, adapter.url, benchmark_path, CONCURRENCY="1")
+        job = subprocess.Popen(
+            ["sh", str(JOB_SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        with Store(env["STREAMEVAL_STORE"]) as store:
+
+            def a_session_runs() -> bool:
+                runs = store.list_runs()
+                return bool(runs) and "running" in {
+                    s.status for s in store.sessions(runs[0].run_id)
+                }
+
+            wait_for(a_session_runs, what="a session of the job's run to be running")
+            job.send_signal(signal.SIGTERM)
+            out, err = job.communicate(timeout=60)
+            (run,) = store.list_runs()
+            assert job.returncode == 143, err
+            assert err.splitlines()[-1] == (
+                f"terminated (SIGTERM): resume it with `streameval run --resume {run.run_id}`"
+            )
+            assert out == ""
+            assert run.status == "interrupted"
+            assert "running" not in {s.status for s in store.sessions(run.run_id)}
+            gate.touch()
+            resumed = subprocess.run(
+                [sys.executable, "-m", "streameval.cli", "run", "--resume", run.run_id,
+                 "--store", env["STREAMEVAL_STORE"], "--json"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert resumed.returncode == 0, resumed.stderr
+            assert json.loads(resumed.stdout)["status"] == "finished"
 
 
 def test_ci_builds_every_built_service_on_the_host_network():

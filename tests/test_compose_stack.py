@@ -60,25 +60,32 @@ class Stack:
         return f"http://127.0.0.1:{self.env[f'{service.upper()}_PORT']}"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    require_engine(["docker", "compose", "version"])
-    root = tmp_path_factory.mktemp("compose")
+def new_stack(root: Path, prefix: str, **settings: str) -> Stack:
+    """A compose project of the cpu profile with its folders under `root`, a name of its own
+    and free ports; `settings` are further compose variables."""
     for folder in ("benchmark", "videos", "results"):
         (root / folder).mkdir()
     env = {
         **os.environ,
-        "COMPOSE_PROJECT_NAME": f"streameval-test-{uuid.uuid4().hex[:8]}",
+        "COMPOSE_PROJECT_NAME": f"{prefix}-{uuid.uuid4().hex[:8]}",
         "CORE_PORT": str(_free_port()),
         "RESULTS_PORT": str(_free_port()),
-        "STREAMEVAL_API_TOKEN": TOKEN,
         "BENCHMARK_DIR": str(root / "benchmark"),
         "VIDEO_DIR": str(root / "videos"),
         "RESULTS_DIR": str(root / "results"),
-        # One session at a time in the job itself, so the three extra workers get some.
-        "CONCURRENCY": "1",
+        **settings,
     }
-    stack = Stack(env, root / "results")
+    return Stack(env, root / "results")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    require_engine(["docker", "compose", "version"])
+    stack = new_stack(
+        tmp_path_factory.mktemp("compose"), "streameval-test", STREAMEVAL_API_TOKEN=TOKEN,
+        # One session at a time in the job itself, so the three extra workers get some.
+        CONCURRENCY="1",
+    )  # fmt: skip
     try:
         yield stack
     finally:

@@ -348,8 +348,8 @@ def test_compose_publishes_on_loopback_and_ships_no_token():
     for name in ("core", "results"):
         (port,) = compose["services"][name]["ports"]
         assert port.startswith("${BIND_ADDRESS:-127.0.0.1}:")
-    # The health check uses the one route without a token; the schema is not served.
-    assert "/healthz" in " ".join(core["healthcheck"]["test"])
+    # The health check uses readiness, served without a token; the schema is not served.
+    assert "/readyz" in " ".join(core["healthcheck"]["test"])
     hosts = adapter_host_patterns(environment["STREAMEVAL_ADAPTER_HOSTS"].split(":-")[1][:-1])
     job_url = compose["services"]["benchmark"]["environment"]["ADAPTER_URL"]
     for url in (job_url, "ws://reference-adapter:8765/ws"):  # the README's registration

@@ -224,7 +224,7 @@ def test_compose_results_service_answers_its_health_check_and_the_published_url(
     bind = command[command.index("--host") + 1]
     names = interpolate(service["environment"]["STREAMEVAL_ALLOWED_HOSTS"], env_example())
     allowed = AllowedHosts.for_bind(bind, split_host_list([names]))
-    (health,) = [part for part in service["healthcheck"]["test"] if "/healthz" in part]
+    (health,) = [part for part in service["healthcheck"]["test"] if "/readyz" in part]
     checked = httpx.URL(health.split("'")[1])
     published = interpolate(service["ports"][0], env_example()).rsplit(":", 1)[0]
     for host in (f"{checked.host}:{checked.port}", published, "results:8800"):

@@ -244,3 +244,12 @@ class HugeSettingsAdapter(InstantAdapter):
     """Declares 7 MB of settings: every hello would carry them."""
 
     conditions = _POLLED.model_copy(update={"settings": {"prompt": "x" * 7_000_000}})
+
+
+class NeverReadyAdapter(InstantAdapter):
+    """Listens but never finishes loading: `/healthz` answers 503 `loading` for good."""
+
+    name = "never-ready"
+
+    async def start(self) -> None:
+        await asyncio.Event().wait()

@@ -18,6 +18,7 @@ from streameval.core.config import (
     host_allowed,
 )
 from streameval.core.store.store import Store, StoreError
+from streameval.web_readiness import STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +100,8 @@ def registered(store: Store) -> dict[str, EndpointConfig]:
     return found
 
 
-# What a client hears of a store failure: its text names the store (a SQLite file's path,
-# a database host), which is the operator's to read, in the server's log.
-STORE_UNAVAILABLE = "the store is unavailable"
-
-
 def store_unavailable(exc: StoreError) -> HTTPException:
-    """The 503 of a store failure, its reason logged for the operator only."""
+    """The 503 of a store failure: its text names the store (a SQLite file's path, a
+    database host), which is the operator's to read, in the server's log."""
     log.error("store failure: %s", exc)
     return HTTPException(503, STORE_UNAVAILABLE)

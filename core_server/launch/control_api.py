@@ -4,7 +4,7 @@ resource: adapters (core_server/launch/control_adapters.py) and runs
 (core_server/launch/control_runs.py; what a run over the API may be:
 core_server/launch/control_run_config.py).
 
-Every route but `/healthz` needs `Authorization: Bearer <token>`; the server binds to
+Every route but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`; the server binds to
 loopback unless told otherwise, because starting a run makes the Core open connections on
 the user's behalf. Registered endpoints live in the store (table `adapter_endpoints`), so
 they outlive a restart.
@@ -39,6 +39,7 @@ from streameval.core.errors import CoreError
 from streameval.core.launch.control_adapters import adapters_router
 from streameval.core.launch.control_runs import BackgroundRuns, runs_router
 from streameval.core.store.store import Store
+from streameval.web_readiness import add_readiness
 from streameval.web_security import ProtectedApp
 
 TOKEN_ENV = "STREAMEVAL_API_TOKEN"
@@ -88,7 +89,8 @@ def docs_line() -> str:
 
 
 def create_app(store_url: str, token: str) -> FastAPI:
-    """The control API on the store at `store_url`, every route but /healthz behind `token`."""
+    """The control API on the store at `store_url`, every route but /healthz and /readyz
+    behind `token`."""
     store = Store(store_url)
     runs = BackgroundRuns(store)
 
@@ -114,6 +116,7 @@ def create_app(store_url: str, token: str) -> FastAPI:
     if docs:
         add_offline_docs(app)
     app.get("/healthz", response_model=Health, tags=["service"])(healthz)
+    add_readiness(app, store.clock)  # /readyz, and a short store budget for every request
     authorized = [Depends(_bearer_check(token))]
     app.include_router(adapters_router(store), dependencies=authorized)
     app.include_router(runs_router(store, runs), dependencies=authorized)

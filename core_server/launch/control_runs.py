@@ -21,6 +21,7 @@ from streameval.core.errors import CoreError
 from streameval.core.launch.control_adapters import store_unavailable
 from streameval.core.launch.control_run_config import RunRequest, config_for
 from streameval.core.run.runner import RunExecutor
+from streameval.core.store.retry import retry_deadline
 from streameval.core.store.store import Store, StoreError
 
 UNREACHABLE = "adapter endpoint not reachable, not ready or not a streameval adapter"
@@ -52,7 +53,7 @@ class BackgroundRuns:
 
     def start(self, executor: RunExecutor, run_id: str) -> None:
         """Execute the prepared run `run_id` in the background."""
-        task = asyncio.create_task(executor.execute(run_id))
+        task = asyncio.create_task(_execute(executor, run_id))
         task.add_done_callback(lambda done: self._note_crash(run_id, done))
         self._tasks[run_id] = task
 
@@ -94,6 +95,13 @@ class BackgroundRuns:
         except StoreError as failed:
             # The store may be why it crashed: the reason is still served from memory.
             log.error("run %s: cannot record its failure: %s", run_id, failed)
+
+
+async def _execute(executor: RunExecutor, run_id: str) -> None:
+    # The task inherits the request's store deadline (streameval/web_readiness.py); a run
+    # waits out a store restart as every run does.
+    with retry_deadline(None):
+        await executor.execute(run_id)
 
 
 def runs_router(store: Store, runs: BackgroundRuns) -> APIRouter:

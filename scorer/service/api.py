@@ -6,7 +6,8 @@ create_app assembles it: the routers of routes/ (one a resource), the state they
 (routes/state.py: the store, the judge, the scored runs of score_cache.py, the caches of
 the dashboard's helpers) and the error answers (error_responses.py).
 
-Nothing it answers names the store or a path on the server (/healthz, error bodies).
+Nothing it answers names the store or a path on the server (/healthz, /readyz, error
+bodies). While the store is down it answers 503 within a second (streameval/web_readiness.py).
 
 The same app serves the dashboard (scorer/service/dashboard/static) under /ui/, and / leads there.
 """
@@ -34,6 +35,7 @@ from streameval.scorer.service.routes import (
 )
 from streameval.scorer.service.routes.state import ResultsState
 from streameval.scorer.service.score_cache import ScoreCache
+from streameval.web_readiness import add_readiness
 from streameval.web_security import AllowedHosts, ProtectedApp
 
 DESCRIPTION = (
@@ -82,6 +84,8 @@ def create_app(
         meter=RateMeter(),
         frames=RunFrames(store),
     )
+    # /readyz after /healthz; every request bounded by the store's request budget.
+    add_readiness(app, store.clock)
     for router in ROUTERS:
         app.include_router(router)
     app.mount("/ui", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")

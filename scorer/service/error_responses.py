@@ -1,7 +1,7 @@
 """How the results API answers a store or scoring error: 404 for an unknown run, 503 for a
-store that cannot answer, 400 for an unknown profile, 422 for a run that cannot be scored.
-No answer names the store: its URL or a SQLite file's path (a server path, a database host)
-becomes "the store"."""
+store that cannot answer (one fixed line while it is unreachable), 400 for an unknown
+profile, 422 for a run that cannot be scored. No answer names the store: its URL or a
+SQLite file's path (a server path, a database host) becomes "the store"."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError
 from streameval.core.store.store import Store, StoreError
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.profiles import ProfileError
+from streameval.web_readiness import STORE_UNAVAILABLE
 
 
 def store_names(store_url: str, store: Store) -> list[str]:
@@ -47,6 +48,8 @@ def add_error_handlers(app: FastAPI, hidden: list[str]) -> None:
             # "unknown run id 'x' in store sqlite:////path": the run, not where it was looked.
             detail = _without_store(message, hidden).removesuffix(" in store the store")
             return JSONResponse(status_code=404, content={"detail": detail})
+        if exc.transient:  # the driver's line names the database host
+            return JSONResponse(status_code=503, content={"detail": STORE_UNAVAILABLE})
         return JSONResponse(status_code=503, content={"detail": _without_store(message, hidden)})
 
     @app.exception_handler(ScoreError)
