@@ -143,7 +143,7 @@ class CausalityVerdict(BaseModel):
 
 
 @dataclass(frozen=True)
-class _Point:
+class Point:
     """A moment the adapter spoke at: the Core's last task message before it."""
 
     point: str
@@ -160,18 +160,18 @@ _POINTS = {
 
 # What the adapter said at a point: (("silent", ""),), (("delta", text), ("final", text)), ...
 Output = tuple[tuple[str, str], ...]
-Said = dict[_Point, Output]
+Said = dict[Point, Output]
 
 
 def said_before(events: Iterable[Event], cut_s: float) -> Said:
     """Each point's outputs that arrived while the Core's video clock was before the cut."""
-    said: dict[_Point, list[tuple[str, str]]] = {}
-    point = _Point("start", None)
+    said: dict[Point, list[tuple[str, str]]] = {}
+    point = Point("start", None)
     for event in events:
         payload = event.payload
         if event.kind in _POINTS:
             step = getattr(payload, "step", None)
-            point = _Point(_POINTS[event.kind] + ("" if step is None else f" {step}"), payload.t)
+            point = Point(_POINTS[event.kind] + ("" if step is None else f" {step}"), payload.t)
         if event.video_t is None or event.video_t >= cut_s:
             continue
         if event.kind == EventKind.SILENT:
@@ -213,13 +213,8 @@ def analyse(store: Store, runs: dict[Group, str], streams: AuditStreams) -> Caus
         for point in compared:
             found += compare_point(task, point, said, streams.marker)
     rule = decision_rule(points)
-    counts = {
-        "sessions": sum(len(task.copies) for task in streams.tasks),
-        "points": points,
-        **{kind: sum(e.kind == kind for e in found) for kind in ("marker", "differs", "memory")},
-        "nondeterministic": sum(_minority(e) for e in found if e.kind == "nondeterministic"),
-        "failed_sessions": sum(e.kind == "session_failed" for e in found),
-    }
+    sessions = sum(len(task.copies) for task in streams.tasks)
+    counts = evidence_counts(found, sessions, points)
     verdict, lead = decide(counts, rule)
     # The evidence the verdict rests on comes first, then the rest in _ORDER.
     found.sort(key=lambda e: (e.kind != lead, _ORDER.index(e.kind)))
@@ -233,6 +228,18 @@ def analyse(store: Store, runs: dict[Group, str], streams: AuditStreams) -> Caus
         counts=counts,
         evidence=found,
     )
+
+
+def evidence_counts(found: list[Evidence], sessions: int, points: int) -> dict[str, int]:
+    """The verdict's counts: of findings by kind, and of outputs off their group's most
+    common one (the nondeterminism the rule weighs)."""
+    return {
+        "sessions": sessions,
+        "points": points,
+        **{kind: sum(e.kind == kind for e in found) for kind in ("marker", "differs", "memory")},
+        "nondeterministic": sum(_minority(e) for e in found if e.kind == "nondeterministic"),
+        "failed_sessions": sum(e.kind == "session_failed" for e in found),
+    }
 
 
 def _failed_sessions(store: Store, runs: dict[Group, str], task: AuditTask) -> list[Evidence]:
@@ -255,7 +262,7 @@ def _failed_sessions(store: Store, runs: dict[Group, str], task: AuditTask) -> l
 
 
 def compare_point(
-    task: AuditTask, point: _Point, said: dict[str, Said], marker: str
+    task: AuditTask, point: Point, said: dict[str, Said], marker: str
 ) -> list[Evidence]:
     """What one point of one task shows: the marker named in any copy; a group whose
     repeats disagree; two unanimous groups apart (A-B a leak, A-A+ a memory)."""
@@ -304,7 +311,7 @@ _ORDER: tuple[EvidenceKind, ...] = (
 )
 
 
-def _point_order(point: _Point) -> tuple[float, str]:
+def _point_order(point: Point) -> tuple[float, str]:
     return (-1.0 if point.t is None else point.t, point.point)
 
 

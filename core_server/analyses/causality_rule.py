@@ -23,7 +23,7 @@ many for P0, at level ALPHA) is `inconclusive`: the rule's arithmetic does not c
 
 from __future__ import annotations
 
-from math import comb
+from math import exp, fsum, lgamma, log, log1p
 from typing import Literal
 
 from pydantic import BaseModel
@@ -41,8 +41,16 @@ def binomial_tail(n: int, p: float, d: int) -> float:
     """P(Bin(n, p) >= d)."""
     if d <= 0:
         return 1.0
-    below = sum(comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(min(d, n + 1)))
-    return max(0.0, 1.0 - below)
+    if p <= 0.0 or d > n:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    # Summed upwards in log space: exact for small tails, no overflow for large n.
+    logs = (
+        lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) + k * log(p) + (n - k) * log1p(-p)
+        for k in range(d, n + 1)
+    )
+    return min(1.0, fsum(exp(x) for x in logs))
 
 
 class DecisionRule(BaseModel):
