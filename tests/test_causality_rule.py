@@ -79,6 +79,7 @@ def test_a_threshold_above_one_makes_fewer_differences_inconclusive() -> None:
 # ----------------------------------------------------------------------------- simulation
 
 TASK = AuditTask("t", {f"{g}{n}": f"{g}{n}" for g in GROUPS for n in (1, 2, 3)})
+RULE = decision_rule(POINTS)
 USUAL, REPLACED, LEAKED = (("final", "usual"),), (("final", "not sure"),), (("final", "leak"),)
 
 
@@ -95,13 +96,13 @@ def _simulated_verdict(rng: random.Random, p: float, leak_at: int | None = None)
             said[label] = {point: REPLACED if rng.random() < p else usual}
         found += compare_point(TASK, point, said, "QUOKKA")
     counts = evidence_counts(found, len(TASK.copies), POINTS)
-    return decide(counts, decision_rule(POINTS))[0]
+    return decide(counts, RULE)[0]
 
 
 @pytest.mark.parametrize("p", [0.02, 0.05, 0.1, 0.3])
 def test_in_simulation_an_honest_adapter_is_failed_less_than_once_in_a_hundred(p: float):
     rng = random.Random(20261206)
-    audits = 6000
+    audits = 6000 if p < 0.1 else 1500
     verdicts = [_simulated_verdict(rng, p) for _ in range(audits)]
     failed = verdicts.count("fail") / audits
     assert failed <= 0.01

@@ -46,11 +46,22 @@ def binomial_tail(n: int, p: float, d: int) -> float:
     if p >= 1.0:
         return 1.0
     # Summed upwards in log space: exact for small tails, no overflow for large n.
-    logs = (
-        lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) + k * log(p) + (n - k) * log1p(-p)
-        for k in range(d, n + 1)
-    )
-    return min(1.0, fsum(exp(x) for x in logs))
+    return min(1.0, fsum(_pmf(n, p, k) for k in range(d, n + 1)))
+
+
+def _pmf(n: int, p: float, k: int) -> float:
+    return exp(lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) + k * log(p) + (n - k) * log1p(-p))
+
+
+def _upper_quantile(n: int, p: float, alpha: float) -> int:
+    """The smallest m with P(Bin(n, p) > m) < alpha."""
+    below, m = 0.0, 0
+    while m < n:
+        below += _pmf(n, p, m)
+        if 1.0 - below < alpha:
+            return m
+        m += 1
+    return n
 
 
 class DecisionRule(BaseModel):
@@ -83,9 +94,7 @@ def decision_rule(
     while binomial_tail(points, per_point, threshold) > alpha / COMPARISONS:
         threshold += 1
     outputs = 3 * repeats * points
-    limit = 0
-    while binomial_tail(outputs, p0, limit + 1) >= alpha:
-        limit += 1
+    limit = _upper_quantile(outputs, p0, alpha)
     return DecisionRule(
         repeats=repeats,
         p0=p0,
