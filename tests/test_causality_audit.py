@@ -68,7 +68,7 @@ def test_the_streams_look_like_an_ordinary_runs_and_differ_only_after_the_cut(tm
     }
     videos: dict[str, str] = {}
     for task in streams.tasks:
-        assert sorted(task.copies) == [f"{g}{n}" for g in ("A", "A+", "B") for n in (1, 2, 3)]
+        assert sorted(task.copies) == sorted(f"{g}{n}" for g in GROUPS for n in (1, 2, 3))
         copies = {label: records[rid] for label, rid in task.copies.items()}
         # The copies differ in nothing an adapter is told but their ids.
         told = {
