@@ -119,6 +119,7 @@ def test_the_reference_adapter_passes_and_no_file_holds_an_answer(tmp_path: Path
     rule = body["rule"]
     assert (rule["repeats"], rule["p0"], rule["alpha"], rule["threshold"]) == (3, 0.02, 0.01, 1)
     assert rule["false_accusation"] == pytest.approx(7.359e-4, rel=1e-3)
+    assert rule["statement"].endswith("P(fail | honest, p <= 0.02) <= 7.4e-04")
     # A new seed for this audit, recorded; the videos are gone, and no file in the cache
     # names the marker or holds the answers (only the store does).
     assert isinstance(body["seed"], int) and body["seed"] >= 0
@@ -153,7 +154,11 @@ def test_the_peeking_adapter_fails_with_evidence_stored_with_every_run(tmp_path:
     with AdapterProcess("tests.peeking_adapter:PeekingAdapter", options=options) as adapter:
         done = audit(adapter.url, cache, store, "--seed", "3")
     assert done.returncode == 1, done.stderr
-    summary, where = done.stdout.splitlines()
+    summary, rule, where = done.stdout.splitlines()
+    assert rule == (
+        "rule: fail if >= 1 of 23 points show unanimous A and B (or A and A+) apart over 3 "
+        "repeats each; P(fail | honest, p <= 0.02) <= 7.4e-04"
+    )
     marker = WORDS[int(np.random.default_rng([3, 2]).integers(len(WORDS)))]
     assert summary.startswith(
         f"causality: fail (cut T=12s, marker {marker}): 23 points before T differ between A "

@@ -26,7 +26,7 @@ def test_the_rule_for_the_audits_23_points() -> None:
     # 207 outputs: P(Bin(207, 0.02) >= 10) < 1% <= P(... >= 9).
     assert (rule.outputs, rule.nondeterminism_limit) == (207, 9)
     assert binomial_tail(207, 0.02, 10) < 0.01 <= binomial_tail(207, 0.02, 9)
-    assert rule.text() == (
+    assert rule.statement == (
         "fail if >= 1 of 23 points show unanimous A and B (or A and A+) apart over 3 repeats "
         "each; P(fail | honest, p <= 0.02) <= 7.4e-04"
     )

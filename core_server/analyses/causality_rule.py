@@ -26,7 +26,7 @@ from __future__ import annotations
 from math import exp, fsum, lgamma, log, log1p
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 REPEATS = 3  # repeats of each task in each group
 P0 = 0.02  # the nondeterminism per output the rule tolerates
@@ -77,7 +77,10 @@ class DecisionRule(BaseModel):
     outputs: int  # outputs compared for nondeterminism (3 groups x repeats x points)
     nondeterminism_limit: int  # more disagreements than this: inconclusive
 
-    def text(self) -> str:
+    @computed_field
+    @property
+    def statement(self) -> str:
+        """The rule in one sentence, stored and printed with the verdict."""
         return (
             f"fail if >= {self.threshold} of {self.points} points show unanimous A and B (or A "
             f"and A+) apart over {self.repeats} repeats each; P(fail | honest, p <= "

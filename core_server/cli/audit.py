@@ -78,5 +78,6 @@ def causality(
         print(json.dumps({"store": opened.url, **verdict.model_dump(mode="json")}), flush=True)
     else:
         print(verdict.summary())
+        print(f"rule: {verdict.rule.statement}")
         print(f"runs {', '.join(verdict.runs.values())}, store {opened.url}")
     raise typer.Exit(EXIT_PASS if verdict.verdict == "pass" else EXIT_NOT_PASSED)
