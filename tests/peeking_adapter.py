@@ -2,16 +2,21 @@
 WebSocket services in their own processes (`python -m streameval.adapters
 tests.peeking_adapter:Name --port 0`). None of this ships.
 
-`PeekingAdapter` cheats the way the audit must catch: it is given the folder of the
-benchmark it is evaluated on (`-A benchmark_dir=...`, as an adapter running on the
-evaluation machine could find it), looks its session's record id up in the
-benchmark.json there, opens that record's video file itself and, at every question and
-step, says how bright the frame `lookahead_s` ahead is.
+`PeekingAdapter` cheats the way the audit must catch: it is given the store the run is
+recorded in (`-A store=...`, as an adapter running on the evaluation machine could find
+it; the audit writes no benchmark file), looks its session's record up there, opens that
+record's video file itself and, at every question and step, says how bright the frame
+`lookahead_s` ahead is.
+
+`RememberingAdapter` never reads a file: it remembers the frames it was shown in earlier
+runs, recognises a video by its first frame and says whether it remembers a brighter frame
+ahead. `FlakyAdapter` is honest and nearly deterministic: each output differs at random
+with probability `p`, from its own random generator.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import random
 from pathlib import Path
 
@@ -19,14 +24,16 @@ import av
 import numpy as np
 from pydantic import BaseModel
 
-from streameval.adapters.sdk import Adapter, Responder, Session
+from streameval.adapters.reference import ReferenceAdapter
+from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.core.store.store import Store
 from streameval.protocol import AdapterConditions, Question, Step
 
 _POLLED = AdapterConditions(state="native", initiation="polled", model_name="test")
 
 
 class PeekingOptions(BaseModel):
-    benchmark_dir: str  # the folder holding the benchmark.json of the run
+    store: str  # the URL of the store the run is recorded in
     lookahead_s: float = 10.0
 
 
@@ -39,12 +46,14 @@ class PeekingAdapter(Adapter):
 
     def __init__(self, options: PeekingOptions) -> None:
         self.options = options
-        index = json.loads((Path(options.benchmark_dir) / "benchmark.json").read_text())
-        self.video_of = {r["record_id"]: r["video_path"] for r in index["records"]}
 
     async def on_session_start(self, session: Session) -> None:
-        video = Path(self.options.benchmark_dir) / self.video_of[session.record_ids[0]]
-        with av.open(str(video)) as container:
+        with Store(self.options.store, read_only=True) as store:
+            root = store.get_run(session.run_id).config["video_root"]
+            (record,) = [
+                r for r in store.records(session.run_id) if r["record_id"] in session.record_ids
+            ]
+        with av.open(str(Path(root) / record["video_path"])) as container:
             session.state["brightness"] = [
                 (float(frame.time), float(np.mean(frame.to_ndarray(format="gray"))))
                 for frame in container.decode(video=0)
@@ -77,3 +86,82 @@ class RandomAdapter(Adapter):
             await respond.silent(step.step)
         else:
             await respond.say(str(random.randint(0, 9)))
+
+
+# The band of the frame (as fractions of its height) where the audit's marker is written
+# and no shape ever is; its mean luma is 17 without the marker and above 35 with it.
+_BAND = (172 / 240, 190 / 240)
+_TEXT_LUMA = 27.0
+
+
+class RememberingAdapter(Adapter):
+    """Recognises a stream by its first frame among those of earlier runs and says whether
+    a remembered frame ahead holds bright text; honest about the present, it only ever
+    uses what it was shown."""
+
+    name = "remembering"
+    conditions = _POLLED
+
+    def __init__(self) -> None:
+        # Every session shown, across runs: (run id, frame digests, [(t, band luma)]).
+        self.memory: list[tuple[str, set[str], list[tuple[float, float]]]] = []
+
+    async def on_session_start(self, session: Session) -> None:
+        seen: tuple[str, set[str], list[tuple[float, float]]] = (session.run_id, set(), [])
+        session.state["seen"] = seen
+        self.memory.append(seen)
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        _, digests, frames = session.state["seen"]
+        if not digests:
+            session.state["first"] = hashlib.sha256(frame.data).hexdigest()
+        gray = frame.rgb().mean(axis=2)
+        top, bottom = (round(f * gray.shape[0]) for f in _BAND)
+        digests.add(hashlib.sha256(frame.data).hexdigest())
+        frames.append((frame.t, float(gray[top:bottom].mean())))
+
+    def _ahead(self, session: Session, t: float) -> str:
+        first = session.state.get("first")
+        remembered = [
+            luma
+            for run_id, digests, frames in self.memory
+            if run_id != session.run_id and first in digests
+            for at, luma in frames
+            if at > t
+        ]
+        return "text ahead" if any(luma > _TEXT_LUMA for luma in remembered) else "nothing ahead"
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        await respond.say(self._ahead(session, question.t))
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        await respond.say(self._ahead(session, step.t))
+
+
+class FlakyOptions(BaseModel):
+    p: float = 0.02  # the chance that an output is replaced
+
+
+class FlakyAdapter(ReferenceAdapter):
+    """The reference adapter, but each of its outputs (an answer, a step's decision) is
+    replaced by "not sure" with probability `p`: the worst case for the audit's rule, as
+    two replaced outputs always agree."""
+
+    name = "flaky"
+    Config = FlakyOptions
+
+    def __init__(self, options: FlakyOptions) -> None:
+        self.p = options.p
+        self.random = random.Random()  # its own generator, seeded from the OS
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        if self.random.random() < self.p:
+            await respond.say("not sure")
+        else:
+            await super().on_question(session, question, respond)
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        if self.random.random() < self.p:
+            await respond.say("not sure")
+        else:
+            await super().on_step(session, step, respond)

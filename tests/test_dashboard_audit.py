@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from streameval.core.analyses.causality_audit import prepare
 from streameval.core.launch.adapter_process import AdapterProcess
 from tests.browser import chromium, csp_violations, require_browser
 from tests.servers import served, streameval_command
@@ -29,7 +28,7 @@ def audit(url: str, cache: Path, store: str) -> dict:
         + ["--cache-dir", str(cache), "--store", store, "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
     )
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)
@@ -42,11 +41,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dic
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the adapter process imports tests.*
     cache = tmp_path_factory.mktemp("audit-cache")
     store = f"sqlite:///{tmp_path_factory.mktemp('audit-store') / 'store.db'}"
-    benchmark = prepare(cache, seed=0)
     try:
         with AdapterProcess("reference") as adapter:
             passed = audit(adapter.url, cache, store)
-        options = {"benchmark_dir": str(benchmark.path.parent)}
+        options = {"store": store}  # the peeking adapter looks its videos up there
         with AdapterProcess("tests.peeking_adapter:PeekingAdapter", options=options) as adapter:
             failed = audit(adapter.url, cache, store)
         yield store, passed, failed
@@ -75,18 +73,24 @@ def page(server: str) -> Iterator[object]:
 def test_a_passing_audit_shows_a_pass_badge_and_no_evidence(page, server, audited) -> None:
     _, passed, _ = audited
     assert passed["verdict"] == "pass"
-    open_page(page, server, f"#/runs/{passed['run_id']}")
+    open_page(page, server, f"#/runs/{passed['runs']['A']}")
     badge = page.locator('h1 [data-audit="causality"] .badge')
     assert badge.inner_text() == "causality: pass"
     assert badge.get_attribute("data-verdict") == "pass"
-    assert "23 decision points before T" in badge.get_attribute("title")
+    title = badge.get_attribute("title")
+    assert title == (
+        f"cut T = 12 s, marker {passed['marker']}: 23 decision points before T compared over "
+        "45 sessions; 0 differ between A and B, 0 between A and A+, 0 outputs within a group, "
+        "0 name the marker, 0 sessions failed; rule: 3 repeats, P(fail | honest, p ≤ 0.02) "
+        "≤ 7.4e-4"
+    )
     assert page.locator("h1 .audit-evidence").count() == 0
 
 
 def test_a_failed_audit_shows_its_evidence(page, server, audited) -> None:
     _, _, failed = audited
     assert failed["verdict"] == "fail"
-    open_page(page, server, f"#/runs/{failed['run_id']}")
+    open_page(page, server, f"#/runs/{failed['runs']['A+']}")
     badge = page.locator('h1 [data-audit="causality"] .badge')
     assert badge.inner_text() == "causality: fail"
     assert "failed" in badge.get_attribute("class")  # red, as a failed run
@@ -99,4 +103,5 @@ def test_a_failed_audit_shows_its_evidence(page, server, audited) -> None:
         f"differs: qa-word, question at 11 s: A ({sessions['A']}): {first['outputs']['A']} · "
         f"B ({sessions['B']}): {first['outputs']['B']}"
     )
+    assert len(sessions["A"].split(", ")) == len(sessions["B"].split(", ")) == 3
     assert lines[0] in badge.get_attribute("title")

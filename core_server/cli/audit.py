@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -13,12 +13,6 @@ from streameval.core.cli.common import StoreOption, console, fail
 from streameval.core.run.exit_codes import EXIT_INTERRUPTED
 from streameval.core.store.locations import default_cache_dir, resolve_store_url
 from streameval.errors import UserError
-
-if TYPE_CHECKING:
-    from streameval.core.config import RunConfig
-    from streameval.core.run.run_end import RunSummary
-    from streameval.core.store.store import Store
-    from streameval.progress import Progress
 
 audit_app = typer.Typer(help="Audit an adapter: causality.", no_args_is_help=True)
 
@@ -36,49 +30,54 @@ def causality(
     cache_dir: Annotated[
         Path | None, typer.Option(help="Where the audit's videos and frames are cached.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the videos and the marker word.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the videos and the marker word, to reproduce an audit (default: a "
+            "new random seed, recorded with the verdict).",
+            min=0,
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(help="Sessions in flight.", min=1)] = 4,
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
 ) -> None:
     """Check that nothing the adapter says before a cut time T depends on the video after T.
 
-    Streams paired videos that differ only after T (a code word appears in one) as an
-    ordinary run, and stores the verdict with it (docs/robustness.md). Exit status: 0 pass,
-    1 fail or inconclusive, 2 the audit could not run (unreachable adapter, bad store).
+    Streams new videos that differ only after T (a code word appears in one) as three
+    ordinary runs, and stores the verdict with each (docs/robustness.md). Exit status: 0
+    pass, 1 fail or inconclusive, 2 the audit could not run (unreachable adapter, bad store).
     """
     from pydantic import ValidationError
 
-    from streameval.core.analyses import causality_audit
+    from streameval.core.analyses import causality_audit, causality_streams
     from streameval.core.cli.progress_display import progress_display
     from streameval.core.store.store import Store
 
     cache = cache_dir or default_cache_dir()
+    streams = None
     try:
         with Store(resolve_store_url(store, cache_dir)) as opened:
-            benchmark = causality_audit.prepare(cache, seed)
-            config = causality_audit.run_config(benchmark, adapter_url, cache, concurrency)
+            chosen = causality_streams.new_seed() if seed is None else seed
+            streams = causality_streams.prepare(cache, chosen)
+            config = causality_audit.run_config(streams, adapter_url, cache, concurrency)
             with progress_display(console, not as_json) as shown:
-                summary = asyncio.run(_run(config, opened, shown))
-            verdict = causality_audit.analyse(opened, summary.run_id, benchmark)
-            causality_audit.store_verdict(opened, summary.run_id, verdict)
+                runs = asyncio.run(causality_audit.run_groups(streams, config, opened, shown))
+            verdict = causality_audit.analyse(opened, runs, streams)
+            causality_audit.store_verdict(opened, verdict)
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValidationError as exc:  # the options, as RunConfig validates them
         raise fail(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
     except KeyboardInterrupt:
-        console.print("interrupted: the audit's run is incomplete and has no verdict")
+        console.print("interrupted: the audit's runs are incomplete and have no verdict")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if streams is not None:
+            causality_audit.discard_videos(streams)
     if as_json:
-        body = {"run_id": summary.run_id, "store": opened.url, **verdict.model_dump(mode="json")}
-        print(json.dumps(body), flush=True)
+        print(json.dumps({"store": opened.url, **verdict.model_dump(mode="json")}), flush=True)
     else:
         print(verdict.summary())
-        print(f"run {summary.run_id}, store {opened.url}")
+        print(f"rule: {verdict.rule.statement}")
+        print(f"runs {', '.join(verdict.runs.values())}, store {opened.url}")
     raise typer.Exit(EXIT_PASS if verdict.verdict == "pass" else EXIT_NOT_PASSED)
-
-
-async def _run(config: RunConfig, store: Store, progress: Progress) -> RunSummary:
-    from streameval.core.run.runner import RunExecutor
-
-    executor = RunExecutor(config, store, progress)
-    return await executor.execute(await executor.prepare())

@@ -33,9 +33,14 @@ class RunRecords:
     """The benchmark a run streams, loaded on first use, and its records by id (derived
     again from the configuration for a robustness run's variants, once per benchmark)."""
 
-    def __init__(self, config: RunConfig, progress: Progress) -> None:
+    def __init__(
+        self, config: RunConfig, progress: Progress, given: Benchmark | None = None
+    ) -> None:
         self.config = config
         self.progress = progress
+        # A benchmark held in memory instead of the configuration's (the causality audit's,
+        # so that no file holds its answers).
+        self.given = given
         self.benchmark: Benchmark | None = None
         self._by_id: dict[str, Record] | None = None
         # A robustness run's perturbation copies: record id -> variant and base record.
@@ -43,7 +48,7 @@ class RunRecords:
 
     def load(self) -> Benchmark:
         """Load the benchmark (again), generating a synthetic one into the cache."""
-        benchmark = load_benchmark(
+        benchmark = self.given or load_benchmark(
             self.config.benchmark,
             Path(self.config.cache_dir),
             self.config.benchmark_seed,

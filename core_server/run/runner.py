@@ -21,6 +21,7 @@ import functools
 import time
 from pathlib import Path
 
+from streameval.core.benchmark.records import Benchmark
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FramesError
@@ -66,6 +67,7 @@ class RunExecutor:
         identity: WorkerIdentity | None = None,
         lease_s: float = DEFAULT_LEASE_S,
         give_up_s: float = ALL_DOWN_GIVE_UP_S,
+        benchmark: Benchmark | None = None,
     ) -> None:
         self.config = config.resolved()
         self.store = store
@@ -73,7 +75,7 @@ class RunExecutor:
         self.identity = identity
         self.lease_s = lease_s
         self.give_up_s = give_up_s
-        self.records = RunRecords(self.config, progress)
+        self.records = RunRecords(self.config, progress, benchmark)
         self.admission = EndpointAdmission(self.config, store)
         # Where "waiting for adapter ..." progress lines go (None: nowhere).
         self.notice: Notice | None = stderr_notice

@@ -34,15 +34,23 @@ function auditBadge(run) {
 
 function auditHeadline(audit) {
   const c = audit.counts || {};
+  // Verdicts stored before the audit had repeats (audit_version 1) count A and A' apart.
+  const apart = audit.rule
+    ? `${fmt(c.differs)} differ between A and B, ${fmt(c.memory)} between A and A+, ` +
+      `${plural(c.nondeterministic, "output")} within a group`
+    : `${fmt(c.differs)} differ between A and B, ${fmt(c.nondeterministic)} between A and A'`;
+  const rule = audit.rule
+    ? `; rule: ${audit.rule.repeats} repeats, P(fail | honest, p ≤ ${fmt(audit.rule.p0)}) ≤ ` +
+      `${audit.rule.false_accusation.toExponential(1)}`
+    : "";
   return (
     `cut T = ${fmt(audit.cut_s)} s, marker ${audit.marker}: ${plural(c.points, "decision point")} ` +
-    `before T compared over ${plural(c.sessions, "session")}; ${fmt(c.differs)} differ between A and B, ` +
-    `${fmt(c.nondeterministic)} between A and A', ${fmt(c.marker)} name the marker, ` +
-    `${plural(c.failed_sessions, "session")} failed`
+    `before T compared over ${plural(c.sessions, "session")}; ${apart}, ` +
+    `${fmt(c.marker)} name the marker, ${plural(c.failed_sessions, "session")} failed${rule}`
   );
 }
 
-/** `watch-count, step 3 at 5 s: A (causality:…): "2" · B (causality:…): "3"` */
+/** `watch-count, step 3 at 5 s: A (synthetic:proactive:004, …): "2" · B (…): "3"` */
 function auditEvidenceLine(evidence) {
   const where =
     evidence.video_t === null || evidence.video_t === undefined
