@@ -19,8 +19,6 @@ from streameval.core.launch.control_adapters import allowed_endpoint, first_erro
 from streameval.core.store.store import Store
 
 DATA_ROOT_ENV = "STREAMEVAL_DATA_ROOT"
-# Fields of a run that name files on the Core's machine.
-PATH_FIELDS = ("benchmark", "video_root", "cache_dir")
 
 
 class RunRequest(BaseModel):
