@@ -13,12 +13,9 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from streameval.scorer.report import format_ci, format_value
-
-if TYPE_CHECKING:
-    from streameval.scorer.paper_table import PaperTable, TableCell, TableColumn
+from streameval.scorer.table_model import PaperTable, TableCell, TableColumn
 
 _ARROWS = {"higher": ("↑", r"$\uparrow$"), "lower": ("↓", r"$\downarrow$"), None: ("", "")}
 _LATEX_SPECIAL = {

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from streameval.cli import app
@@ -24,6 +25,7 @@ from streameval.scorer.metrics.explain import explain, family_glossary
 from streameval.scorer.paper_table import PaperTable, paper_table, render_table, table_columns
 from streameval.scorer.profiles import get_profile
 from streameval.scorer.report import format_value, score_run
+from streameval.scorer.service.api import create_app
 from streameval.scorer.table_formats import latex_escape
 from tests.table_runs import table_runs
 
@@ -335,3 +337,30 @@ def test_mistakes_are_one_line_and_exit_2(runs, arguments: list[str], message: s
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output and result.stdout == ""
+
+
+def test_the_results_api_serves_the_functions_text(runs) -> None:
+    url, run_ids = runs
+    with TestClient(create_app(url)) as client:
+        for fmt in ("markdown", "latex", "csv", "json"):
+            params = {"runs": ",".join(run_ids), "format": fmt, "intervals": True}
+            answer = client.get("/table", params={**params, "by": "task_type"})
+            assert answer.status_code == 200, answer.text
+            made = table(url, run_ids, by="task_type", intervals=True)
+            assert answer.json()["text"] == render_table(made, fmt)
+            assert PaperTable.model_validate(answer.json()["table"]) == made
+        chosen = {"runs": run_ids[1], "metrics": "false_alarm_rate", "profile": "trace-strict"}
+        answer = client.get("/table", params=chosen).json()
+        strict = table(
+            url, run_ids[1:2], metrics=["false_alarm_rate"], scoring_profile="trace-strict"
+        )
+        assert answer["text"] == render_table(strict, "markdown")
+        refused = {
+            (("runs", "nope"),): (404, "unknown run id 'nope'"),
+            (("runs", run_ids[0]), ("metrics", "bogus")): (422, "reports no metric 'bogus'"),
+            (("runs", run_ids[0]), ("by", "video")): (422, "--by takes task_type or"),
+            (("runs", run_ids[0]), ("profile", "paper")): (400, "unknown scoring profile"),
+        }
+        for params, (status, message) in refused.items():
+            answer = client.get("/table", params=dict(params))
+            assert (answer.status_code, message in answer.json()["detail"]) == (status, True)
