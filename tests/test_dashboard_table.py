@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from streameval.cli import app
 from streameval.core.store.store import Store
 from streameval.scorer.paper_table import paper_table, render_table
 from tests.browser import chromium, csp_violations, require_browser
@@ -87,6 +89,12 @@ def test_runs_picked_on_the_runs_page_make_the_table_the_command_prints(page, se
     wait_ready(page)
     latex = rendered(url, picked, "latex", by="task_type", intervals=True)
     assert shown_text(page) == latex
+    command = f"streameval table {' '.join(picked)} --format latex --profile trace-paper-v1"
+    assert page.inner_text("[data-command]") == f"{command} --by task_type --intervals"
+    # The command the page shows prints the same text.
+    words = page.inner_text("[data-command]").split()[2:]  # after `streameval table`
+    printed = CliRunner().invoke(app, ["table", *words, "--store", url])
+    assert printed.stdout == latex
     screenshot(page, "paper-table-latex.png", full_page=True)
 
     page.click('[data-action="copy-table"]')

@@ -44,6 +44,15 @@ function tableControls(runs, options) {
   );
 }
 
+/** The `streameval table` command that prints the same text. */
+function tableCommand(runs, options, profile) {
+  const words = ["streameval table", ...runs, "--format", options.format, "--profile", profile];
+  if (options.by) words.push("--by", options.by);
+  if (options.intervals) words.push("--intervals");
+  if (options.metrics) words.push("--metrics", options.metrics);
+  return words.join(" ");
+}
+
 async function paperTablePage(view, params) {
   if (Data.isReport) notInReport("a table of several runs");
   const runs = (params.get("runs") || "").split(",").filter(Boolean);
@@ -67,7 +76,7 @@ async function paperTablePage(view, params) {
   setChildren(
     view,
     h("h1", {}, "Table for a paper"),
-    h("p", { class: "muted" }, `${plural(runs.length, "run")} under ${profile}: the text \`streameval table ${runs.join(" ")}\` prints with these options.`),
+    h("p", { class: "muted" }, `${plural(runs.length, "run")} under ${profile}, the text this command prints: `, h("code", { "data-command": "" }, tableCommand(runs, options, profile))),
     tableControls(runs, options),
     h(
       "div",
