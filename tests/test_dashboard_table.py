@@ -117,6 +117,13 @@ def test_a_pasted_address_shows_the_same_table_and_a_bad_metric_says_why(page, s
     )
     assert shown_text(page) == expected
     assert page.input_value('input[data-option="metrics"]') == "qa.accuracy,false_alarm_rate"
-    page.goto(f"{server}/ui/#/table?runs={run_ids[0]}&metrics=bogus")
-    page.wait_for_selector(".page[data-ready='error']")
-    assert "reports no metric 'bogus'" in page.inner_text("#app")
+    # A refused metric is said under the controls, which stay to correct it.
+    page.fill('input[data-option="metrics"]', "bogus")
+    page.press('input[data-option="metrics"]', "Enter")
+    wait_ready(page)
+    assert "profile trace-strict reports no metric 'bogus'" in page.inner_text("#app")
+    assert page.query_selector("pre.paper-table") is None
+    page.fill('input[data-option="metrics"]', "")
+    page.press('input[data-option="metrics"]', "Enter")
+    wait_ready(page)
+    assert shown_text(page) == rendered(url, run_ids, "csv", scoring_profile="trace-strict")

@@ -53,38 +53,41 @@ function tableCommand(runs, options, profile) {
   return words.join(" ");
 }
 
+/** Copy and download buttons for the table's text. */
+function tableButtons(runs, options, text) {
+  const [extension, mime] = TABLE_FORMATS[options.format];
+  const status = h("span", { class: "muted", "data-status": "" });
+  const copy = async () => {
+    await navigator.clipboard.writeText(text);
+    status.textContent = "copied";
+  };
+  const save = () => download(`${fileName("table", ...runs)}.${extension}`, mime, text);
+  return h(
+    "div",
+    { class: "toolbar" },
+    h("button", { type: "button", class: "primary", "data-action": "copy-table", onclick: copy }, "Copy"),
+    h("button", { type: "button", "data-action": "download-table", onclick: save }, "Download"),
+    status,
+  );
+}
+
 async function paperTablePage(view, params) {
   if (Data.isReport) notInReport("a table of several runs");
   const runs = (params.get("runs") || "").split(",").filter(Boolean);
   if (runs.length === 0) throw new ApiError("no runs picked: pick them on the Runs page, then “Table for a paper”");
   const options = tableOptions(params);
   const profile = currentProfile();
-  const answer = await getJson("/table", {
-    runs: runs.join(","),
-    profile,
-    format: options.format,
-    by: options.by || null,
-    intervals: options.intervals,
-    metrics: options.metrics || null,
-  });
-  const [extension, mime] = TABLE_FORMATS[options.format];
-  const status = h("span", { class: "muted", "data-status": "" });
-  const copy = async () => {
-    await navigator.clipboard.writeText(answer.text);
-    status.textContent = "copied";
-  };
+  const query = { runs: runs.join(","), profile, format: options.format, by: options.by || null, intervals: options.intervals, metrics: options.metrics || null };
+  // A refused option (an unknown metric) is said under the controls, which stay to correct it.
+  const shown = await getJson("/table", query).then(
+    (answer) => [tableButtons(runs, options, answer.text), h("pre", { class: "paper-table", "data-table-text": options.format }, answer.text)],
+    (error) => errorBox(error),
+  );
   setChildren(
     view,
     h("h1", {}, "Table for a paper"),
     h("p", { class: "muted" }, `${plural(runs.length, "run")} under ${profile}, the text this command prints: `, h("code", { "data-command": "" }, tableCommand(runs, options, profile))),
     tableControls(runs, options),
-    h(
-      "div",
-      { class: "toolbar" },
-      h("button", { type: "button", class: "primary", "data-action": "copy-table", onclick: copy }, "Copy"),
-      h("button", { type: "button", "data-action": "download-table", onclick: () => download(`${fileName("table", ...runs)}.${extension}`, mime, answer.text) }, "Download"),
-      status,
-    ),
-    h("pre", { class: "paper-table", "data-table-text": options.format }, answer.text),
+    shown,
   );
 }
