@@ -22,9 +22,17 @@ from streameval.scorer.judging.judges import Judge
 from streameval.scorer.metrics.explain import explain
 from streameval.scorer.metrics.registry import FAMILIES
 from streameval.scorer.profiles import ScoringProfile, get_profile, scoring_profile_for
-from streameval.scorer.report import Families, RunScores, cached, score_run, unit_label
+from streameval.scorer.report import (
+    Families,
+    RecordResult,
+    RunScores,
+    cached,
+    score_run,
+    unit_label,
+)
 from streameval.scorer.table_formats import RENDERERS
 from streameval.scorer.table_model import PaperTable, TableCell, TableColumn, TableRow
+from streameval.variants import CLEAN, read_condition
 
 # What `by` may name, and the RunScores slices each reads.
 GROUPINGS = {"task_type": "by_task_type", "source_benchmark": "by_source_benchmark"}
@@ -174,10 +182,8 @@ def _row(
     intervals: bool,
 ) -> TableRow:
     families: Families = scores.overall if by is None else getattr(scores, GROUPINGS[by])[group]
-    if by is None:
-        n = scores.records_scored
-    else:
-        n = Counter(getattr(record, by) for record in scores.records)[group]
+    counted = _headline_records(scores)
+    n = len(counted) if by is None else Counter(getattr(r, by) for r in counted)[group]
     cells = []
     for column in columns:
         metric = families.get(column.family, {}).get(column.metric)
@@ -192,6 +198,16 @@ def _row(
             )
         )
     return TableRow(run_id=scores.run_id, label=_label(scores), group=group, n=n, cells=cells)
+
+
+def _headline_records(scores: RunScores) -> list[RecordResult]:
+    """The records the overall and per-group numbers stand on: a robustness run's clean ones
+    (each variant has its own numbers, which a paper table does not show)."""
+    condition = read_condition(scores.conditions["declared"])
+    if condition is None:
+        return scores.records
+    labels = condition.labels(record.record_id for record in scores.records)
+    return [record for record in scores.records if labels[record.record_id] == CLEAN]
 
 
 def _marked(rows: list[TableRow], columns: list[TableColumn]) -> list[TableRow]:

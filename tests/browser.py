@@ -76,3 +76,18 @@ def csp_violations(context: Any) -> list[str]:
 
     context.on("console", seen)
     return found
+
+
+@contextmanager
+def watched_page(browser: Any, **options: Any) -> Iterator[Any]:
+    """A page in a fresh 1400x1000 context (`options`: more of Playwright's `new_context`
+    arguments) that fails the test on a script error or a Content-Security-Policy violation."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, **options)
+    violations = csp_violations(context)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    yield opened
+    context.close()
+    assert errors == [], errors
+    assert violations == [], violations

@@ -31,7 +31,7 @@ import pytest
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
-from tests.browser import chromium, csp_violations, require_browser
+from tests.browser import chromium, csp_violations, require_browser, watched_page
 from tests.servers import served, streameval_command
 
 require_browser()
@@ -157,15 +157,9 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser, server: str) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    violations = csp_violations(context)  # the dashboard satisfies its own policy
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == [], errors
-    assert violations == [], violations
+    # The dashboard satisfies its own policy: a violation fails the test.
+    with watched_page(browser, accept_downloads=True) as opened:
+        yield opened
 
 
 def test_the_policy_refuses_what_it_should_and_the_watch_reports_it(browser, server) -> None:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from streameval.core.store.store import Store
-from tests.browser import chromium, csp_violations, require_browser
+from tests.browser import chromium, require_browser, watched_page
 from tests.servers import served, streameval_command
 from tests.test_scorer_robustness import CONDITION, DROP, store_robustness_run
 
@@ -53,15 +53,8 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    violations = csp_violations(context)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    yield opened
-    context.close()
-    assert errors == [], errors
-    assert violations == [], violations
+    with watched_page(browser) as opened:
+        yield opened
 
 
 def check_section(page) -> None:

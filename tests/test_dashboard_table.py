@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from streameval.cli import app
 from streameval.core.store.store import Store
 from streameval.scorer.paper_table import paper_table, render_table
-from tests.browser import chromium, csp_violations, require_browser
+from tests.browser import chromium, require_browser, watched_page
 from tests.servers import served, streameval_command
 from tests.table_runs import table_runs
 from tests.test_dashboard_browser import downloaded, open_page, screenshot, wait_ready
@@ -44,20 +44,12 @@ def server(runs: tuple[str, list[str]]) -> Iterator[str]:
 
 @pytest.fixture
 def page(server: str) -> Iterator[object]:
-    with chromium() as browser:
-        context = browser.new_context(
-            viewport={"width": 1400, "height": 1000},
-            accept_downloads=True,
-            permissions=["clipboard-read", "clipboard-write"],
-        )
-        violations = csp_violations(context)
-        opened = context.new_page()
-        errors: list[str] = []
-        opened.on("pageerror", lambda error: errors.append(str(error)))
+    permissions = ["clipboard-read", "clipboard-write"]
+    with (
+        chromium() as browser,
+        watched_page(browser, accept_downloads=True, permissions=permissions) as opened,
+    ):
         yield opened
-        context.close()
-        assert errors == [], errors
-        assert violations == [], violations
 
 
 def rendered(url: str, run_ids: list[str], fmt: str, **options) -> str:

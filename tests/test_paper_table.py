@@ -28,6 +28,7 @@ from streameval.scorer.report import format_value, score_run
 from streameval.scorer.service.api import create_app
 from streameval.scorer.table_formats import latex_escape
 from tests.table_runs import table_runs
+from tests.test_scorer_robustness import CONDITION, store_robustness_run
 
 runner = CliRunner()
 METRICS = [
@@ -364,3 +365,16 @@ def test_the_results_api_serves_the_functions_text(runs) -> None:
         for params, (status, message) in refused.items():
             answer = client.get("/table", params=dict(params))
             assert (answer.status_code, message in answer.json()["detail"]) == (status, True)
+
+
+def test_a_robustness_runs_n_counts_the_clean_records_its_numbers_stand_on(tmp_path) -> None:
+    """Its overall and per-task-type numbers cover the clean records (3 of its 8: a drop
+    variant of each, two negative streams), and so does n."""
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store_robustness_run(store, "robust", CONDITION.model_dump(mode="json"))
+        overall = paper_table(store, ["robust"], metrics=["qa.accuracy"])
+        by_type = paper_table(store, ["robust"], metrics=["qa.accuracy"], by="task_type")
+        scores = score_run(store, "robust")
+    assert (scores.records_scored, overall.n, overall.rows[0].cells[0].value) == (8, 3, 1.0)
+    # One clean QA record (OCR) and two clean proactive ones (REC).
+    assert [(row.group, row.n) for row in by_type.rows] == [("OCR", 1), ("REC", 2)]
