@@ -67,7 +67,10 @@ def table_columns(profile: ScoringProfile, metrics: Sequence[str] | None) -> lis
 
 def _resolve(name: str, known: list[tuple[str, str]], profile: ScoringProfile) -> tuple[str, str]:
     family, dot, metric = name.rpartition(".")
-    matches = [k for k in known if (k if dot else k[1]) == ((family, metric) if dot else name)]
+    if dot:
+        matches = [entry for entry in known if entry == (family, metric)]
+    else:
+        matches = [entry for entry in known if entry[1] == name]
     if len(matches) == 1:
         return matches[0]
     if matches:
@@ -79,13 +82,12 @@ def _resolve(name: str, known: list[tuple[str, str]], profile: ScoringProfile) -
 
 def _column(family: str, metric: str) -> TableColumn:
     help = explain(f"{family}.{metric}")
-    better = None if help is None else help.better
     return TableColumn(
         key=f"{family}.{metric}",
         family=family,
         metric=metric,
         unit=unit_label(family, metric),
-        better=better,  # type: ignore[arg-type]
+        better=None if help is None else help.better,
     )
 
 
@@ -112,7 +114,7 @@ def paper_table(
         scoring_profile = scoring_profile_for(store.get_run(run_ids[0]).config.get("profile", ""))
     profile = get_profile(scoring_profile)
     columns = table_columns(profile, metrics)
-    _grouping(by)
+    _grouping(by)  # a mistake is said before any run is scored
     judge = cached(judge)
     scores = [score_run(store, run_id, profile, judge) for run_id in run_ids]
     return table_of(scores, profile, columns, by=by, intervals=intervals)
@@ -184,20 +186,17 @@ def _row(
     families: Families = scores.overall if by is None else getattr(scores, GROUPINGS[by])[group]
     counted = _headline_records(scores)
     n = len(counted) if by is None else Counter(getattr(r, by) for r in counted)[group]
-    cells = []
-    for column in columns:
-        metric = families.get(column.family, {}).get(column.metric)
-        cells.append(
-            TableCell(value=None, population=0, best=False)
-            if metric is None
-            else TableCell(
-                value=metric.value,
-                population=metric.population,
-                ci95=metric.ci95 if intervals else None,
-                best=False,
-            )
-        )
+    cells = [_cell(families, column, intervals) for column in columns]
     return TableRow(run_id=scores.run_id, label=_label(scores), group=group, n=n, cells=cells)
+
+
+def _cell(families: Families, column: TableColumn, intervals: bool) -> TableCell:
+    """The column's metric in one row (no value where the row's records have none of it)."""
+    metric = families.get(column.family, {}).get(column.metric)
+    if metric is None:
+        return TableCell(value=None, population=0, best=False)
+    ci95 = metric.ci95 if intervals else None
+    return TableCell(value=metric.value, population=metric.population, ci95=ci95, best=False)
 
 
 def _headline_records(scores: RunScores) -> list[RecordResult]:

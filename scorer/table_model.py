@@ -4,9 +4,9 @@ with its population, its interval where asked for, and whether it is its column'
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field, computed_field
+
+from streameval.scorer.metrics.explain import Better
 
 SCHEMA = "streameval-table/1"
 
@@ -16,7 +16,7 @@ class TableColumn(BaseModel):
     family: str
     metric: str
     unit: str = Field(description="`0-1` for a fraction, else the metric's unit")
-    better: Literal["higher", "lower"] | None = Field(
+    better: Better | None = Field(
         description="which way the metric improves (None: no best is marked)"
     )
 

@@ -17,6 +17,9 @@ The meanings follow docs/metrics.md, where every metric is defined in full.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+Better = Literal["higher", "lower"]  # the way a metric improves
 
 
 @dataclass(frozen=True)
@@ -27,10 +30,11 @@ class MetricHelp:
     meaning: str  # one line
 
     @property
-    def better(self) -> str | None:
-        """ "higher" or "lower": which way the value improves, as its scale says; None where
+    def better(self) -> Better | None:
+        """Which way the value improves (higher or lower), as its scale says; None where
         neither is better (a count of work done, a share of records described)."""
-        for direction in ("higher", "lower"):
+        directions: tuple[Better, ...] = ("higher", "lower")
+        for direction in directions:
             if f"{direction} is better" in self.scale:
                 return direction
         return None
