@@ -182,6 +182,7 @@ def test_the_four_formats_render_the_same_numbers(runs, by, tmp_path: Path) -> N
             str(row["n"]),
         )
         assert line["profile"] == "trace-paper-v1 v3"
+        assert line.get("task_type") == row["group"]  # the group's column under --by only
         for column, cell in zip(data["columns"], row["cells"], strict=True):
             key = column["key"]
             value = None if line[key] == "" else float(line[key])
@@ -248,6 +249,13 @@ def test_by_task_type_gives_a_block_of_rows_per_task_type_each_marked_on_its_own
         (None, False)
     ] * 3
     assert [(r.cells[1].value, r.cells[1].best) for r in blocks["color_state"]] == [(0.0, True)] * 3
+    # Every record of the synthetic benchmark is its own: one block, every record in it.
+    sources = table(url, run_ids, metrics=["accuracy"], by="source_benchmark")
+    assert [(row.group, row.n, row.cells[0].value) for row in sources.rows] == [
+        ("synthetic", 20, 1.0),
+        ("synthetic", 20, 0.0625),
+        ("synthetic", 20, 0.0625),
+    ]
 
 
 def test_one_run_has_no_best_and_each_profile_has_its_headline_columns(runs) -> None:
