@@ -56,14 +56,17 @@ def run_reference(work_width: int, store: str, cache: Path) -> str:
     return summary["run_id"]
 
 
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+def store_two_runs(root: Path) -> tuple[str, str, str]:
     """(store URL, run at work_width 160, run at work_width 24): one store, one cache."""
-    root = tmp_path_factory.mktemp("settings")
     store = f"sqlite:///{root / 's.db'}"
     wide = run_reference(WIDE, store, root / "cache")
     narrow = run_reference(NARROW, store, root / "cache")
     return store, wide, narrow
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    return store_two_runs(tmp_path_factory.mktemp("settings"))
 
 
 # ------------------------------------------------------------------ runs, compare, export
