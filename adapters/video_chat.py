@@ -175,6 +175,12 @@ class VideoChatConfig(AdapterConfig):
         }
         if self.image_max_pixels is not None:
             declared["video_frame_max_pixels"] = self.image_max_pixels
+        # A prompt left unset is the video wording here, not the option's default: the
+        # settings the SDK records from the options must name the one in use.
+        names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
+        for name, used in zip(names, self.prompt_templates(), strict=True):
+            if used != getattr(self, name):
+                declared[name] = used
         return declared
 
 
