@@ -46,8 +46,12 @@ class ReferenceAdapter(Adapter):
         history="per-frame summaries of every delivered frame",
     )
 
+    # The default options, also for a subclass whose own __init__ takes other ones.
+    config: ReferenceConfig = ReferenceConfig()
+
     def __init__(self, config: ReferenceConfig | None = None) -> None:
-        self.config = config or ReferenceConfig()
+        if config is not None:
+            self.config = config
 
     async def on_session_start(self, session: Session) -> None:
         session.state["policy"] = ReferencePolicy(self.config.work_width)
