@@ -32,6 +32,7 @@ from streameval.adapters.settings import (
 )
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.adapter_identity import identity_differences
 from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.events import EventKind
@@ -180,6 +181,23 @@ def test_resume_with_another_option_is_refused_in_one_line(tmp_path) -> None:
         resumed = streameval(*resume, "--adapter-url", same.url, "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["finished"] == LIMIT
+
+
+def test_a_refusal_names_each_setting_and_stays_one_line() -> None:
+    """A run made before options were recorded, resumed by an adapter that records eight:
+    six are named (a long one cut short), the rest counted."""
+    old = {"adapter": "openai", "adapter_version": "1", "conditions": {"model_name": "m"}}
+    settings = {f"s{i}": i for i in range(7)} | {"system_prompt": "y" * 100}
+    new = {**old, "conditions": {"model_name": "m", "settings": settings}}
+    changes = identity_differences(old, new)
+    assert changes == [f"conditions.settings.s{i} (absent) -> {i}" for i in range(6)] + [
+        "and 2 more"
+    ]
+    shorter = {**settings, "system_prompt": "z"}
+    prompt = identity_differences(
+        new, {**old, "conditions": {"model_name": "m", "settings": shorter}}
+    )
+    assert prompt == [f'conditions.settings.system_prompt "{"y" * 58}… -> "z"']
 
 
 # ------------------------------------------------------------------ what the SDK records

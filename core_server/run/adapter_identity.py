@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import json
 
+# A refusal names this many differences, then counts the rest: its message stays one line.
+MAX_CHANGES_SHOWN = 6
+# A setting's value in a refusal is cut to this many characters.
+SHOWN_CHARS = 60
+# A setting one adapter declares and the other does not.
+ABSENT = "(absent)"
+
 
 def adapter_identity(info: dict) -> dict:
     """What makes two adapters the same for a run: name, version and declared conditions
@@ -49,13 +56,6 @@ def identity_differences(used: dict, new: dict) -> list[str]:
         hidden = len(changes) - MAX_CHANGES_SHOWN
         changes = [*changes[:MAX_CHANGES_SHOWN], f"and {hidden} more"]
     return changes
-
-
-# A refusal names this many differences, then counts the rest: its message stays one line.
-MAX_CHANGES_SHOWN = 6
-SHOWN_CHARS = 60
-# A setting one adapter declares and the other does not.
-ABSENT = "(absent)"
 
 
 def _keys(first: dict, second: dict) -> list[str]:
