@@ -25,6 +25,7 @@ import httpx
 from pydantic import Field
 
 from streameval.adapters.chat_prompts import ChatRequest, openai_messages
+from streameval.adapters.settings import NOT_IDENTITY
 from streameval.adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
 from streameval.protocol import INFO_SERVER_METRICS
 
@@ -33,16 +34,28 @@ RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 class OpenAIAdapterConfig(VideoChatConfig):
-    base_url: str = Field("http://127.0.0.1:8000/v1", description="ends before /chat/completions")
+    # Where and how the server is reached is not the adapter's identity (NOT_IDENTITY).
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1",
+        description="ends before /chat/completions",
+        json_schema_extra=NOT_IDENTITY,
+    )
     api_key_env: str | None = Field(
-        "OPENAI_API_KEY", description="environment variable holding the key (unset: no key)"
+        "OPENAI_API_KEY",
+        description="environment variable holding the key (unset: no key)",
+        json_schema_extra=NOT_IDENTITY,
     )
     deployment: Literal["local-service", "remote-api"] = Field(
         "local-service", description="remote-api for a hosted model (recorded with results)"
     )
-    connect_timeout_s: float = Field(10.0, gt=0, description="longest wait for a connection")
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="longest wait for a connection", json_schema_extra=NOT_IDENTITY
+    )
     read_timeout_s: float = Field(
-        60.0, gt=0, description="longest wait for the next bytes (covers prefill of all images)"
+        60.0,
+        gt=0,
+        description="longest wait for the next bytes (covers prefill of all images)",
+        json_schema_extra=NOT_IDENTITY,
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="merged into every request, e.g. {top_k: 1}"

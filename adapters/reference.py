@@ -10,14 +10,32 @@ from __future__ import annotations
 
 import time
 
-from streameval.adapters.reference_policy import ReferencePolicy
+from pydantic import Field
+
+from streameval.adapters.config import AdapterConfig
+from streameval.adapters.reference_policy import WORK_WIDTH, ReferencePolicy
 from streameval.adapters.sdk import Adapter, Frame, Responder, Session
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
+
+
+class ReferenceConfig(AdapterConfig):
+    """The reference policy's one option: how finely it looks, its visual budget. Like a
+    VideoLLM's visual tokens per frame it trades cost for what can be read, which lets the
+    demo show, without a GPU, how an input setting moves the scores."""
+
+    work_width: int = Field(
+        WORK_WIDTH,
+        ge=8,
+        le=4096,
+        description="width in pixels each frame is analysed at; narrower is faster and "
+        "misses small shapes and digits",
+    )
 
 
 class ReferenceAdapter(Adapter):
     name = "reference"
     version = "1"
+    Config = ReferenceConfig
     conditions = AdapterConditions(
         state="native",
         initiation="polled",
@@ -28,8 +46,15 @@ class ReferenceAdapter(Adapter):
         history="per-frame summaries of every delivered frame",
     )
 
+    # The default options, also for a subclass whose own __init__ takes other ones.
+    config: ReferenceConfig = ReferenceConfig()
+
+    def __init__(self, config: ReferenceConfig | None = None) -> None:
+        if config is not None:
+            self.config = config
+
     async def on_session_start(self, session: Session) -> None:
-        session.state["policy"] = ReferencePolicy()
+        session.state["policy"] = ReferencePolicy(self.config.work_width)
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
         started = time.monotonic_ns()

@@ -65,9 +65,10 @@ def _colour_table() -> np.ndarray:
 _COLOUR_TABLE = _colour_table()
 
 
-def classify_pixels(rgb: np.ndarray) -> np.ndarray:
-    """HxWx3 uint8 -> HxW palette indices (0 = no palette colour), at about WORK_WIDTH wide."""
-    step = max(1, round(rgb.shape[1] / WORK_WIDTH))
+def classify_pixels(rgb: np.ndarray, work_width: int = WORK_WIDTH) -> np.ndarray:
+    """HxWx3 uint8 -> HxW palette indices (0 = no palette colour), at about `work_width`
+    pixels wide."""
+    step = max(1, round(rgb.shape[1] / work_width))
     work = rgb[::step, ::step] >> 3
     code = (work[..., 0].astype(np.uint16) << 10) | (work[..., 1].astype(np.uint16) << 5)
     return np.take(_COLOUR_TABLE, code | work[..., 2])
@@ -215,8 +216,8 @@ class FrameSummary:
         return next((colour for kind, colour in self.shapes if kind == shape), None)
 
 
-def summarise(t: float, rgb: np.ndarray) -> FrameSummary:
-    classes = classify_pixels(rgb)
+def summarise(t: float, rgb: np.ndarray, work_width: int = WORK_WIDTH) -> FrameSummary:
+    classes = classify_pixels(rgb, work_width)
     min_area = MIN_AREA_SHARE * classes.size
     shapes: list[tuple[int, str, str]] = []
     digit = None
@@ -278,13 +279,14 @@ class _StateWatch:
 class ReferencePolicy:
     """One session's policy: call observe() per frame, then answer() / instruct() + decide()."""
 
-    def __init__(self) -> None:
+    def __init__(self, work_width: int = WORK_WIDTH) -> None:
+        self._work_width = work_width
         self._latest: FrameSummary | None = None
         self._last_digit: int | None = None
         self._watch: _CountWatch | _StateWatch | None = None
 
     def observe(self, t: float, rgb: np.ndarray) -> None:
-        self._latest = summarise(t, rgb)
+        self._latest = summarise(t, rgb, self._work_width)
         if self._latest.digit is not None:
             self._last_digit = self._latest.digit
 

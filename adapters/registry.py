@@ -278,7 +278,7 @@ def _instantiate(name: str, cls: type[Adapter], config: BaseModel | None) -> Ada
         if exc.title != AdapterConditions.__name__:
             raise
         raise _conditions_error(name, exc) from None
-    check_conditions(adapter)
+    check_conditions(adapter, config)
     return adapter
 
 

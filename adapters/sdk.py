@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from streameval.adapters.errors import AdapterSetupError
+from streameval.adapters.settings import with_config_settings
 from streameval.protocol import (
     MAX_HELLO_BYTES,
     AdapterConditions,
@@ -311,9 +312,10 @@ class Adapter:
 MAX_CONDITIONS_BYTES = MAX_HELLO_BYTES - 4096
 
 
-def check_conditions(adapter: Adapter) -> None:
+def check_conditions(adapter: Adapter, config: BaseModel | None = None) -> None:
     """Refuse, in one line naming the field, an adapter whose declared conditions are missing
-    or invalid: when it is loaded, rather than in every session's hello."""
+    or invalid: when it is loaded, rather than in every session's hello. `config`, the
+    options it was built from, joins its settings (adapters/settings.py)."""
     declared = getattr(adapter, "conditions", None)
     name = type(adapter).__name__
     if declared is None:
@@ -325,6 +327,8 @@ def check_conditions(adapter: Adapter) -> None:
             adapter.conditions = AdapterConditions.model_validate(declared)
         except ValidationError as exc:
             raise AdapterSetupError(f"adapter {name}: {conditions_problem(exc)}") from None
+    if config is not None:
+        adapter.conditions = with_config_settings(adapter.conditions, config)
     size = len(adapter.conditions.model_dump_json().encode())
     if size > MAX_CONDITIONS_BYTES:
         raise AdapterSetupError(

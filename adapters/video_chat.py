@@ -38,6 +38,7 @@ from pydantic import Field, field_validator
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.settings import NOT_IDENTITY
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,
@@ -108,8 +109,16 @@ class VideoChatConfig(AdapterConfig):
     mm_processor_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="per-request multimodal processor options (vLLM)"
     )
-    max_retries: int = Field(2, ge=0, le=10, description="retries of a failed model call")
-    retry_backoff_s: float = Field(1.0, ge=0, description="first retry delay, doubled each time")
+    # How a failing backend is retried says how it is reached, not what the model does.
+    max_retries: int = Field(
+        2, ge=0, le=10, description="retries of a failed model call", json_schema_extra=NOT_IDENTITY
+    )
+    retry_backoff_s: float = Field(
+        1.0,
+        ge=0,
+        description="first retry delay, doubled each time",
+        json_schema_extra=NOT_IDENTITY,
+    )
 
     @field_validator(
         "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"
@@ -166,6 +175,12 @@ class VideoChatConfig(AdapterConfig):
         }
         if self.image_max_pixels is not None:
             declared["video_frame_max_pixels"] = self.image_max_pixels
+        # A prompt left unset is the video wording here, not the option's default: the
+        # settings the SDK records from the options must name the one in use.
+        names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
+        for name, used in zip(names, self.prompt_templates(), strict=True):
+            if used != getattr(self, name):
+                declared[name] = used
         return declared
 
 

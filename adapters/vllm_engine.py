@@ -61,6 +61,7 @@ from streameval.adapters.chat_prompts import ChatRequest, hf_messages
 from streameval.adapters.config import AdapterConfigError
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.sdk import load_in_thread
+from streameval.adapters.settings import NOT_IDENTITY
 from streameval.adapters.video_chat import ModelCallError, Usage, VideoChatAdapter, VideoChatConfig
 
 log = logging.getLogger("streameval.adapter.vllm")
@@ -90,8 +91,14 @@ class VLLMStartError(AdapterSetupError):
 
 class VLLMEngineConfig(VideoChatConfig):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs the model is split over")
+    # The memory share, timeouts and health checks say how the engine is run, not what the
+    # model is shown or answers: not part of the adapter's identity.
     gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="share of each GPU's memory vLLM may take"
+        0.9,
+        gt=0,
+        le=1,
+        description="share of each GPU's memory vLLM may take",
+        json_schema_extra=NOT_IDENTITY,
     )
     max_model_len: int | None = Field(
         None, ge=1, description="context length; default: the model's"
@@ -110,10 +117,16 @@ class VLLMEngineConfig(VideoChatConfig):
         description="any further vLLM AsyncEngineArgs field; not one of the options above",
     )
     output_timeout_s: float = Field(
-        300.0, gt=0, description="a call with no new output for this long is aborted, retried"
+        300.0,
+        gt=0,
+        description="a call with no new output for this long is aborted, retried",
+        json_schema_extra=NOT_IDENTITY,
     )
     health_interval_s: float = Field(
-        5.0, gt=0, description="how often the engine's health is checked (readiness)"
+        5.0,
+        gt=0,
+        description="how often the engine's health is checked (readiness)",
+        json_schema_extra=NOT_IDENTITY,
     )
 
 

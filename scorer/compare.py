@@ -9,11 +9,13 @@ the pairing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from pydantic import BaseModel
 from rich.console import Console
 
+from streameval.core.run.adapter_identity import run_settings, setting_differences
 from streameval.core.store.store import Store
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import Judge
@@ -36,6 +38,18 @@ from streameval.terminal import Column, print_table
 
 # Pydantic serialises the aggregate's plain dataclass as it is: one definition of a difference.
 Differences = dict[str, dict[str, Difference]]
+Setting = str | int | float | bool
+# Settings both runs share are listed on one line, each value cut to this many characters.
+SAME_VALUE_CHARS = 40
+
+
+class SettingDifference(BaseModel):
+    """An adapter setting the two runs were made with at different values (None: the run's
+    adapter did not declare it)."""
+
+    key: str
+    a: Setting | None
+    b: Setting | None
 
 
 class Comparison(BaseModel):
@@ -48,6 +62,11 @@ class Comparison(BaseModel):
     judge_a: str
     judge_b: str
     notes: list[str]
+    # The adapters' settings (their options, conditions.settings) of each run; those that
+    # differ come first, before the metrics: they may explain them.
+    differing_settings: list[SettingDifference]
+    settings_a: dict[str, Setting]
+    settings_b: dict[str, Setting]
     overall: Differences
     by_task_type: dict[str, Differences]
 
@@ -76,6 +95,7 @@ class Comparison(BaseModel):
                 for name, metric in metrics.items()
             ]
         title = f"A = run {self.run_a}, B = run {self.run_b} · profile {self.profile.name}"
+        self._render_settings(console)
         print_table(console, columns, rows, title=title)
         console.print(
             f"{self.paired_records} paired records; {self.only_in_a} only in {self.run_a}, "
@@ -86,6 +106,30 @@ class Comparison(BaseModel):
             console.print(f"note: {note}", highlight=False)
         if explained:
             render_explanations(console, {f: list(m) for f, m in self.overall.items()})
+
+    def _render_settings(self, console: Console) -> None:
+        """The differing adapter settings as a table, then the shared ones on one line."""
+        if self.differing_settings:
+            columns = (Column("setting", key=True), Column("A"), Column("B"))
+            rows: list[list[str] | str] = [
+                [d.key, _setting_text(d.a), _setting_text(d.b)] for d in self.differing_settings
+            ]
+            title = f"adapter settings that differ (A = run {self.run_a}, B = run {self.run_b})"
+            print_table(console, columns, rows, title=title)
+        differing = {d.key for d in self.differing_settings}
+        same = [
+            f"{key}={_setting_text(value)[:SAME_VALUE_CHARS]}"
+            for key, value in self.settings_a.items()
+            if key not in differing
+        ]
+        if same:
+            console.print(f"adapter settings of both: {', '.join(same)}", highlight=False)
+        elif not differing:
+            console.print("adapter settings: none declared by either run", highlight=False)
+
+
+def _setting_text(value: Setting | None) -> str:
+    return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def _fmt(value: float | None) -> str:
@@ -141,6 +185,7 @@ def compare_sources(
         judge_a=run_a.judge.kind,
         judge_b=run_b.judge.kind,
         notes=notes,
+        **_settings(source_a, source_b),
         overall=compare_tables(table_a, table_b, families, profile, "overall", subtract),
         by_task_type={
             name: compare_tables(
@@ -154,6 +199,17 @@ def compare_sources(
             for name, rows in sorted(by_type.items())
         },
     )
+
+
+def _settings(a: RunSource, b: RunSource) -> dict[str, object]:
+    """Comparison's settings fields: each run's adapter settings, and those that differ."""
+    settings_a = run_settings(a.run.get("conditions") or {})
+    settings_b = run_settings(b.run.get("conditions") or {})
+    differing = [
+        SettingDifference(key=key, a=value_a, b=value_b)  # type: ignore[arg-type]
+        for key, value_a, value_b in setting_differences(settings_a, settings_b)
+    ]
+    return {"differing_settings": differing, "settings_a": settings_a, "settings_b": settings_b}
 
 
 def _described(source: RunSource) -> str:

@@ -69,13 +69,13 @@ def options_json(name: str, cwd: Path | None = None) -> list[dict]:
 
 
 def test_an_adapter_without_options_says_so():
-    done = streameval("adapter", "options", "reference")
+    done = streameval("adapter", "options", "silent")
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
-        "adapter 'reference' takes no options\n",
+        "adapter 'silent' takes no options\n",
         "",
     )
-    assert options_json("reference") == []
+    assert options_json("silent") == []
 
 
 def test_the_vllm_adapters_options_with_types_defaults_and_meanings():

@@ -20,6 +20,7 @@ import pytest
 from PIL import Image
 
 from streameval.adapters.chat_prompts import (
+    VIDEO_OPEN_QA_PROMPT,
     VIDEO_PROACTIVE_PROMPT,
     VIDEO_QA_PROMPT,
     ChatRequest,
@@ -243,6 +244,10 @@ def test_video_mode_config_declares_its_settings_and_wording():
         "video_frames_proactive": 4,
         "video_server_kwargs": True,
         "video_frame_max_pixels": 100352,
+        # The wording in use, over the options' images defaults the SDK records.
+        "qa_prompt": VIDEO_QA_PROMPT,
+        "open_qa_prompt": VIDEO_OPEN_QA_PROMPT,
+        "proactive_prompt": VIDEO_PROACTIVE_PROMPT,
     }
     assert conditions.history.endswith(
         "; input: each call's frames as one video (JPEG frames in time order), "

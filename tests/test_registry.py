@@ -234,8 +234,8 @@ def test_missing_configs_unknown_names_and_missing_extras(tmp_path):
         f"no config file '{tmp_path / 'missing.yaml'}' and no preset of that name "
         f"(presets: {', '.join(preset_names())})"
     )
-    with pytest.raises(AdapterConfigError, match="^adapter 'reference' takes no options$"):
-        build_adapter("reference", None, ["x=1"])
+    with pytest.raises(AdapterConfigError, match="^adapter 'silent' takes no options$"):
+        build_adapter("silent", None, ["x=1"])
     with pytest.raises(UnknownAdapter) as unknown:
         load_adapter("nobody")
     assert str(unknown.value).startswith("unknown adapter 'nobody'; known: always, openai, ")

@@ -20,7 +20,12 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from streameval.core.cli.common import JsonOption, StoreOption, console, fail
-from streameval.core.run.adapter_identity import adapter_identity, identity_label
+from streameval.core.run.adapter_identity import (
+    adapter_identity,
+    identity_label,
+    run_settings,
+    setting_differences,
+)
 from streameval.core.store.locations import default_cache_dir, resolve_store_url
 from streameval.terminal import Column, print_table
 
@@ -68,7 +73,10 @@ def runs(
     ] = False,
 ) -> None:
     """List stored runs, newest first, with their declared conditions and perturbations (or
-    one run's sessions, with the host, worker and GPU that ran each)."""
+    one run's sessions, with the host, worker and GPU that ran each).
+
+    The settings column shows the adapter options that differ between the listed runs of
+    one adapter; `--json` gives every setting of each run."""
     if ctx.invoked_subcommand is not None:  # `runs delete ...`
         return
     if run_id is not None:
@@ -95,6 +103,7 @@ def runs(
                 "pacing": info.config.get("pacing", ""),
                 "adapters": [identity_label(identity) for identity in identities],
                 "adapter_identities": identities,
+                "settings": run_settings(info.conditions),
                 "perturbations": [v.label for v in robustness.variants] if robustness else [],
                 "robustness_preset": robustness.preset if robustness else None,
             }
@@ -110,8 +119,10 @@ def runs(
         Column("profile", key=True),
         Column("pacing", key=True),
         Column("adapters"),
+        Column("settings"),
         Column("perturbations"),
     ]
+    varying = _varying_settings(rows)
     cells = [
         [
             row["run_id"],
@@ -121,6 +132,7 @@ def runs(
             row["profile"],
             row["pacing"],
             "\n".join(row["adapters"]),  # every adapter the run used, one a line
+            _settings_cell(row["settings"], varying.get(_adapter_name(row), set())),
             _perturbation_names(row["perturbations"]),
         ]
         for row in rows
@@ -130,6 +142,34 @@ def runs(
 
 STATUS_STYLES = {"failed": "red", "interrupted": "yellow", "finished": "green"}
 SESSION_COLUMNS = ("session_id", "status", "attempt", "host", "worker_id", "gpu", "endpoint")
+
+
+def _adapter_name(row: dict) -> str | None:
+    identities = row["adapter_identities"]
+    return identities[-1]["adapter"] if identities else None
+
+
+def _varying_settings(rows: list[dict]) -> dict[str | None, set[str]]:
+    """For each adapter name, the settings whose value is not the same in every listed run
+    of that adapter: what tells its runs apart."""
+    varying: dict[str | None, set[str]] = {}
+    first: dict[str | None, dict] = {}
+    for row in rows:
+        name = _adapter_name(row)
+        seen = first.setdefault(name, row["settings"])
+        keys = varying.setdefault(name, set())
+        keys.update(key for key, _a, _b in setting_differences(seen, row["settings"]))
+    return varying
+
+
+def _settings_cell(settings: dict, varying: set[str]) -> str:
+    """The settings that differ between the listed runs of this adapter, `key=value` one a
+    line, then how many more the run declared (all of them: `--json`)."""
+    shown = [f"{key}={json.dumps(value)}" for key, value in settings.items() if key in varying]
+    rest = len(settings) - len(shown)
+    if rest:
+        shown.append(f"+{rest} more" if shown else f"{rest} settings (--json)")
+    return "\n".join(shown)
 
 
 def _perturbation_names(labels: list[str]) -> str:

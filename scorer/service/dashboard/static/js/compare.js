@@ -67,6 +67,22 @@ function conditionsTable(runs) {
   });
 }
 
+/** The adapter settings in which a run differs from the baseline: what may explain its
+ *  metrics, so shown before them. */
+function settingDifferences(comparison) {
+  return dataTable({
+    name: fileName("settings", comparison.run_a, comparison.run_b),
+    title: `${comparison.run_b} against ${comparison.run_a}`,
+    rows: comparison.differing_settings,
+    empty: "no adapter setting differs",
+    columns: [
+      { key: "key", label: "setting" },
+      { key: "a", label: comparison.run_a, render: (row) => settingText(row.a) },
+      { key: "b", label: comparison.run_b, render: (row) => settingText(row.b) },
+    ],
+  });
+}
+
 function differenceLines(differences, extra) {
   const lines = [];
   for (const [family, metrics] of Object.entries(differences)) {
@@ -228,6 +244,8 @@ async function comparePage(view, params) {
     h("div", { class: "crumbs" }, h("a", { href: "#/" }, "Runs"), " / comparison"),
     h("h1", {}, `Comparison of ${plural(ids.length, "run")}`),
     h("div", { class: "toolbar" }, h("label", {}, "baseline (A) ", baselinePicker), h("a", { href: "#/compare" }, "choose other runs")),
+    h("h2", {}, "Adapter settings that differ"),
+    comparisons.map(settingDifferences),
     h("h2", {}, "Declared conditions"),
     conditionsTable(runs),
     h("h2", {}, "Metric differences (paired by record, 95% bootstrap intervals)"),

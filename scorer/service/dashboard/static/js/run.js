@@ -158,6 +158,8 @@ async function runPage(view, runId) {
       judgeCard(metrics.judge),
     ),
     metrics.notes.map((note) => h("p", { class: "note" }, note)),
+    h("h2", {}, "Adapter settings"),
+    settingsTable(`settings-${runId}`, "the options its adapter was built with", adapterSettings(run)),
     h("h2", {}, "Declared conditions"),
     keyValueTable(`conditions-${runId}`, "as the run and its adapters declared them", run.conditions),
     h("h2", {}, `Metrics · ${metrics.profile.name} v${metrics.profile.version}`),

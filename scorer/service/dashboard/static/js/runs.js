@@ -40,6 +40,13 @@ function adapterConditions(run) {
   };
 }
 
+/** The options the run's adapter was built with (conditions.settings of the adapter it
+ *  bound last, as `streameval runs` and `compare` read them). */
+function adapterSettings(run) {
+  const adapters = run.conditions?.adapters || [];
+  return adapters.length ? adapters[adapters.length - 1].conditions?.settings || {} : {};
+}
+
 function runLabel(run) {
   const { adapter, model } = adapterConditions(run);
   return `${run.run_id} · ${model || adapter || run.benchmark}`;

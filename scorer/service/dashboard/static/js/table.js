@@ -124,6 +124,25 @@ function keyValueTable(name, title, object) {
   });
 }
 
+/** An adapter's settings, one per line ("(absent)" for one the adapter did not declare). */
+function settingsTable(name, title, settings) {
+  const rows = Object.entries(settings).map(([key, value]) => ({ key, value }));
+  return dataTable({
+    name,
+    title,
+    rows,
+    empty: "none declared",
+    columns: [
+      { key: "key", label: "setting" },
+      { key: "value", label: "value", render: (row) => settingText(row.value) },
+    ],
+  });
+}
+
+function settingText(value) {
+  return value === null || value === undefined ? "(absent)" : typeof value === "string" ? value : String(value);
+}
+
 // ------------------------------------------------------------------ metric tables
 
 /** One metric per line: the shape every metric table exports. */
