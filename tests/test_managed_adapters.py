@@ -3,9 +3,8 @@
 process behind, whether the run finishes, is interrupted with Ctrl-C or the Core is killed.
 
 Real processes throughout: the Core as `python -m streameval.cli` started from an empty
-folder, its replicas as `python -m streameval.adapters`. Every process of a test carries a
-mark in its environment (inherited by whatever the Core starts, however deep), so /proc
-tells which of them are still alive.
+folder (tests/managed_core.py, which finds every process it left alive), its replicas as
+`python -m streameval.adapters`.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -29,15 +26,22 @@ from streameval.core.launch.managed_adapters import (
     ManagedAdapters,
 )
 from streameval.core.store.store import Store
-from tests.faults import cli, wait_for, without_progress
+from tests.faults import wait_for
+from tests.managed_core import (
+    REPO,
+    Core,
+    error_lines,
+    one_session_running,
+    only_run,
+    parent_of,
+    started,
+)
 from tests.wire_adapters import InstantAdapter
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc; the replicas die with the Core"
 )
 
-REPO = Path(__file__).resolve().parent.parent
-MARK = "STREAMEVAL_TEST_MANAGED_MARK"
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
 ENV_REPORTING = "tests.test_managed_adapters:EnvReportingAdapter"
 STARTED = re.compile(r"adapter replica (\d+) started: pid (\d+) listening on port (\d+)")
@@ -63,92 +67,6 @@ class DyingAdapter(InstantAdapter):
 
     async def on_session_start(self, session: Session) -> None:  # never reached
         raise AssertionError
-
-
-class Core:
-    """The environment of a Core started from an empty folder, marked so that every process
-    it starts can be found."""
-
-    def __init__(self, folder: Path, *, test_adapters: bool = False) -> None:
-        self.folder = folder
-        self.mark = uuid.uuid4().hex
-        self.env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in ("STREAMEVAL_STORE", "PYTHONPATH")
-        }
-        self.env |= {MARK: self.mark, "STREAMEVAL_CACHE_DIR": str(folder / "cache")}
-        if test_adapters:  # the adapters of tests/, imported by the replicas
-            self.env["PYTHONPATH"] = str(REPO)
-        self.store = f"sqlite:///{folder / 'runs.db'}"
-        with Store(self.store):  # created here: a test reads it while the Core writes
-            pass
-
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            cli(*args),
-            cwd=self.folder,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            cli(*args),
-            cwd=self.folder,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def alive(self) -> list[int]:
-        """The marked processes still alive (zombies are dead)."""
-        needle = f"{MARK}={self.mark}".encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes().split(b"\0")
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if needle in environ and state != "Z":
-                found.append(int(entry.name))
-        return found
-
-    def log_files(self) -> list[Path]:
-        return sorted((self.folder / "cache" / "adapter-logs").glob("*/*.log"))
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def error_lines(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr, stderr
-    return without_progress(stderr)
-
-
-def started(log: Path) -> list[tuple[int, int]]:
-    """(pid, port) of each start the Core noted in a replica's log."""
-    return [(int(pid), int(port)) for _, pid, port in STARTED.findall(log.read_text())]
-
-
-def one_session_running(store_url: str, core: subprocess.Popen[str]) -> bool:
-    assert core.poll() is None, core.communicate()
-    with Store(store_url) as store:
-        runs = store.list_runs()
-        return bool(runs) and any(s.status == "running" for s in store.sessions(runs[0].run_id))
-
-
-def only_run(store_url: str) -> str:
-    with Store(store_url) as store:
-        [run] = store.list_runs()
-        return run.run_id
 
 
 def test_run_starts_the_reference_adapter_itself_and_leaves_no_process(tmp_path: Path):
@@ -267,7 +185,7 @@ def test_a_worker_starts_its_replicas_and_spreads_the_sessions_over_them(tmp_pat
     ports = {f"ws://127.0.0.1:{started(log)[0][1]}/ws" for log in logs}
     with Store(core.store) as store:
         used = {s.endpoint for s in store.sessions(run_id)}
-    assert used <= ports and len(ports) == 2
+    assert len(ports) == 2 and used == ports  # the slots start round-robin
     assert core.alive() == []
 
 

@@ -55,9 +55,9 @@ GpusOption = Annotated[
     str | None,
     typer.Option(
         "--gpus",
-        metavar="0,1,...",
-        help="With --adapter: one replica per GPU, each seeing only its own "
-        "(CUDA_VISIBLE_DEVICES).",
+        metavar="GPUS",
+        help="With --adapter: one replica per GPU of a list like 0,1,2,3, each seeing only its "
+        "own (CUDA_VISIBLE_DEVICES).",
     ),
 ]
 
@@ -65,17 +65,18 @@ GpusOption = Annotated[
 STARTUP_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AdapterChoice:
-    """The managed-adapter options of one command, as given (None: not given)."""
+    """The managed-adapter options of one command, as given (None: not given); the options
+    of `run` and `worker` are one."""
 
-    adapter: str | None
-    adapter_options: list[str] | None
-    adapter_config: str | None
-    replicas: int | None
-    gpus: str | None
+    adapter: str | None = None
+    adapter_options: list[str] | None = None
+    adapter_config: str | None = None
+    replicas: int | None = None
+    gpus: str | None = None
 
-    def check(self, adapter_url_given: bool) -> None:
+    def check_adapter_choice(self, adapter_url_given: bool) -> None:
         """One line for options that do not go together, before anything starts."""
         if self.adapter is not None and adapter_url_given:
             raise fail(

@@ -236,9 +236,7 @@ def run_with(ctx: typer.Context, options: RunOptions) -> None:
                 _create_detached(config, opened, options.as_json)
                 return
             cache_dir = Path(config.cache_dir)
-            with started_adapters(
-                options.adapter_choice, options.concurrency, cache_dir
-            ) as managed:
+            with started_adapters(options, options.concurrency, cache_dir) as managed:
                 if managed is not None:
                     config = config.model_copy(update={"endpoints": managed.endpoints})
                 summary = execute(

@@ -151,8 +151,9 @@ def option_error(exc: ValueError) -> str:
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """Every option of one `streameval run`, as given (None: not given)."""
+class RunOptions(AdapterChoice):
+    """Every option of one `streameval run`, as given (None: not given); those of the
+    adapter it starts (--adapter ...) come from AdapterChoice."""
 
     adapter_url: list[str] | None
     concurrency: int
@@ -178,23 +179,11 @@ class RunOptions:
     robustness: str | None
     perturb_seed: int
     as_json: bool
-    # The adapter the Core starts itself (core_server/cli/run_adapters.py).
-    adapter: str | None = None
-    adapter_options: list[str] | None = None
-    adapter_config: str | None = None
-    replicas: int | None = None
-    gpus: str | None = None
-
-    @property
-    def adapter_choice(self) -> AdapterChoice:
-        return AdapterChoice(
-            self.adapter, self.adapter_options, self.adapter_config, self.replicas, self.gpus
-        )
 
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
         self._check_finite()
-        self.adapter_choice.check(adapter_url_given=bool(self.adapter_url))
+        self.check_adapter_choice(adapter_url_given=bool(self.adapter_url))
         if self.detach and self.adapter:
             raise fail(
                 "--detach only creates the run: give --adapter to the `streameval worker` "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from streameval.core.cli import run_adapters
 from streameval.core.cli.common import (
     JsonOption,
     StoreOption,
@@ -28,10 +29,6 @@ from streameval.core.cli.run_adapters import (
     AdapterOptionsOption,
     GpusOption,
     ReplicasOption,
-    TerminatedWhileStarting,
-    adapter_report,
-    print_adapter_report,
-    started_adapters,
 )
 from streameval.core.run.exit_codes import EXIT_INTERRUPTED
 from streameval.core.run.timeouts import DEFAULT_LEASE_S
@@ -47,8 +44,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class WorkerOptions:
-    """Every option of one `streameval worker`, as given (None: not given)."""
+class WorkerOptions(AdapterChoice):
+    """Every option of one `streameval worker`, as given (None: not given); those of the
+    adapter it starts (--adapter ...) come from AdapterChoice."""
 
     adapter_url: str | None
     store: str | None
@@ -61,18 +59,6 @@ class WorkerOptions:
     cache_dir: Path | None
     allow_adapter_change: bool
     as_json: bool
-    # The adapter the worker starts itself (core_server/cli/run_adapters.py).
-    adapter: str | None = None
-    adapter_options: list[str] | None = None
-    adapter_config: str | None = None
-    replicas: int | None = None
-    gpus: str | None = None
-
-    @property
-    def adapter_choice(self) -> AdapterChoice:
-        return AdapterChoice(
-            self.adapter, self.adapter_options, self.adapter_config, self.replicas, self.gpus
-        )
 
 
 def worker(
@@ -150,8 +136,7 @@ def work_with(options: WorkerOptions) -> None:
     from streameval.core.config import EndpointConfig
     from streameval.core.store.store import Store
 
-    choice = options.adapter_choice
-    choice.check(adapter_url_given=options.adapter_url is not None)
+    options.check_adapter_choice(adapter_url_given=options.adapter_url is not None)
     if options.adapter_url is None and options.adapter is None:
         raise fail("give --adapter NAME (the worker starts it) or --adapter-url of one you run")
     try:
@@ -165,18 +150,20 @@ def work_with(options: WorkerOptions) -> None:
             raise fail(f"--lease-timeout must be positive, got {options.lease_timeout:g}")
         with (
             Store(resolve_store_url(options.store, options.cache_dir)) as opened,
-            started_adapters(choice, options.concurrency, options.cache_dir) as managed,
+            run_adapters.started_adapters(
+                options, options.concurrency, options.cache_dir
+            ) as managed,
         ):
             endpoints = managed.endpoints if managed is not None else given
             summary = _work(opened, endpoints, options)
-            _print_summary(summary, options.as_json, adapter_report(managed))
+            _print_summary(summary, options.as_json, run_adapters.adapter_report(managed))
         if not options.as_json:
-            print_adapter_report(managed)
+            run_adapters.print_adapter_report(managed)
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:
         raise fail(first_validation_error(exc)) from None
-    except (asyncio.CancelledError, KeyboardInterrupt, TerminatedWhileStarting):
+    except (asyncio.CancelledError, KeyboardInterrupt, run_adapters.TerminatedWhileStarting):
         # SIGTERM or Ctrl-C: the held sessions went back to the queue
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
