@@ -60,8 +60,12 @@ class Core:
         )
 
     def alive(self) -> list[int]:
-        """The marked processes still alive (zombies are dead)."""
-        needle = f"{MARK}={self.mark}".encode()
+        return self.marked(self.mark)
+
+    @staticmethod
+    def marked(mark: str) -> list[int]:
+        """The processes alive with this mark in their environment (zombies are dead)."""
+        needle = f"{MARK}={mark}".encode()
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
+import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ from streameval.core.launch.managed_adapters import (
 from streameval.core.store.store import Store
 from tests.faults import wait_for
 from tests.managed_core import (
+    MARK,
     REPO,
     Core,
     error_lines,
@@ -36,6 +40,7 @@ from tests.managed_core import (
     parent_of,
     started,
 )
+from tests.test_adapter_guide import FENCE, GUIDE, fresh_folder, guide_files, user_env
 from tests.wire_adapters import InstantAdapter
 
 pytestmark = pytest.mark.skipif(
@@ -166,6 +171,26 @@ def test_a_killed_replica_is_restarted_on_its_port_and_the_run_finishes(tmp_path
     assert status == "finished"
     assert process.returncode == (1 if failed else 0), err
     assert core.alive() == []
+
+
+def test_the_guide_one_command_run_starts_a_module_of_the_current_folder(tmp_path: Path):
+    [command] = [
+        body.strip()
+        for language, body in FENCE.findall(GUIDE.read_text())
+        if language == "bash" and body.startswith("streameval run --adapter my_adapter:")
+    ]
+    folder = fresh_folder(tmp_path, guide_files())
+    mark = uuid.uuid4().hex
+    env = user_env(tmp_path) | {MARK: mark}
+    ran = subprocess.run(
+        shlex.split(command), cwd=folder, env=env, capture_output=True, text=True, timeout=600
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(r"run \w+: 4 finished, 0 failed", ran.stderr), ran.stderr
+    [log] = (tmp_path / "cache" / "adapter-logs").glob("*/my_adapter-LastFrameAdapter-0.log")
+    assert f"adapter logs:\n  {log}" in ran.stderr
+    assert Core.marked(mark) == []
 
 
 def test_a_worker_starts_its_replicas_and_spreads_the_sessions_over_them(tmp_path: Path):
