@@ -9,6 +9,7 @@ folder (tests/managed_core.py, which finds every process it left alive), its rep
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -48,6 +50,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 SLOW = "tests.wire_adapters:SlowReferenceAdapter"
+LOADING = "tests.test_managed_adapters:LoadingAdapter"
+NEVER_LISTENING = "tests.test_managed_adapters:NeverListeningAdapter"
 ENV_REPORTING = "tests.test_managed_adapters:EnvReportingAdapter"
 STARTED = re.compile(r"adapter replica (\d+) started: pid (\d+) listening on port (\d+)")
 
@@ -60,6 +64,27 @@ class EnvReportingAdapter(InstantAdapter):
     def __init__(self) -> None:
         super().__init__()
         print(f"adapter sees CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+
+
+class LoadingAdapter(InstantAdapter):
+    """Loads its model once it listens, until the file $STREAMEVAL_TEST_GATE exists."""
+
+    name = "loading"
+
+    async def start(self) -> None:
+        while not os.path.exists(os.environ["STREAMEVAL_TEST_GATE"]):
+            await asyncio.sleep(0.02)
+
+
+class NeverListeningAdapter(InstantAdapter):
+    """Takes forever to be built, before it listens (a huge import, say)."""
+
+    name = "never-listening"
+
+    def __init__(self) -> None:
+        super().__init__()
+        print("building forever", flush=True)
+        time.sleep(3600)
 
 
 class DyingAdapter(InstantAdapter):
@@ -123,6 +148,66 @@ def test_ctrl_c_stops_the_run_and_its_replicas_and_a_resume_with_adapter_finishe
     summary = json.loads(resumed.stdout)
     assert (summary["run_id"], summary["status"]) == (run_id, "finished")
     assert summary["finished"] + summary["kept"] == 4
+    assert core.alive() == []
+
+
+def test_sigterm_mid_run_exits_143_and_stops_the_replicas(tmp_path: Path):
+    core = Core(tmp_path)
+    process = core.start(
+        "run", "--adapter", "reference", "--pacing", "wall_clock", "--limit", "4",
+        "--store", core.store,
+    )  # fmt: skip
+    wait_for(lambda: one_session_running(core.store, process), what="a session running")
+    assert len(core.alive()) == 2  # the Core and its replica
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+
+    assert process.returncode == 143, err
+    run_id = only_run(core.store)
+    assert error_lines(err)[-1] == (
+        f"terminated (SIGTERM): resume it with `streameval run --resume {run_id}`"
+    )
+    assert core.alive() == []
+
+
+def test_ctrl_c_while_a_replica_starts_stops_it(tmp_path: Path):
+    core = Core(tmp_path, test_adapters=True)
+    process = core.start("run", "--adapter", NEVER_LISTENING, "--limit", "1", "--store", core.store)
+
+    def building() -> bool:
+        assert process.poll() is None, process.communicate()
+        logs = core.log_files()
+        return bool(logs) and "building forever" in logs[0].read_text()
+
+    wait_for(building, what="the replica to be building")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+
+    assert process.returncode == 130, err
+    assert error_lines(err)[-1] == "interrupted"
+    assert core.alive() == []
+
+
+def test_the_run_shows_its_replica_loading_until_it_is_ready(tmp_path: Path):
+    core = Core(tmp_path, test_adapters=True)
+    gate = tmp_path / "loaded"
+    core.env["STREAMEVAL_TEST_GATE"] = str(gate)
+    process = core.start("run", "--adapter", LOADING, "--limit", "1", "--json")
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # the run waits for the model: then it may load
+        seen.append(line)
+        if line.startswith("waiting for adapter at "):
+            gate.touch()
+            break
+    out, err = process.communicate(timeout=120)
+
+    assert process.returncode == 0, err
+    [log] = [Path(path) for path in json.loads(out)["adapter_logs"]]
+    [(_, port)] = started(log)
+    url = f"ws://127.0.0.1:{port}/ws"
+    assert seen[-1] == f"waiting for adapter at {url}: loading (0s of 600s)\n"
+    assert f"adapter at {url} is ready (waited " in err
     assert core.alive() == []
 
 
