@@ -8,7 +8,9 @@ that started it ends (`prctl(PR_SET_PDEATHSIG)`), so one long-lived thread start
 (managed_adapters.py). Each replica also leads a process group of its own: Ctrl-C in the
 terminal reaches the Core alone, which stops the run before its adapters, and a stop
 signals the whole group, so what an adapter forked itself (vLLM's engine processes) goes
-with it. Elsewhere than Linux only the group remains (a stopped Core still stops them).
+with it. A killed Core leaves what a replica forked itself to that process's own watch of
+its parent: the kernel signals only the replica. Elsewhere than Linux only the group remains
+(a Core that stops normally still stops them).
 """
 
 from __future__ import annotations
