@@ -170,7 +170,13 @@ def test_sigterm_mid_run_exits_143_and_stops_the_replicas(tmp_path: Path):
     assert core.alive() == []
 
 
-def test_ctrl_c_while_a_replica_starts_stops_it(tmp_path: Path):
+@pytest.mark.parametrize(
+    ("signum", "status", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+)
+def test_a_signal_while_a_replica_starts_stops_it(
+    tmp_path: Path, signum: int, status: int, said: str
+):
     core = Core(tmp_path, test_adapters=True)
     process = core.start("run", "--adapter", NEVER_LISTENING, "--limit", "1", "--store", core.store)
 
@@ -180,11 +186,11 @@ def test_ctrl_c_while_a_replica_starts_stops_it(tmp_path: Path):
         return bool(logs) and "building forever" in logs[0].read_text()
 
     wait_for(building, what="the replica to be building")
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=60)
 
-    assert process.returncode == 130, err
-    assert error_lines(err)[-1] == "interrupted"
+    assert process.returncode == status, err
+    assert error_lines(err)[-1] == said
     assert core.alive() == []
 
 

@@ -132,7 +132,8 @@ def started_adapters(
     choice: AdapterChoice, concurrency: int, cache_dir: Path | None
 ) -> Iterator[ManagedAdapters | None]:
     """The chosen adapter's replicas, listening, for the block's time (None without
-    --adapter). A SIGTERM while they start stops them and exits 143."""
+    --adapter). A SIGTERM while they start stops them and raises TerminatedWhileStarting
+    (Ctrl-C: KeyboardInterrupt)."""
     if choice.adapter is None:
         yield None
         return
@@ -140,10 +141,9 @@ def started_adapters(
     from streameval.core.session.readiness import stderr_notice
     from streameval.core.store.locations import default_cache_dir
 
+    # The process id tells apart two commands started in the same second.
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    logs = (
-        (cache_dir or default_cache_dir()) / "adapter-logs" / f"{stamp}-{os.getpid()}"
-    )  # two commands in one second
+    logs = (cache_dir or default_cache_dir()) / "adapter-logs" / f"{stamp}-{os.getpid()}"
     gpus = choice.gpu_list()
     managed = ManagedAdapters(
         AdapterSpec(choice.adapter, tuple(choice.adapter_options or ()), choice.adapter_config),
