@@ -108,7 +108,7 @@ def test_run_runs_and_export_follow_the_documented_schema(benchmark_path, tmp_pa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run"], "give at least one --adapter-url"),
+        (["run"], "give --adapter NAME (the Core starts it) or --adapter-url of one you run"),
         (["run", "--adapter-url", "http://x"], "must be a ws:// or wss:// URL"),
         (["run", "--adapter-url", "ws://127.0.0.1:9/ws"], "is not reachable"),
         (["run", "--resume", "nope"], "nope"),

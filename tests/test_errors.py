@@ -12,6 +12,8 @@ from streameval.core.benchmark.importing import BenchmarkError, EntryError
 from streameval.core.errors import CoreError
 from streameval.core.frames.errors import ImageRulesError, VideoDecodeError
 from streameval.core.launch.adapter_process import AdapterProcessError
+from streameval.core.launch.managed_adapters import ManagedAdapterError
+from streameval.core.launch.replica_process import ReplicaStartError
 from streameval.core.run.errors import RunError
 from streameval.core.store.export import ExportFormatError
 from streameval.core.store.store import StoreError
@@ -29,6 +31,8 @@ ROOTS = {
         EntryError,
         ExportFormatError,
         ImageRulesError,
+        ManagedAdapterError,
+        ReplicaStartError,
         RunError,
         StoreError,
         TimelineError,

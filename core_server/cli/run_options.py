@@ -20,6 +20,7 @@ from streameval.core.cli.common import (
     fail,
     first_validation_error,
 )
+from streameval.core.cli.run_adapters import AdapterChoice
 from streameval.core.streams.perturb_spec import NAMES as PERTURBATION_NAMES
 from streameval.core.streams.perturb_spec import PRESET_HELP, PerturbationError, run_variants
 
@@ -150,8 +151,9 @@ def option_error(exc: ValueError) -> str:
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """Every option of one `streameval run`, as given (None: not given)."""
+class RunOptions(AdapterChoice):
+    """Every option of one `streameval run`, as given (None: not given); those of the
+    adapter it starts (--adapter ...) come from AdapterChoice."""
 
     adapter_url: list[str] | None
     concurrency: int
@@ -181,6 +183,12 @@ class RunOptions:
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
         self._check_finite()
+        self.check_adapter_choice(adapter_url_given=bool(self.adapter_url))
+        if self.detach and self.adapter:
+            raise fail(
+                "--detach only creates the run: give --adapter to the `streameval worker` "
+                "processes that run it"
+            )
         for name, value in (
             ("--lease-timeout", self.lease_timeout),
             ("--unreachable-timeout", self.unreachable_timeout),
@@ -216,7 +224,8 @@ class RunOptions:
 
     def config(self, store: Store) -> RunConfig:
         """The run's configuration: the resumed run's, with what these options change in
-        it, or a new run's."""
+        it, or a new run's (with --adapter, the endpoints of its replicas are set once they
+        listen)."""
         return self._resumed_config(store, self.resume) if self.resume else self._new_config()
 
     def _endpoints(self) -> list[EndpointConfig]:
@@ -245,8 +254,11 @@ class RunOptions:
     def _new_config(self) -> RunConfig:
         from streameval.core.config import RunConfig
 
-        if not self.adapter_url and not self.detach:
-            raise fail("give at least one --adapter-url (or use `streameval demo`)")
+        if not self.adapter_url and not self.adapter and not self.detach:
+            raise fail(
+                "give --adapter NAME (the Core starts it) or --adapter-url of one you run "
+                "(or use `streameval demo`)"
+            )
         return RunConfig(
             **self.records.config_fields(),
             endpoints=self._endpoints(),

@@ -169,10 +169,13 @@ class Worker:
         writer = EventWriter(event_store, owner=self.identity.worker_id)  # type: ignore[arg-type]
         await writer.start()
         keeper = asyncio.create_task(self._keep_leases(), name="streameval-leases")
+        # Slots start round-robin over the endpoints: fewer sessions than slots still
+        # spread over every replica instead of filling the first one's.
         slots = [
             asyncio.create_task(self._slot(endpoint, writer, run_id, max_sessions, follow))
+            for turn in range(max(counts, default=0))
             for endpoint, count in zip(self.endpoints, counts, strict=True)
-            for _ in range(count)
+            if turn < count
         ]
         running = asyncio.gather(*slots)
         # A store write that failed for good stops the worker at once (one error), instead
