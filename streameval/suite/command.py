@@ -77,12 +77,11 @@ def eval_suite(
 def _created(store: Store, path: Path | None, cache: Path) -> tuple[str, Suite]:
     """A new suite from its file, stored once its run options are checked."""
     from streameval.suite.model import read_suite
-    from streameval.suite.runner import SuiteRunner, new_suite_id
+    from streameval.suite.runner import new_suite_id
 
     assert path is not None
     suite = read_suite(path)
     suite_id = new_suite_id()
-    SuiteRunner(suite, suite_id, store, cache, show_progress=False).check()
     store.create_suite(suite_id, suite.model_dump(mode="json"))
     cells = len(suite.adapters) * len(suite.benchmarks)
     console.print(

@@ -11,18 +11,41 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streameval.errors import UserError
 
+if TYPE_CHECKING:
+    from streameval.core.cli.run_options import RunOptions
+
 SYNTHETIC = "synthetic"
+# Stands in for the adapters' endpoints while the run options are checked, before any
+# adapter starts (nothing connects to it).
+_NO_ENDPOINT = "ws://127.0.0.1:9/ws"
+# The key of the suite file that sets each RunConfig field a run may refuse.
+_RUN_KEYS = {
+    "speed": "run.speed",
+    "fps": "run.fps",
+    "max_width": "run.max_width",
+    "qa_history_s": "run.qa_history",
+    "response_timeout_s": "run.response_timeout",
+    "adapter_ready_timeout_s": "run.adapter_ready_timeout",
+}
 
 
 class SuiteFileError(UserError):
     """A suite file that cannot be read or is not a valid suite."""
+
+
+class _Problem(Exception):
+    """A resolved key's problem, before the file's line numbers name where it is."""
+
+    def __init__(self, loc: tuple[str | int, ...], what: str) -> None:
+        super().__init__(what)
+        self.loc = loc
 
 
 class _Strict(BaseModel):
@@ -66,6 +89,10 @@ class SuiteBenchmark(_Strict):
     task_type: list[str] = Field(default_factory=list)
     limit: int | None = Field(default=None, ge=1)
     allow_outside_video_root: bool = False
+    protocol_profile: str = Field(default="", description="default: the suite's")
+    scoring_profile: str = Field(
+        default="", description="default: the suite's, else the protocol's own"
+    )
 
     @model_validator(mode="after")
     def _labelled(self) -> SuiteBenchmark:
@@ -100,8 +127,10 @@ class Suite(_Strict):
     name: str = ""
     adapters: list[SuiteAdapter] = Field(min_length=1)
     benchmarks: list[SuiteBenchmark] = Field(min_length=1)
+    # Each benchmark's, unless it names its own (a suite may run TRACE under `trace` and
+    # OVO-Bench under `ovo-offline`).
     protocol_profile: str = "trace"
-    scoring_profile: str = Field(default="", description="default: the protocol's own")
+    scoring_profile: str = Field(default="", description="default: each protocol's own")
     run: SuiteRunOptions = Field(default_factory=SuiteRunOptions)
     table: SuiteTable = Field(default_factory=SuiteTable)
 
@@ -135,7 +164,80 @@ def read_suite(path: Path) -> Suite:
         suite = Suite.model_validate(data)
     except ValidationError as exc:
         raise SuiteFileError(f"suite file {path}: {_first_error(exc, lines)}") from None
-    return resolve(suite, path.resolve().parent, path)
+    try:
+        resolved = resolve(suite, path.resolve().parent)
+        _check_runs(resolved)
+    except _Problem as exc:
+        raise SuiteFileError(f"suite file {path}: {_located(exc.loc, str(exc), lines)}") from None
+    return resolved
+
+
+def run_options(
+    suite: Suite,
+    benchmark: SuiteBenchmark,
+    urls: list[str],
+    cache_dir: Path,
+    store: str,
+    resume: str | None,
+    as_json: bool,
+) -> RunOptions:
+    """`streameval run`'s options for one benchmark of the suite, against these endpoints
+    (resuming the run `resume`)."""
+    from streameval.core.cli.common import RecordChoice
+    from streameval.core.cli.run_options import RunOptions
+    from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
+
+    run = suite.run
+    records = RecordChoice(
+        benchmark.benchmark,
+        Path(benchmark.video_root) if benchmark.video_root else None,
+        benchmark.subset,
+        benchmark.seed,
+        list(benchmark.task),
+        list(benchmark.task_type),
+        benchmark.limit,
+        benchmark.allow_outside_video_root,
+    )
+    return RunOptions(
+        adapter_url=urls,
+        concurrency=run.concurrency,
+        records=records,
+        profile=benchmark.protocol_profile,
+        pacing=run.pacing,
+        speed=run.speed,
+        fps=run.fps,
+        max_width=run.max_width,
+        qa_history=run.qa_history,
+        response_timeout=run.response_timeout,
+        adapter_ready_timeout=run.adapter_ready_timeout,
+        cache_dir=cache_dir,
+        verify_video_digests=False,
+        store=store,
+        resume=resume,
+        retry_failed=False,
+        allow_adapter_change=False,
+        detach=False,
+        lease_timeout=DEFAULT_LEASE_S,
+        unreachable_timeout=ALL_DOWN_GIVE_UP_S,
+        perturb=None,
+        robustness=None,
+        perturb_seed=0,
+        as_json=as_json,
+    )
+
+
+def _check_runs(suite: Suite) -> None:
+    """_Problem on run options a run would refuse, before any adapter starts."""
+    from streameval.core.cli.common import first_validation_error
+
+    for benchmark in suite.benchmarks:
+        options = run_options(suite, benchmark, [_NO_ENDPOINT], Path(), "", None, True)
+        try:
+            options.config(None)  # type: ignore[arg-type]  # a new run's reads no store
+        except ValueError as exc:
+            field, _, what = first_validation_error(exc).partition(": ")
+            key = _RUN_KEYS.get(field, field)
+            raise _Problem(tuple(key.split(".")), what or field) from None
 
 
 def stored_suite(content: dict[str, Any]) -> Suite:
@@ -143,58 +245,62 @@ def stored_suite(content: dict[str, Any]) -> Suite:
     return Suite.model_validate(content)
 
 
-def resolve(suite: Suite, base: Path, path: Path) -> Suite:
-    """`suite` with its paths absolute (relative ones from `base`), its scoring profile
-    filled in and its profiles and benchmarks checked (SuiteFileError)."""
-    from streameval.core.config import PROTOCOL_PROFILES, unknown_profile
-    from streameval.scorer.profiles import SCORING_PROFILES, scoring_profile_for
-
-    where = f"suite file {path}"
-    if suite.protocol_profile not in PROTOCOL_PROFILES:
-        message = unknown_profile(
-            "protocol", suite.protocol_profile, PROTOCOL_PROFILES, SCORING_PROFILES
-        )
-        raise SuiteFileError(f"{where}: protocol_profile: {message}")
-    scoring = suite.scoring_profile or scoring_profile_for(suite.protocol_profile)
-    if scoring not in SCORING_PROFILES:
-        message = unknown_profile("scoring", scoring, SCORING_PROFILES, PROTOCOL_PROFILES)
-        raise SuiteFileError(f"{where}: scoring_profile: {message}")
-    adapters = [
-        _resolved_adapter(a, base, f"{where}: adapters[{i}]") for i, a in enumerate(suite.adapters)
-    ]
-    benchmarks = [
-        _resolved_benchmark(b, base, f"{where}: benchmarks[{i}]")
-        for i, b in enumerate(suite.benchmarks)
-    ]
-    return suite.model_copy(
-        update={"scoring_profile": scoring, "adapters": adapters, "benchmarks": benchmarks}
-    )
+def resolve(suite: Suite, base: Path) -> Suite:
+    """`suite` with its paths absolute (relative ones from `base`), each benchmark's
+    profiles filled in, and its adapters, benchmarks and profiles checked (_Problem)."""
+    adapters = [_resolved_adapter(a, base, i) for i, a in enumerate(suite.adapters)]
+    benchmarks = [_resolved_benchmark(suite, b, base, i) for i, b in enumerate(suite.benchmarks)]
+    return suite.model_copy(update={"adapters": adapters, "benchmarks": benchmarks})
 
 
-def _resolved_adapter(adapter: SuiteAdapter, base: Path, where: str) -> SuiteAdapter:
+def _resolved_adapter(adapter: SuiteAdapter, base: Path, index: int) -> SuiteAdapter:
     from streameval.adapters.registry import UnknownAdapter, available_adapters
 
     if ":" not in adapter.adapter and adapter.adapter not in available_adapters():
-        raise SuiteFileError(f"{where}.adapter: {UnknownAdapter(adapter.adapter)}")
+        raise _Problem(("adapters", index, "adapter"), str(UnknownAdapter(adapter.adapter)))
     config = adapter.config
     if config is not None and (base / config).is_file():  # a file, else a preset's name
         config = str((base / config).resolve())
     return adapter.model_copy(update={"config": config})
 
 
-def _resolved_benchmark(benchmark: SuiteBenchmark, base: Path, where: str) -> SuiteBenchmark:
-    update: dict[str, Any] = {}
+def _resolved_benchmark(
+    suite: Suite, benchmark: SuiteBenchmark, base: Path, index: int
+) -> SuiteBenchmark:
+    update = _profiles(suite, benchmark, ("benchmarks", index))
     if benchmark.benchmark != SYNTHETIC:
         found = (base / benchmark.benchmark).resolve()
         if not found.exists():
-            raise SuiteFileError(
-                f"{where}.benchmark: {benchmark.benchmark!r} is neither 'synthetic' nor an "
-                f"existing path (relative to {base})"
+            raise _Problem(
+                ("benchmarks", index, "benchmark"),
+                f"{benchmark.benchmark!r} is neither 'synthetic' nor an existing path "
+                f"(relative to {base})",
             )
         update["benchmark"] = str(found)
     if benchmark.video_root is not None:
         update["video_root"] = str((base / benchmark.video_root).resolve())
     return benchmark.model_copy(update=update)
+
+
+def _profiles(
+    suite: Suite, benchmark: SuiteBenchmark, own: tuple[str | int, ...]
+) -> dict[str, Any]:
+    """The benchmark's protocol and scoring profiles, checked; an error names the key that
+    gave the profile (the benchmark's, at `own`, or the suite's)."""
+    from streameval.core.config import PROTOCOL_PROFILES, unknown_profile
+    from streameval.scorer.profiles import SCORING_PROFILES, scoring_profile_for
+
+    protocol = benchmark.protocol_profile or suite.protocol_profile
+    if protocol not in PROTOCOL_PROFILES:
+        problem = unknown_profile("protocol", protocol, PROTOCOL_PROFILES, SCORING_PROFILES)
+        where = own if benchmark.protocol_profile else ()
+        raise _Problem((*where, "protocol_profile"), problem)
+    scoring = benchmark.scoring_profile or suite.scoring_profile or scoring_profile_for(protocol)
+    if scoring not in SCORING_PROFILES:
+        problem = unknown_profile("scoring", scoring, SCORING_PROFILES, PROTOCOL_PROFILES)
+        where = own if benchmark.scoring_profile else ()
+        raise _Problem((*where, "scoring_profile"), problem)
+    return {"protocol_profile": protocol, "scoring_profile": scoring}
 
 
 # ----------------------------------------------------------------------------- errors
@@ -221,10 +327,13 @@ def _key_lines(text: str) -> dict[tuple[str | int, ...], int]:
 def _first_error(exc: ValidationError, lines: dict[tuple[str | int, ...], int]) -> str:
     """The first problem, as `key.path: what (line N)`."""
     first = exc.errors()[0]
-    loc = tuple(first["loc"])
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-    what = what.removeprefix("Value error, ")
+    return _located(tuple(first["loc"]), what.removeprefix("Value error, "), lines)
+
+
+def _located(loc: tuple[str | int, ...], what: str, lines: dict[tuple[str | int, ...], int]) -> str:
+    """`what` at the key `loc`, as `key.path: what (line N)` (the line where known)."""
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
     at = f" (line {line})" if line is not None else ""
     return f"{where}: {what}{at}" if where else f"{what}{at}"

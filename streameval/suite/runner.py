@@ -19,22 +19,18 @@ from typing import TYPE_CHECKING, Literal
 
 import typer
 
-from streameval.core.cli.common import RecordChoice, console
+from streameval.core.cli.common import console
 from streameval.core.cli.run_command import execute
-from streameval.core.cli.run_options import RunOptions, option_error
 from streameval.core.run.run_end import RunSummary
-from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
-from streameval.suite.model import Suite, SuiteAdapter, SuiteBenchmark, SuiteFileError
+from streameval.suite.model import Suite, SuiteAdapter, SuiteBenchmark, run_options
 
 if TYPE_CHECKING:
+    from streameval.core.cli.run_options import RunOptions
     from streameval.core.config import RunConfig
     from streameval.core.store.store import Store
 
 # A run that ended: `eval --resume` keeps it as it is.
 ENDED = ("finished", "failed")
-# Stands in for the adapters' endpoints while the run options are checked, before any
-# adapter starts (nothing connects to it).
-_NO_ENDPOINT = "ws://127.0.0.1:9/ws"
 
 
 @dataclass(frozen=True)
@@ -63,15 +59,6 @@ class SuiteRunner:
         self.store = store
         self.cache_dir = cache_dir
         self.show_progress = show_progress
-
-    def check(self) -> None:
-        """Fail (SuiteFileError) on run options a run would refuse, before any adapter
-        starts."""
-        for benchmark in self.suite.benchmarks:
-            try:
-                self._options(benchmark, [_NO_ENDPOINT], None).config(self.store)
-            except ValueError as exc:
-                raise SuiteFileError(f"suite {self.suite_id}: run: {option_error(exc)}") from None
 
     def run(self) -> list[CellRun]:
         """Every cell, adapter by adapter; a run that stops the suite (interrupted, every
@@ -159,43 +146,9 @@ class SuiteRunner:
     def _options(
         self, benchmark: SuiteBenchmark, urls: list[str], resume: str | None
     ) -> RunOptions:
-        """`streameval run`'s options for one benchmark of the suite."""
-        run = self.suite.run
-        records = RecordChoice(
-            benchmark.benchmark,
-            Path(benchmark.video_root) if benchmark.video_root else None,
-            benchmark.subset,
-            benchmark.seed,
-            list(benchmark.task),
-            list(benchmark.task_type),
-            benchmark.limit,
-            benchmark.allow_outside_video_root,
-        )
-        return RunOptions(
-            adapter_url=urls,
-            concurrency=run.concurrency,
-            records=records,
-            profile=self.suite.protocol_profile,
-            pacing=run.pacing,
-            speed=run.speed,
-            fps=run.fps,
-            max_width=run.max_width,
-            qa_history=run.qa_history,
-            response_timeout=run.response_timeout,
-            adapter_ready_timeout=run.adapter_ready_timeout,
-            cache_dir=self.cache_dir,
-            verify_video_digests=False,
-            store=self.store.url,
-            resume=resume,
-            retry_failed=False,
-            allow_adapter_change=False,
-            detach=False,
-            lease_timeout=DEFAULT_LEASE_S,
-            unreachable_timeout=ALL_DOWN_GIVE_UP_S,
-            perturb=None,
-            robustness=None,
-            perturb_seed=0,
-            as_json=not self.show_progress,
+        as_json = not self.show_progress
+        return run_options(
+            self.suite, benchmark, urls, self.cache_dir, self.store.url, resume, as_json
         )
 
     def _log_dir(self, adapter: SuiteAdapter) -> Path:
