@@ -6,7 +6,7 @@ import json
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,6 +17,18 @@ from streameval.child_process import module_command
 from streameval.core.errors import CoreError
 from streameval.listening import listened_url
 from streameval.protocol import WS_PATH
+
+
+def adapter_command(
+    name: str, host: str, port: int, config: str | Path | None, options: Iterable[str]
+) -> list[str]:
+    """`python -m streameval.adapters NAME --host H --port P [--config C] [-A k=v ...]`."""
+    command = module_command("streameval.adapters", name, "--host", host, "--port", str(port))
+    if config is not None:
+        command += ["--config", str(config)]
+    for option in options:
+        command += ["-A", option]
+    return command
 
 
 class AdapterProcessError(CoreError):
@@ -52,15 +64,11 @@ class AdapterProcess:
         return f"ws://{self.host}:{self.port}{WS_PATH}"
 
     def command(self) -> list[str]:
-        command = module_command(
-            "streameval.adapters", self.name, "--host", self.host, "--port", "0"
-        )
-        if self.config is not None:
-            command += ["--config", str(self.config)]
-        for key, value in self.options.items():
-            text = value if isinstance(value, str) else json.dumps(value)
-            command += ["-A", f"{key}={text}"]
-        return command
+        options = [
+            f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+            for key, value in self.options.items()
+        ]
+        return adapter_command(self.name, self.host, 0, self.config, options)
 
     def start(self) -> AdapterProcess:
         self.process = subprocess.Popen(
