@@ -613,7 +613,8 @@ def load_exported(path: str | Path, allow_partial: bool = False) -> RunSource:
 # --------------------------------------------------------------------------- rendering
 
 
-def _fmt(value: float | None) -> str:
+def format_value(value: float | None) -> str:
+    """A metric's value as every table shows it: four significant digits, `-` for none."""
     if value is None:
         return "-"
     return f"{value:.4g}"
@@ -653,7 +654,7 @@ def render_scores(scores: RunScores, console: Console, explained: bool = False) 
         rows += [
             [
                 name,
-                _fmt(metric.value),
+                format_value(metric.value),
                 unit_label(family, name),
                 format_ci(metric.ci95),
                 f"{metric.observed}/{metric.population} {metric.unit}",
@@ -698,7 +699,9 @@ def _render_task_types(scores: RunScores, console: Console) -> None:
         cells = [task_type]
         for family, headline in shown:
             metric = families.get(family, {}).get(headline)
-            cells.append("" if metric is None else f"{_fmt(metric.value)} (n={metric.population})")
+            cells.append(
+                "" if metric is None else f"{format_value(metric.value)} (n={metric.population})"
+            )
         rows.append(cells)
     print_table(console, columns, rows, title="per task type")
 
@@ -720,11 +723,11 @@ def _render_variants(scores: RunScores, console: Console) -> None:
         for family, metrics in clean.items():
             rows.append(family)
             for name, metric in metrics.items():
-                cells = [name, _fmt(metric.value)]
+                cells = [name, format_value(metric.value)]
                 for label in variants:
                     other = scores.by_variant[label].get(family, {}).get(name)
                     value = None if other is None else other.value
-                    cells.append(_fmt(value) + _difference(value, metric.value))
+                    cells.append(format_value(value) + _difference(value, metric.value))
                 rows.append(cells)
         title = "per variant (value, and its difference to clean)"
         print_table(console, columns, rows, title=title)
@@ -736,7 +739,8 @@ def negative_streams_line(negative: NegativeStreams) -> str:
     return (
         f"negative streams: {_count(negative.sessions, 'session')}, {negative.hours:.4g} h "
         f"watched, {_count(negative.false_alarms, 'false alarm')}: "
-        f"{_fmt(negative.false_alarms_per_hour)} per hour, 95% CI {format_ci(negative.ci95)}"
+        f"{format_value(negative.false_alarms_per_hour)} per hour, "
+        f"95% CI {format_ci(negative.ci95)}"
     )
 
 

@@ -26,6 +26,15 @@ class MetricHelp:
     scale: str  # e.g. "0-1, higher is better", "seconds, lower is better"
     meaning: str  # one line
 
+    @property
+    def better(self) -> str | None:
+        """ "higher" or "lower": which way the value improves, as its scale says; None where
+        neither is better (a count of work done, a share of records described)."""
+        for direction in ("higher", "lower"):
+            if f"{direction} is better" in self.scale:
+                return direction
+        return None
+
 
 FRACTION = "fraction (0-1)"
 PERCENT = "%"

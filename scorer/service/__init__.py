@@ -10,5 +10,5 @@ Beyond the scorer it reads the Core's store, benchmark and frame modules (read-o
 shared top-level modules of `streameval`; only the top-level command (streameval/cli.py)
 imports it.
 
-May import: compare, episodes, errors, judging, metrics, profiles, report, source.
+May import: compare, episodes, errors, judging, metrics, paper_table, profiles, report, source.
 """

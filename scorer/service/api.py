@@ -32,6 +32,7 @@ from streameval.scorer.service.routes import (
     records,
     runs,
     service,
+    table,
 )
 from streameval.scorer.service.routes.state import ResultsState
 from streameval.scorer.service.score_cache import ScoreCache
@@ -52,6 +53,7 @@ ROUTERS = (
     records.router,
     frames.router,
     compare.router,
+    table.router,
     dashboard.router,
 )
 

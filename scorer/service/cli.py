@@ -3,6 +3,7 @@
     streameval score RUN_ID [--profile P] [--json] [--store URL]
     streameval score --events FILE.jsonl [--allow-partial]
     streameval compare RUN_A RUN_B
+    streameval table RUN... [--metrics M,...] [--by task_type] [--intervals] [--format F]
     streameval results-api [--host 127.0.0.1] [--port 8800]   (dashboard at /)
     streameval report RUN_ID --html out.html
 
@@ -17,6 +18,7 @@ An LLM judge's verdicts go to the verdict cache in the cache directory instead
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -262,6 +264,74 @@ def compare(
         print(json.dumps(body))
     else:
         comparison.render(Console(), explained)
+
+
+@app.command()
+def table(
+    runs: Annotated[list[str], typer.Argument(help="The runs, in the order of the rows.")],
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metrics",
+            help="The columns: metrics named family.metric (or a name one family alone "
+            "reports), comma-separated or repeated (default: each family's headline metric).",
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="task_type or source_benchmark: one block of rows per group."),
+    ] = None,
+    intervals: Annotated[
+        bool,
+        typer.Option(
+            "--intervals", help="Add each value's 95% bootstrap interval (clustered by video)."
+        ),
+    ] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="markdown, latex, csv or json.")
+    ] = "markdown",
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help=f"Scoring profile: {', '.join(SCORING_PROFILES)} (default: the one matching "
+            f"the first run's protocol profile, {_MATCHING}).",
+        ),
+    ] = None,
+    tolerance: ToleranceOption = None,
+    judge_url: JudgeUrlOption = None,
+    judge_model: JudgeModelOption = None,
+    store: StoreOption = None,
+) -> None:
+    """A table of runs for a paper: runs as rows, metrics as columns, the best of each
+    column marked."""
+    from streameval.core.store.store import Store
+    from streameval.scorer.paper_table import FORMATS, paper_table, render_table, table_run_ids
+
+    if fmt not in FORMATS:
+        raise _fail(f"--format takes {', '.join(FORMATS)}, not {fmt!r}")
+    names = None if metrics is None else [m for item in metrics for m in _listed(item)]
+    try:
+        judge = _judge(judge_url, judge_model)
+        with Store(resolve_store_url(store, must_exist=True), read_only=True) as opened:
+            run_ids = table_run_ids(opened, runs)
+            chosen = _run_profile(opened, run_ids[0], profile, tolerance)
+            made = paper_table(
+                opened,
+                run_ids,
+                metrics=names,
+                by=by,
+                intervals=intervals,
+                scoring_profile=chosen,
+                judge=judge,
+            )
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(render_table(made, fmt))
+
+
+def _listed(item: str) -> list[str]:
+    return [name.strip() for name in item.split(",") if name.strip()]
 
 
 @app.command()
