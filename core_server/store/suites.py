@@ -16,7 +16,8 @@ from streameval.core.store.light import StoreError
 
 @dataclass(frozen=True)
 class SuiteInfo:
-    """A stored suite: its resolved file and its runs by (adapter label, benchmark label)."""
+    """A stored suite: its resolved file and its runs by (adapter label, benchmark label),
+    in the order they were created."""
 
     suite_id: str
     created_at: datetime
@@ -49,7 +50,13 @@ class StoreSuites(StoreDatabase):
             ).first()
             if found is None:
                 return None
-            rows = conn.execute(select(table).where(table.c.suite_id == suite_id))
+            runs = models.runs
+            rows = conn.execute(
+                select(table)
+                .join(runs, runs.c.run_id == table.c.run_id)
+                .where(table.c.suite_id == suite_id)
+                .order_by(runs.c.created_at, runs.c.run_id)
+            )
             runs = {(row.adapter, row.benchmark): row.run_id for row in rows}
         return SuiteInfo(found.suite_id, found.created_at, found.content, runs)
 

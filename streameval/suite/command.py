@@ -17,7 +17,8 @@ from streameval.errors import UserError
 # builds the command tree without it (streameval/cli.py).
 if TYPE_CHECKING:
     from streameval.core.store.store import Store
-    from streameval.suite.model import Suite
+    from streameval.scorer.table_model import PaperTable
+    from streameval.suite.model import Suite, SuiteBenchmark
     from streameval.suite.runner import CellRun
 
 SuiteFileArgument = Annotated[
@@ -112,16 +113,12 @@ def _run(suite: Suite, suite_id: str, store: Store, cache: Path, as_json: bool) 
 def _print_table(
     suite: Suite, suite_id: str, store: Store, done: list[CellRun], as_json: bool
 ) -> None:
-    from streameval.scorer.paper_table import paper_table, render_table
+    """One table per benchmark (each under its own scoring profile), the adapters as rows."""
+    from streameval.scorer.paper_table import render_table
 
-    table = paper_table(
-        store,
-        [cell.run_id for cell in done],
-        metrics=suite.table.metrics,
-        by=suite.table.by,
-        intervals=suite.table.intervals,
-        scoring_profile=suite.scoring_profile,
-    )
+    tables = [
+        (benchmark.label, _table(suite, benchmark, store, done)) for benchmark in suite.benchmarks
+    ]
     if as_json:
         runs = [
             {
@@ -133,12 +130,40 @@ def _print_table(
             }
             for c in done
         ]
-        body = {"suite_id": suite_id, "store": store.url, "runs": runs}
-        print(json.dumps({**body, "table": json.loads(render_table(table, "json"))}))
+        shown = [
+            {"benchmark": label, "table": json.loads(render_table(table, "json"))}
+            for label, table in tables
+        ]
+        print(json.dumps({"suite_id": suite_id, "store": store.url, "runs": runs, "tables": shown}))
         return
-    print(render_table(table, suite.table.format), flush=True)
+    for label, table in tables:
+        print(f"{label}\n\n{render_table(table, suite.table.format)}", flush=True)
+    other = [f"{label}: streameval table {_ids(table)} --format latex" for label, table in tables]
     console.print(
-        f"suite {suite_id}: {len(done)} runs\nstore {store.url}\n"
-        f"other formats: streameval table {suite_id} --format latex",
+        f"suite {suite_id}: {len(done)} runs\nstore {store.url}\n" + "\n".join(other),
         highlight=False,
     )
+
+
+def _ids(table: PaperTable) -> str:
+    return " ".join(dict.fromkeys(row.run_id for row in table.rows))
+
+
+def _table(
+    suite: Suite, benchmark: SuiteBenchmark, store: Store, done: list[CellRun]
+) -> PaperTable:
+    """The benchmark's table: a row per adapter, labelled as the suite file labels it."""
+    from streameval.scorer.paper_table import paper_table
+
+    cells = [cell for cell in done if cell.benchmark == benchmark.label]
+    table = paper_table(
+        store,
+        [cell.run_id for cell in cells],
+        metrics=suite.table.metrics,
+        by=suite.table.by,
+        intervals=suite.table.intervals,
+        scoring_profile=benchmark.scoring_profile,
+    )
+    labels = {cell.run_id: cell.adapter for cell in cells}
+    rows = [row.model_copy(update={"label": labels[row.run_id]}) for row in table.rows]
+    return table.model_copy(update={"rows": rows})

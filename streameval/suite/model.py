@@ -66,6 +66,8 @@ class SuiteAdapter(_Strict):
 
     @model_validator(mode="after")
     def _labelled(self) -> SuiteAdapter:
+        if self.gpus and self.replicas not in (1, len(self.gpus)):
+            raise ValueError("give replicas or gpus (one replica per GPU), not both")
         self.label = self.label or self.adapter
         return self
 
@@ -167,6 +169,7 @@ def read_suite(path: Path) -> Suite:
     try:
         resolved = resolve(suite, path.resolve().parent)
         _check_runs(resolved)
+        _check_table(resolved)
     except _Problem as exc:
         raise SuiteFileError(f"suite file {path}: {_located(exc.loc, str(exc), lines)}") from None
     return resolved
@@ -238,6 +241,21 @@ def _check_runs(suite: Suite) -> None:
             field, _, what = first_validation_error(exc).partition(": ")
             key = _RUN_KEYS.get(field, field)
             raise _Problem(tuple(key.split(".")), what or field) from None
+
+
+def _check_table(suite: Suite) -> None:
+    """_Problem on a table no benchmark's scoring profile can make, before anything runs."""
+    from streameval.scorer.errors import ScoreError
+    from streameval.scorer.paper_table import GROUPINGS, table_columns
+    from streameval.scorer.profiles import get_profile
+
+    if suite.table.by is not None and suite.table.by not in GROUPINGS:
+        raise _Problem(("table", "by"), f"takes {' or '.join(GROUPINGS)}, not {suite.table.by!r}")
+    for benchmark in suite.benchmarks:
+        try:
+            table_columns(get_profile(benchmark.scoring_profile), suite.table.metrics)
+        except ScoreError as exc:
+            raise _Problem(("table", "metrics"), f"benchmark {benchmark.label}: {exc}") from None
 
 
 def stored_suite(content: dict[str, Any]) -> Suite:

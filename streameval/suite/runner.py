@@ -83,11 +83,14 @@ class SuiteRunner:
         with ManagedAdapters(
             spec,
             replicas=adapter.replicas,
-            gpus=tuple(adapter.gpus),
+            gpus=[str(gpu) for gpu in adapter.gpus],
             concurrency=self.suite.run.concurrency,
             log_dir=self._log_dir(adapter),
             startup_timeout_s=adapter.startup_timeout,
+            notice=lambda line: console.print(line, highlight=False),
         ) as managed:
+            logs = ", ".join(str(path) for path in managed.log_files)
+            console.print(f"adapter {adapter.label}: logs {logs}", highlight=False)
             urls = [endpoint.url for endpoint in managed.endpoints]
             for benchmark in self.suite.benchmarks:
                 cell = kept[benchmark.label]
@@ -130,6 +133,11 @@ class SuiteRunner:
             highlight=False,
         )
         summary = self._execute(config, run_id)
+        console.print(
+            f"run {run_id}: {summary.finished} finished, {summary.failed} failed, "
+            f"{summary.kept} kept from before",
+            highlight=False,
+        )
         return CellRun(adapter.label, benchmark.label, run_id, action, summary.exit_code)
 
     def _execute(self, config: RunConfig, run_id: str) -> RunSummary:
