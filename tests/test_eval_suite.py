@@ -26,6 +26,8 @@ from tests.faults import cli, wait_for
 from tests.test_data_cli import stand_in_videos
 from tests.test_import_trace import FIXTURES
 
+REPO = Path(__file__).resolve().parent.parent
+
 # Three QA entries of the OVO-Bench fixture, on videos of 46, 22 and 9 seconds.
 OVO_IDS = (2111, 2112, 2162)
 ADAPTERS = ["reference", "load"]
@@ -277,3 +279,27 @@ def test_resume_names_a_stored_suite(tmp_path: Path) -> None:
         2,
         "error: give a suite file or --resume SUITE_ID (one of them)\n",
     )
+
+
+def test_the_example_suite_file_runs_as_its_comment_says(tmp_path: Path) -> None:
+    """examples/suite.yaml on the benchmark files `streameval data sample` generates beside
+    it: four benchmarks, each under its own profiles, two adapters."""
+    example = tmp_path / "suite.yaml"
+    example.write_text((REPO / "examples" / "suite.yaml").read_text())
+    sample = subprocess.run(cli("data", "sample", str(tmp_path / "sample")), capture_output=True)
+    assert sample.returncode == 0, sample.stderr
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    done = run_eval(str(example), "--store", url, "--cache-dir", str(tmp_path / "cache"), "--json")
+    assert done.returncode == 0, done.stderr
+    tables = json.loads(done.stdout)["tables"]
+    shown = [
+        (t["benchmark"], t["table"]["profile"], [row["label"] for row in t["table"]["rows"]])
+        for t in tables
+    ]
+    assert shown == [
+        ("synthetic", "trace-paper-v1", ["reference", "random"]),
+        ("trace", "trace-paper-v1", ["reference", "random"]),
+        ("ovo", "ovo-offline", ["reference", "random"]),
+        ("streamingbench", "streamingbench", ["reference", "random"]),
+    ]
+    assert [t["table"]["n"] for t in tables] == [8, 5, 6, 3]
