@@ -34,7 +34,7 @@ from streameval.synth.cli import synth
 class StreamevalGroup(HelpGroup):
     panels = (
         ("Getting started", ("demo", "profiles")),
-        ("Evaluate", ("run", "eval", "runs", "score", "compare", "report", "export")),
+        ("Evaluate", ("run", "eval", "runs", "score", "compare", "table", "report", "export")),
         ("Serve", ("results-api", "core-api", "adapter")),
         ("Scale", ("worker", "launch")),
         ("Data", ("data", "synth")),

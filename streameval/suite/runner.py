@@ -21,6 +21,7 @@ import typer
 
 from streameval.core.cli.common import console
 from streameval.core.cli.run_command import execute
+from streameval.core.run.exit_codes import EXIT_INTERRUPTED
 from streameval.core.run.run_end import RunSummary
 from streameval.suite.model import Suite, SuiteAdapter, SuiteBenchmark, run_options
 
@@ -64,8 +65,12 @@ class SuiteRunner:
         """Every cell, adapter by adapter; a run that stops the suite (interrupted, every
         endpoint gone) ends it here, resumable."""
         done: list[CellRun] = []
-        for adapter in self.suite.adapters:
-            done += self._adapter_cells(adapter)
+        try:
+            for adapter in self.suite.adapters:
+                done += self._adapter_cells(adapter)
+        except KeyboardInterrupt:  # between runs (a run's own is its typer.Exit)
+            self._say_how_to_resume()
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         return done
 
     def _adapter_cells(self, adapter: SuiteAdapter) -> list[CellRun]:
@@ -144,12 +149,15 @@ class SuiteRunner:
         try:
             return execute(config, self.store, run_id, self.show_progress)
         except typer.Exit:  # interrupted or stopped: the run said how to resume it alone
-            console.print(
-                f"suite {self.suite_id} stopped: resume it with "
-                f"`streameval eval --resume {self.suite_id}`",
-                highlight=False,
-            )
+            self._say_how_to_resume()
             raise
+
+    def _say_how_to_resume(self) -> None:
+        console.print(
+            f"suite {self.suite_id} stopped: resume it with "
+            f"`streameval eval --resume {self.suite_id}`",
+            highlight=False,
+        )
 
     def _options(
         self, benchmark: SuiteBenchmark, urls: list[str], resume: str | None
