@@ -82,7 +82,7 @@ class SuiteAdapter(_Strict):
 class SuiteBenchmark(_Strict):
     """One benchmark's records, as `streameval run`'s options choose them."""
 
-    label: str = Field(default="", description="the column's label (default: from the file)")
+    label: str = Field(default="", description="its table's title (default: from the file)")
     benchmark: str = Field(min_length=1)
     video_root: str | None = None
     subset: str | None = None
@@ -146,10 +146,6 @@ class Suite(_Strict):
             if twice is not None:
                 raise ValueError(f"two {kind} are labelled {twice!r}: give each its own label")
         return self
-
-    def cells(self) -> list[tuple[SuiteAdapter, SuiteBenchmark]]:
-        """Every (adapter, benchmark), adapter by adapter: one run each."""
-        return [(a, b) for a in self.adapters for b in self.benchmarks]
 
 
 def read_suite(path: Path) -> Suite:
