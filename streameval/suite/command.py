@@ -48,7 +48,7 @@ def eval_suite(
     as_json: JsonOption = False,
 ) -> None:
     """Run every adapter of a suite file on every benchmark of it, one run each, then
-    print the suite's table (or --resume a suite).
+    print one table per benchmark (or --resume a suite).
 
     Exit status: the worst of its runs' (`streameval run --help`): 0 every session
     finished, 1 some failed, 2 the suite could not start (a bad file), 3 every session of
