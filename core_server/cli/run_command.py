@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -26,6 +27,17 @@ from streameval.core.cli.common import (
     cancel_on_sigterm,
     console,
     fail,
+)
+from streameval.core.cli.run_adapters import (
+    AdapterConfigOption,
+    AdapterOption,
+    AdapterOptionsOption,
+    GpusOption,
+    ReplicasOption,
+    TerminatedWhileStarting,
+    adapter_report,
+    print_adapter_report,
+    started_adapters,
 )
 from streameval.core.cli.run_options import (
     AdapterReadyTimeoutOption,
@@ -127,6 +139,11 @@ def execute(
 
 def run(
     ctx: typer.Context,
+    adapter: AdapterOption = None,
+    adapter_option: AdapterOptionsOption = None,
+    adapter_config: AdapterConfigOption = None,
+    replicas: ReplicasOption = None,
+    gpus: GpusOption = None,
     adapter_url: AdapterUrlsOption = None,
     concurrency: ConcurrencyOption = 4,
     benchmark: BenchmarkOption = "synthetic",
@@ -159,7 +176,8 @@ def run(
     perturb_seed: PerturbSeedOption = 0,
     as_json: JsonOption = False,
 ) -> None:
-    """Run a benchmark against adapter endpoints (or --resume an interrupted run).
+    """Run a benchmark against an adapter it starts (--adapter) or adapter endpoints you
+    run (--adapter-url), or --resume an interrupted run.
 
     Exit status (a resume's counts the sessions kept from before too): 0 every session
     finished; 1 some sessions failed; 2 the run could not start (bad options, unreachable
@@ -196,6 +214,11 @@ def run(
         robustness=robustness,
         perturb_seed=perturb_seed,
         as_json=as_json,
+        adapter=adapter,
+        adapter_options=adapter_option,
+        adapter_config=adapter_config,
+        replicas=replicas,
+        gpus=gpus,
     )
     run_with(ctx, options)
 
@@ -212,21 +235,35 @@ def run_with(ctx: typer.Context, options: RunOptions) -> None:
             if options.detach:
                 _create_detached(config, opened, options.as_json)
                 return
-            summary = execute(
-                config,
-                opened,
-                resume_id=options.resume,
-                show_progress=not options.as_json,
-                retry_failed=options.retry_failed,
-                allow_adapter_change=options.allow_adapter_change,
-                lease_s=options.lease_timeout,
-                give_up_s=options.unreachable_timeout,
-            )
-            _print_summary(summary, opened, options.as_json)
+            cache_dir = Path(config.cache_dir)
+            with started_adapters(
+                options.adapter_choice, options.concurrency, cache_dir
+            ) as managed:
+                if managed is not None:
+                    config = config.model_copy(update={"endpoints": managed.endpoints})
+                summary = execute(
+                    config,
+                    opened,
+                    resume_id=options.resume,
+                    show_progress=not options.as_json,
+                    retry_failed=options.retry_failed,
+                    allow_adapter_change=options.allow_adapter_change,
+                    lease_s=options.lease_timeout,
+                    give_up_s=options.unreachable_timeout,
+                )
+            _print_summary(summary, opened, options.as_json, adapter_report(managed))
+            if not options.as_json:
+                print_adapter_report(managed)
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:  # pydantic validation of the options
         raise fail(option_error(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C while the adapters started: they are stopped
+        console.print("interrupted", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except TerminatedWhileStarting:
+        console.print("terminated (SIGTERM)", highlight=False)
+        raise typer.Exit(EXIT_TERMINATED) from None
     if summary.exit_code:
         raise typer.Exit(summary.exit_code)
 
@@ -242,12 +279,14 @@ def _create_detached(config: RunConfig, store: Store, as_json: bool) -> None:
     print(run_id, flush=True)
     console.print(
         f"run {run_id}: {sessions} sessions wait for workers: streameval worker --store "
-        f"{store.url} --run {run_id} --adapter-url ws://127.0.0.1:PORT/ws",
+        f"{store.url} --run {run_id} --adapter NAME (or --adapter-url ws://127.0.0.1:PORT/ws)",
         highlight=False,
     )
 
 
-def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
+def _print_summary(
+    summary: RunSummary, store: Store, as_json: bool, adapters: dict[str, list]
+) -> None:
     body = {
         "run_id": summary.run_id,
         "store": store.url,
@@ -258,6 +297,7 @@ def _print_summary(summary: RunSummary, store: Store, as_json: bool) -> None:
         "retried": summary.retried,
         "status": summary.status,
         "failed_total": summary.failed_total,
+        **adapters,
     }
     if as_json:
         print(json.dumps(body), flush=True)

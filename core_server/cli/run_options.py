@@ -20,6 +20,7 @@ from streameval.core.cli.common import (
     fail,
     first_validation_error,
 )
+from streameval.core.cli.run_adapters import AdapterChoice
 from streameval.core.streams.perturb_spec import NAMES as PERTURBATION_NAMES
 from streameval.core.streams.perturb_spec import PRESET_HELP, PerturbationError, run_variants
 
@@ -177,10 +178,28 @@ class RunOptions:
     robustness: str | None
     perturb_seed: int
     as_json: bool
+    # The adapter the Core starts itself (core_server/cli/run_adapters.py).
+    adapter: str | None = None
+    adapter_options: list[str] | None = None
+    adapter_config: str | None = None
+    replicas: int | None = None
+    gpus: str | None = None
+
+    @property
+    def adapter_choice(self) -> AdapterChoice:
+        return AdapterChoice(
+            self.adapter, self.adapter_options, self.adapter_config, self.replicas, self.gpus
+        )
 
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
         self._check_finite()
+        self.adapter_choice.check(adapter_url_given=bool(self.adapter_url))
+        if self.detach and self.adapter:
+            raise fail(
+                "--detach only creates the run: give --adapter to the `streameval worker` "
+                "processes that run it"
+            )
         for name, value in (
             ("--lease-timeout", self.lease_timeout),
             ("--unreachable-timeout", self.unreachable_timeout),
@@ -216,7 +235,8 @@ class RunOptions:
 
     def config(self, store: Store) -> RunConfig:
         """The run's configuration: the resumed run's, with what these options change in
-        it, or a new run's."""
+        it, or a new run's (with --adapter, the endpoints of its replicas are set once they
+        listen)."""
         return self._resumed_config(store, self.resume) if self.resume else self._new_config()
 
     def _endpoints(self) -> list[EndpointConfig]:
@@ -245,8 +265,11 @@ class RunOptions:
     def _new_config(self) -> RunConfig:
         from streameval.core.config import RunConfig
 
-        if not self.adapter_url and not self.detach:
-            raise fail("give at least one --adapter-url (or use `streameval demo`)")
+        if not self.adapter_url and not self.adapter and not self.detach:
+            raise fail(
+                "give --adapter NAME (the Core starts it) or --adapter-url of one you run "
+                "(or use `streameval demo`)"
+            )
         return RunConfig(
             **self.records.config_fields(),
             endpoints=self._endpoints(),

@@ -21,6 +21,18 @@ from streameval.core.cli.common import (
     fail,
     first_validation_error,
 )
+from streameval.core.cli.run_adapters import (
+    AdapterChoice,
+    AdapterConfigOption,
+    AdapterOption,
+    AdapterOptionsOption,
+    GpusOption,
+    ReplicasOption,
+    TerminatedWhileStarting,
+    adapter_report,
+    print_adapter_report,
+    started_adapters,
+)
 from streameval.core.run.exit_codes import EXIT_INTERRUPTED
 from streameval.core.run.timeouts import DEFAULT_LEASE_S
 from streameval.core.store.locations import resolve_store_url
@@ -38,7 +50,7 @@ if TYPE_CHECKING:
 class WorkerOptions:
     """Every option of one `streameval worker`, as given (None: not given)."""
 
-    adapter_url: str
+    adapter_url: str | None
     store: str | None
     run_id: str | None
     concurrency: int
@@ -49,16 +61,34 @@ class WorkerOptions:
     cache_dir: Path | None
     allow_adapter_change: bool
     as_json: bool
+    # The adapter the worker starts itself (core_server/cli/run_adapters.py).
+    adapter: str | None = None
+    adapter_options: list[str] | None = None
+    adapter_config: str | None = None
+    replicas: int | None = None
+    gpus: str | None = None
+
+    @property
+    def adapter_choice(self) -> AdapterChoice:
+        return AdapterChoice(
+            self.adapter, self.adapter_options, self.adapter_config, self.replicas, self.gpus
+        )
 
 
 def worker(
+    adapter: AdapterOption = None,
+    adapter_option: AdapterOptionsOption = None,
+    adapter_config: AdapterConfigOption = None,
+    replicas: ReplicasOption = None,
+    gpus: GpusOption = None,
     adapter_url: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--adapter-url",
-            help="This worker's adapter, usually beside it: ws://127.0.0.1:PORT/ws.",
+            help="This worker's adapter, usually beside it: ws://127.0.0.1:PORT/ws "
+            "(or --adapter to start it).",
         ),
-    ],
+    ] = None,
     store: StoreOption = None,
     run_id: Annotated[
         str | None, typer.Option("--run", help="Work on this run only (default: any run).")
@@ -86,7 +116,8 @@ def worker(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Claim sessions of stored runs and run them against one adapter (docs/scale.md).
+    """Claim sessions of stored runs and run them against one adapter, which it starts
+    itself (--adapter) or you run (--adapter-url) (docs/scale.md).
 
     Exit status: 0 no session is left (or --max-sessions were claimed); 2 the worker could
     not start (store, adapter, or an adapter the run did not use); 130 interrupted (the
@@ -104,31 +135,53 @@ def worker(
         cache_dir=cache_dir,
         allow_adapter_change=allow_adapter_change,
         as_json=as_json,
+        adapter=adapter,
+        adapter_options=adapter_option,
+        adapter_config=adapter_config,
+        replicas=replicas,
+        gpus=gpus,
     )
-    _print_summary(work_with(options), options.as_json)
+    work_with(options)
 
 
-def work_with(options: WorkerOptions) -> WorkerSummary:
-    """Work with these options in their store, or exit with the one line of what stopped
-    the worker from starting (2) or that it was interrupted (130)."""
+def work_with(options: WorkerOptions) -> None:
+    """Work with these options in their store and report, or exit with the one line of what
+    stopped the worker from starting (2) or that it was interrupted (130)."""
     from streameval.core.config import EndpointConfig
     from streameval.core.store.store import Store
 
+    choice = options.adapter_choice
+    choice.check(adapter_url_given=options.adapter_url is not None)
+    if options.adapter_url is None and options.adapter is None:
+        raise fail("give --adapter NAME (the worker starts it) or --adapter-url of one you run")
     try:
-        endpoint = EndpointConfig(url=options.adapter_url, concurrency=options.concurrency)
+        # A bad URL or concurrency is said before the store opens.
+        given = [
+            EndpointConfig(url=url, concurrency=options.concurrency)
+            for url in [options.adapter_url]
+            if url is not None
+        ]
         if options.lease_timeout <= 0:
             raise fail(f"--lease-timeout must be positive, got {options.lease_timeout:g}")
-        with Store(resolve_store_url(options.store, options.cache_dir)) as opened:
-            return _work(opened, endpoint, options)
+        with (
+            Store(resolve_store_url(options.store, options.cache_dir)) as opened,
+            started_adapters(choice, options.concurrency, options.cache_dir) as managed,
+        ):
+            endpoints = managed.endpoints if managed is not None else given
+            summary = _work(opened, endpoints, options)
+            _print_summary(summary, options.as_json, adapter_report(managed))
+        if not options.as_json:
+            print_adapter_report(managed)
     except UserError as exc:
         raise fail(str(exc)) from None
     except ValueError as exc:
         raise fail(first_validation_error(exc)) from None
-    except asyncio.CancelledError:  # SIGTERM: the held sessions went back to the queue
+    except (asyncio.CancelledError, KeyboardInterrupt, TerminatedWhileStarting):
+        # SIGTERM or Ctrl-C: the held sessions went back to the queue
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _work(store: Store, endpoint: EndpointConfig, options: WorkerOptions) -> WorkerSummary:
+def _work(store: Store, endpoints: list[EndpointConfig], options: WorkerOptions) -> WorkerSummary:
     from streameval.core.run.runner import RunExecutor, stored_run_executor
     from streameval.core.run.worker import Worker, this_worker
 
@@ -141,7 +194,7 @@ def _work(store: Store, endpoint: EndpointConfig, options: WorkerOptions) -> Wor
             executors[run] = await stored_run_executor(
                 store,
                 run,
-                endpoint,
+                endpoints,
                 cache_dir=options.cache_dir,
                 video_root=options.video_root,
                 identity=identity,
@@ -155,7 +208,7 @@ def _work(store: Store, endpoint: EndpointConfig, options: WorkerOptions) -> Wor
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
         if options.run_id is not None:
             await executor_for(options.run_id)  # a refused adapter stops here, before any claim
-        worker = Worker(store, [endpoint], executor_for, identity=identity, lease_s=lease_s)
+        worker = Worker(store, endpoints, executor_for, identity=identity, lease_s=lease_s)
         return await worker.run(
             options.run_id, max_sessions=options.max_sessions, follow=options.follow
         )
@@ -166,7 +219,7 @@ def _work(store: Store, endpoint: EndpointConfig, options: WorkerOptions) -> Wor
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def _print_summary(summary: WorkerSummary, as_json: bool) -> None:
+def _print_summary(summary: WorkerSummary, as_json: bool, adapters: dict[str, list]) -> None:
     body = {
         "worker_id": summary.worker_id,
         "host": summary.host,
@@ -175,6 +228,7 @@ def _print_summary(summary: WorkerSummary, as_json: bool) -> None:
         "failed": summary.failed,
         "lost": summary.lost,
         "runs": sorted(summary.runs),
+        **adapters,
     }
     if as_json:
         print(json.dumps(body), flush=True)

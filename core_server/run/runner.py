@@ -290,7 +290,7 @@ def stored_config(store: Store, run_id: str) -> RunConfig:
 async def stored_run_executor(
     store: Store,
     run_id: str,
-    endpoint: EndpointConfig,
+    endpoints: list[EndpointConfig],
     *,
     cache_dir: Path | None = None,
     video_root: Path | None = None,
@@ -299,9 +299,9 @@ async def stored_run_executor(
     allow_adapter_change: bool = False,
 ) -> RunExecutor:
     """An executor for a worker joining a stored run: the run's own configuration, with this
-    machine's endpoint, frame cache and (if given) video folder, admitted to the run."""
+    machine's endpoints, frame cache and (if given) video folder, admitted to the run."""
     stored = stored_config(store, run_id)
-    local = {"endpoints": [endpoint], "cache_dir": str(cache_dir or default_cache_dir())}
+    local = {"endpoints": endpoints, "cache_dir": str(cache_dir or default_cache_dir())}
     if video_root is not None:
         local["video_root"] = str(video_root)
     executor = RunExecutor(
