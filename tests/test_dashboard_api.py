@@ -46,7 +46,7 @@ def test_the_dashboard_is_served_with_every_asset(client: TestClient) -> None:
     assets = re.findall(r'(?:src|href)="((?:js/)?[\w.-]+\.(?:js|css))"', page.text)
     # Every script and style sheet of the folder is linked, once (favicon.svg is not matched).
     on_disk = ["style.css", *(f"js/{p.name}" for p in (STATIC_DIR / "js").glob("*.js"))]
-    assert sorted(assets) == sorted(on_disk) and len(assets) == 15
+    assert sorted(assets) == sorted(on_disk) and len(assets) == 16
     for asset in assets:
         assert client.get(f"/ui/{asset}").status_code == 200, asset
 

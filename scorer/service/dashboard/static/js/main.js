@@ -3,7 +3,7 @@
 // and page changes.
 //   #/                       runs               #/runs/ID/records/RECORD   one record
 //   #/runs/ID                one run            #/runs/ID/live             live progress
-//   #/compare?runs=A,B,...   comparison
+//   #/compare?runs=A,B,...   comparison         #/table?runs=A,B,...     a table for a paper
 // Every route takes ?profile=NAME (the scoring profile); the router adds it to a URL that
 // lacks it, so the address of a view always says which numbers it shows and can be shared.
 
@@ -57,6 +57,7 @@ function pageFor(parts, params) {
   if (Data.isReport && parts.length === 0) return (view) => runPage(view, REPORT.run.run_id);
   if (parts.length === 0) return (view) => runsPage(view, params);
   if (first === "compare" && parts.length === 1) return (view) => comparePage(view, params);
+  if (first === "table" && parts.length === 1) return (view) => paperTablePage(view, params);
   if (first === "runs" && parts.length === 2) return (view) => runPage(view, runId);
   if (first === "runs" && section === "live" && parts.length === 3) return (view) => livePage(view, runId);
   if (first === "runs" && section === "records" && parts.length === 4) return (view) => recordPage(view, runId, recordId);

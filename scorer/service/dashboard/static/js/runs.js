@@ -115,6 +115,11 @@ async function runsPage(view, params) {
     { type: "button", class: "primary server-only", disabled: true, "data-action": "compare", onclick: () => navigate(`#/compare?runs=${[...selected].map(enc).join(",")}`) },
     "Compare selected",
   );
+  const tableButton = h(
+    "button",
+    { type: "button", class: "server-only", disabled: true, "data-action": "paper-table", onclick: () => navigate(tableHash([...selected], { format: "markdown" })) },
+    "Table for a paper",
+  );
   const select = (run) =>
     h("input", {
       type: "checkbox",
@@ -123,6 +128,7 @@ async function runsPage(view, params) {
         if (event.target.checked) selected.add(run.run_id);
         else selected.delete(run.run_id);
         compareButton.disabled = selected.size < 2;
+        tableButton.disabled = selected.size < 1;
       },
     });
   const rows = page.items.map((run) => ({
@@ -183,7 +189,7 @@ async function runsPage(view, params) {
   const charts = acrossRunCharts(page.items, metricsByRun, "runs");
   setChildren(view, 
     h("h1", {}, "Runs"),
-    h("div", { class: "toolbar" }, pager, compareButton),
+    h("div", { class: "toolbar" }, pager, compareButton, tableButton),
     table,
     charts ? [h("h2", {}, "Across runs"), charts] : null,
   );
