@@ -150,9 +150,9 @@ def test_a_suite_runs_every_adapter_on_every_benchmark_and_prints_its_tables(
     assert [row["run_id"] for row in rows] == list(info.runs.values())
 
 
-def replica_pids(cache: Path, suite_id: str) -> set[int]:
-    """Every adapter replica the suite started, from its replicas' logs."""
-    logs = (cache / "suites" / suite_id).glob("*/*.log")
+def replica_pids(cache: Path) -> set[int]:
+    """Every adapter replica started with this cache folder, from its replicas' logs."""
+    logs = (cache / "adapter-logs").glob("*/*.log")
     return {int(pid) for log in logs for pid in re.findall(r"pid (\d+) listening", log.read_text())}
 
 
@@ -192,7 +192,7 @@ def test_a_suite_killed_mid_run_resumes_only_what_did_not_finish(tmp_path: Path)
         interrupted = {s.session_id for s in store.sessions(second) if s.status == "running"}
         assert interrupted
     # The replicas die with the Core that started them, however it died.
-    started = replica_pids(cache, suite_id)
+    started = replica_pids(cache)
     assert len(started) == 1
     wait_for(lambda: not any(alive(pid) for pid in started), 30, "the replicas to stop")
 
@@ -213,7 +213,7 @@ def test_a_suite_killed_mid_run_resumes_only_what_did_not_finish(tmp_path: Path)
         assert [s.status for s in sessions] == ["finished"] * RECORDS
         assert {s.session_id for s in sessions if s.attempt == 1} == interrupted
         assert len(store.suite(suite_id).runs) == 4
-    resumed = replica_pids(cache, suite_id) - started
+    resumed = replica_pids(cache) - started
     assert len(resumed) == 2  # one replica for each adapter with work left
     assert not any(alive(pid) for pid in resumed)
 

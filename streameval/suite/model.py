@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from streameval.errors import UserError
 
 if TYPE_CHECKING:
+    from streameval.core.cli.run_adapters import AdapterChoice
     from streameval.core.cli.run_options import RunOptions
 
 SYNTHETIC = "synthetic"
@@ -62,7 +63,6 @@ class SuiteAdapter(_Strict):
     config: str | None = Field(default=None, description="a preset or an adapter config YAML")
     replicas: int = Field(default=1, ge=1)
     gpus: list[int] = Field(default_factory=list, description="one replica per GPU")
-    startup_timeout: float = Field(default=120.0, gt=0, description="seconds to listen")
 
     @model_validator(mode="after")
     def _labelled(self) -> SuiteAdapter:
@@ -71,11 +71,18 @@ class SuiteAdapter(_Strict):
         self.label = self.label or self.adapter
         return self
 
-    def option_texts(self) -> tuple[str, ...]:
-        """The options as `-A key=value` texts (non-text values as JSON, read back as YAML)."""
-        return tuple(
+    def choice(self) -> AdapterChoice:
+        """The adapter as `streameval run --adapter` takes it: its options as `-A key=value`
+        texts (non-text values as JSON, which the adapter reads back as YAML)."""
+        from streameval.core.cli.run_adapters import AdapterChoice
+
+        options = [
             f"{key}={value if isinstance(value, str) else json.dumps(value)}"
             for key, value in self.options.items()
+        ]
+        gpus = ",".join(str(gpu) for gpu in self.gpus) or None
+        return AdapterChoice(
+            self.adapter, options, self.config, None if gpus else self.replicas, gpus
         )
 
 

@@ -11,7 +11,6 @@ started at all.
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import typer
 
 from streameval.core.cli.common import console
 from streameval.core.cli.run_command import execute
-from streameval.core.run.exit_codes import EXIT_INTERRUPTED
+from streameval.core.run.exit_codes import EXIT_INTERRUPTED, EXIT_TERMINATED
 from streameval.core.run.run_end import RunSummary
 from streameval.suite.model import Suite, SuiteAdapter, SuiteBenchmark, run_options
 
@@ -64,17 +63,22 @@ class SuiteRunner:
     def run(self) -> list[CellRun]:
         """Every cell, adapter by adapter; a run that stops the suite (interrupted, every
         endpoint gone) ends it here, resumable."""
+        from streameval.core.cli.run_adapters import TerminatedWhileStarting
+
         done: list[CellRun] = []
         try:
             for adapter in self.suite.adapters:
                 done += self._adapter_cells(adapter)
-        except KeyboardInterrupt:  # between runs (a run's own is its typer.Exit)
+        except (KeyboardInterrupt, TerminatedWhileStarting) as exc:  # a run's is its Exit
             self._say_how_to_resume()
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            terminated = isinstance(exc, TerminatedWhileStarting)
+            raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED) from None
         return done
 
     def _adapter_cells(self, adapter: SuiteAdapter) -> list[CellRun]:
-        from streameval.core.launch.managed_adapters import AdapterSpec, ManagedAdapters
+        """The adapter's runs: its replicas started (as `run --adapter` starts them) only
+        when one of its runs has work left."""
+        from streameval.core.cli.run_adapters import print_adapter_report, started_adapters
 
         stored = self._stored_runs()
         kept = {
@@ -83,24 +87,17 @@ class SuiteRunner:
         }
         if all(cell is not None for cell in kept.values()):
             return [cell for cell in kept.values() if cell is not None]
-        spec = AdapterSpec(adapter.adapter, adapter.option_texts(), adapter.config)
         done = []
-        with ManagedAdapters(
-            spec,
-            replicas=adapter.replicas,
-            gpus=[str(gpu) for gpu in adapter.gpus],
-            concurrency=self.suite.run.concurrency,
-            log_dir=self._log_dir(adapter),
-            startup_timeout_s=adapter.startup_timeout,
-            notice=lambda line: console.print(line, highlight=False),
-        ) as managed:
-            logs = ", ".join(str(path) for path in managed.log_files)
-            console.print(f"adapter {adapter.label}: logs {logs}", highlight=False)
+        concurrency = self.suite.run.concurrency
+        with started_adapters(adapter.choice(), concurrency, self.cache_dir) as managed:
+            assert managed is not None
             urls = [endpoint.url for endpoint in managed.endpoints]
             for benchmark in self.suite.benchmarks:
                 cell = kept[benchmark.label]
                 run_id = stored.get((adapter.label, benchmark.label))
                 done.append(cell or self._run_cell(adapter, benchmark, urls, run_id))
+        if self.show_progress:
+            print_adapter_report(managed)
         return done
 
     def _stored_runs(self) -> dict[tuple[str, str], str]:
@@ -166,8 +163,3 @@ class SuiteRunner:
         return run_options(
             self.suite, benchmark, urls, self.cache_dir, self.store.url, resume, as_json
         )
-
-    def _log_dir(self, adapter: SuiteAdapter) -> Path:
-        """Where the adapter's replicas write their logs: one folder per suite and label."""
-        name = re.sub(r"[^\w.-]", "_", adapter.label)
-        return self.cache_dir / "suites" / self.suite_id / name
