@@ -196,6 +196,7 @@ def test_a_suite_killed_mid_run_resumes_only_what_did_not_finish(tmp_path: Path)
     assert len(started) == 1
     wait_for(lambda: not any(alive(pid) for pid in started), 30, "the replicas to stop")
 
+    suite.unlink()  # the store has the suite: no file needed
     done = run_eval("--resume", suite_id, *args)
     assert done.returncode == 0, done.stderr
     # Only what had not finished: the interrupted run, then the load adapter's two.
