@@ -40,14 +40,20 @@ FORMATS = tuple(RENDERERS)
 
 
 def table_run_ids(store: Store, arguments: Sequence[str]) -> list[str]:
-    """The runs `streameval table` arguments name, in order, each once; an unknown one is
-    the store's one-line error. The one place arguments become run ids."""
-    run_ids = list(dict.fromkeys(arguments))
+    """The runs `streameval table` arguments name, in order, each once (a suite id of
+    `streameval eval`: its runs, in the order they were created); an unknown one is the
+    store's one-line error. The one place arguments become run ids."""
+    run_ids = list(dict.fromkeys(run_id for name in arguments for run_id in _runs(store, name)))
     if not run_ids:
         raise ScoreError("name at least one run to tabulate")
     for run_id in run_ids:
         store.get_run(run_id)
     return run_ids
+
+
+def _runs(store: Store, name: str) -> list[str]:
+    suite = store.suite(name)
+    return [name] if suite is None else list(suite.runs.values())
 
 
 def table_columns(profile: ScoringProfile, metrics: Sequence[str] | None) -> list[TableColumn]:

@@ -1,6 +1,7 @@
 """The one `streameval` command: the Core's commands (core_server/cli/commands.py), the scorer's
-(scorer/service/cli.py), and what needs both: the demo, which runs, then scores, and
-`profiles`, which lists the protocol and the scoring profiles (streameval/profiles_cli.py).
+(scorer/service/cli.py), and what needs both: the demo, which runs, then scores, `eval`,
+which runs a suite file, then tables it (streameval/suite/), and `profiles`, which lists the
+protocol and the scoring profiles (streameval/profiles_cli.py).
 
 The composition lives here, above both, so that the Core never imports the scorer.
 
@@ -26,13 +27,14 @@ from streameval.errors import UserError
 from streameval.profiles_cli import profiles
 from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.service import cli as scorer_cli
+from streameval.suite.command import eval_suite
 from streameval.synth.cli import synth
 
 
 class StreamevalGroup(HelpGroup):
     panels = (
         ("Getting started", ("demo", "profiles")),
-        ("Evaluate", ("run", "runs", "score", "compare", "table", "report", "export")),
+        ("Evaluate", ("run", "eval", "runs", "score", "compare", "table", "report", "export")),
         ("Serve", ("results-api", "core-api", "adapter")),
         ("Scale", ("worker", "launch")),
         ("Data", ("data", "synth")),
@@ -53,6 +55,7 @@ app.add_typer(core_cli.app)
 app.add_typer(scorer_cli.app)
 app.command("synth")(synth)
 app.command("profiles")(profiles)
+app.command("eval")(eval_suite)
 
 
 def _print_version(value: bool) -> None:

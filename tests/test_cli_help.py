@@ -113,7 +113,7 @@ def test_the_top_level_commands_come_in_panels_in_order() -> None:
     assert panels == {
         "Options": ["--version", "--install-completion", "--show-completion", "--help"],
         "Getting started": ["demo", "profiles"],
-        "Evaluate": ["run", "runs", "score", "compare", "table", "report", "export"],
+        "Evaluate": ["run", "eval", "runs", "score", "compare", "table", "report", "export"],
         "Serve": ["results-api", "core-api", "adapter"],
         "Scale": ["worker", "launch"],
         "Data": ["data", "synth"],

@@ -27,9 +27,12 @@ EVENTS_PER_SESSION = len(EXAMPLES)
 CACHE_BYTES = 1_500_000
 
 
+SUITE = "suite-0"
+
+
 def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
     """A run with two records, two sessions with events, the digests of its two videos, an
-    analysis and an expired run lease."""
+    analysis, an expired run lease, in the suite SUITE."""
     config = {"profile": "trace", "cache_dir": str(cache_dir)} if cache_dir else {}
     store.create_run(run_id, "synthetic", config)
     store.add_records(
@@ -46,6 +49,9 @@ def add_run(store: Store, run_id: str, cache_dir: Path | None = None) -> None:
     for i in range(2):
         store.append_events(example_events(run_id, f"{run_id}-s{i}"))
     store.put_analysis(run_id, "causality", {"verdict": "pass"})
+    if store.suite(SUITE) is None:
+        store.create_suite(SUITE, {"adapters": [], "benchmarks": []})
+    store.add_suite_run(SUITE, run_id, "adapter", run_id)
     expired = datetime.now(UTC) - timedelta(minutes=5)
     with store.transaction("add an expired lease") as conn:
         conn.execute(
@@ -77,12 +83,13 @@ def rows_of(store: Store, run_id: str) -> dict[str, int]:
         }
 
 
-def shared_rows(store: Store) -> tuple[int, int]:
-    """Rows no run owns: registered adapter endpoints and the judge's verdict cache."""
+def shared_rows(store: Store) -> tuple[int, ...]:
+    """Rows no run owns: registered adapter endpoints, the judge's verdict cache and the
+    suites (a suite keeps its file; its runs go)."""
     with store.transaction("count shared rows") as conn:
         return tuple(
             conn.execute(sql_text(f"SELECT count(*) FROM {table}")).scalar_one()
-            for table in ("adapter_endpoints", "judge_cache")
+            for table in ("adapter_endpoints", "judge_cache", "suites")
         )
 
 
@@ -94,6 +101,7 @@ FULL_RUN = {
     "run_videos": 2,
     "runs": 1,
     "sessions": 2,
+    "suite_runs": 1,
 }
 GONE = dict.fromkeys(FULL_RUN, 0)
 
@@ -139,7 +147,7 @@ def test_deleting_removes_every_row_of_the_runs_and_nothing_else(store_url, fram
     with Store(store_url) as store:
         assert rows_of(store, "r1") == rows_of(store, "r2") == GONE
         assert rows_of(store, "r3") == rows_of(store, "r4") == FULL_RUN
-        assert shared_rows(store) == (1, 1)
+        assert shared_rows(store) == (1, 1, 1)
         assert [run.run_id for run in store.list_runs()] == ["r4", "r3"]
 
     said = streameval("runs", "delete", "r3", "--yes", "--store", store_url)

@@ -180,3 +180,27 @@ run_videos = Table(
     Column("recorded_at", UTCDateTime(), nullable=False),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_run_videos_run_id"),
 )
+
+# Evaluation suites (`streameval eval SUITE.yaml`): the suite file's resolved content, once,
+# stored before its first run so that a suite killed at once is resumable.
+suites = Table(
+    "suites",
+    metadata,
+    Column("suite_id", String(200), primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("content", JSON, nullable=False),
+)
+
+# The runs of a suite, one per (adapter, benchmark) of its file, named by their labels there;
+# a run belongs to one suite at most.
+suite_runs = Table(
+    "suite_runs",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("suite_id", String(200), nullable=False),
+    Column("adapter", String(200), nullable=False),
+    Column("benchmark", String(200), nullable=False),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_suite_runs_run_id"),
+    ForeignKeyConstraint(["suite_id"], ["suites.suite_id"], name="fk_suite_runs_suite_id"),
+    Index("ix_suite_runs_suite_id", "suite_id"),
+)

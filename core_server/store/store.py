@@ -22,7 +22,8 @@ with that responsibility's SQL, all sharing one database (database.StoreDatabase
 - events.py: storing and reading events;
 - analyses.py: results about a run as a whole;
 - endpoints.py: adapter endpoints registered with the control API;
-- videos.py: the digests a run's videos are bound to.
+- videos.py: the digests a run's videos are bound to;
+- suites.py: evaluation suites and their runs.
 
 The names callers import with `Store` are imported here from their modules, so that
 `from streameval.core.store.store import ...` keeps working.
@@ -45,6 +46,7 @@ from streameval.core.store.runs import (
     record_rows,
 )
 from streameval.core.store.sessions import StoreSessions
+from streameval.core.store.suites import StoreSuites, SuiteInfo
 from streameval.core.store.videos import StoreVideos, video_rows
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLost",
+    "SuiteInfo",
     "config_hash",
     "default_store_url",
     "event_row",
@@ -67,7 +70,15 @@ __all__ = [
 ]
 
 
-class Store(StoreRuns, StoreSessions, StoreEvents, StoreAnalyses, StoreEndpoints, StoreVideos):
+class Store(
+    StoreRuns,
+    StoreSessions,
+    StoreEvents,
+    StoreAnalyses,
+    StoreEndpoints,
+    StoreVideos,
+    StoreSuites,
+):
     """Open (and migrate) a store by URL; every method is one short transaction.
 
     `read_only=True` opens it for reading only (scoring, results API, exports): nothing is

@@ -3,7 +3,7 @@
     streameval score RUN_ID [--profile P] [--json] [--store URL]
     streameval score --events FILE.jsonl [--allow-partial]
     streameval compare RUN_A RUN_B
-    streameval table RUN... [--metrics M,...] [--by task_type] [--intervals] [--format F]
+    streameval table RUN_OR_SUITE... [--metrics M,...] [--by task_type] [--intervals] [--format F]
     streameval results-api [--host 127.0.0.1] [--port 8800]   (dashboard at /)
     streameval report RUN_ID --html out.html
 
@@ -268,7 +268,10 @@ def compare(
 
 @app.command()
 def table(
-    runs: Annotated[list[str], typer.Argument(help="The runs, in the order of the rows.")],
+    runs: Annotated[
+        list[str],
+        typer.Argument(help="The runs (or suites: their runs), in the order of the rows."),
+    ],
     metrics: Annotated[
         list[str] | None,
         typer.Option(
