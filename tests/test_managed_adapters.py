@@ -346,11 +346,11 @@ def test_a_bad_adapter_is_one_line_and_exit_2(tmp_path: Path):
     [line] = error_lines(unknown.stderr)
     assert line.startswith("error: unknown adapter 'nope'; known: always, openai, ")
 
-    takes_none = core.run("run", "--adapter", "reference", "-A", "x=1", "--limit", "4")
-    assert takes_none.returncode == 2
+    unknown_option = core.run("run", "--adapter", "reference", "-A", "x=1", "--limit", "4")
+    assert unknown_option.returncode == 2
     [log] = core.log_files()
-    assert error_lines(takes_none.stderr)[-1] == (
-        f"error: adapter 'reference' takes no options (log: {log})"
+    assert error_lines(unknown_option.stderr)[-1] == (
+        f"error: reference config: unknown option 'x' (options: work_width) (log: {log})"
     )
     assert core.alive() == []
 

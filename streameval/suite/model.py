@@ -82,7 +82,11 @@ class SuiteAdapter(_Strict):
         ]
         gpus = ",".join(str(gpu) for gpu in self.gpus) or None
         return AdapterChoice(
-            self.adapter, options, self.config, None if gpus else self.replicas, gpus
+            adapter=self.adapter,
+            adapter_options=options,
+            adapter_config=self.config,
+            replicas=None if gpus else self.replicas,
+            gpus=gpus,
         )
 
 
