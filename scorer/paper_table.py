@@ -135,11 +135,17 @@ def table_of(
     intervals: bool = False,
 ) -> PaperTable:
     """The table of runs already scored under `profile` (the results API's cached scores)."""
+    labels = _labels(scores)
     rows = [
         row
         for group in _groups(scores, _grouping(by))
         for row in _marked(
-            [_row(s, group, by, columns, intervals) for s in scores if _has(s, group, by)], columns
+            [
+                _row(s, labels[s.run_id], group, by, columns, intervals)
+                for s in scores
+                if _has(s, group, by)
+            ],
+            columns,
         )
     ]
     return PaperTable(
@@ -174,7 +180,27 @@ def _has(scores: RunScores, group: str | None, by: str | None) -> bool:
     return by is None or group in getattr(scores, GROUPINGS[by])
 
 
-def _label(scores: RunScores) -> str:
+def _labels(scores: Sequence[RunScores]) -> dict[str, str]:
+    """Each run's adapter (model), followed by the settings in which it differs from another
+    run of the same adapter: two rows of one model at two options must not read alike."""
+    settings = {s.run_id: _settings(s) for s in scores}
+    names = {s.run_id: _adapter_label(s) for s in scores}
+    labels = {}
+    for s in scores:
+        peers = [settings[o.run_id] for o in scores if names[o.run_id] == names[s.run_id]]
+        own = settings[s.run_id]
+        differing = [k for k in own if any(peer.get(k) != own[k] for peer in peers)]
+        shown = " ".join(f"{key}={own[key]}" for key in differing)
+        labels[s.run_id] = f"{names[s.run_id]} {shown}" if shown else names[s.run_id]
+    return labels
+
+
+def _settings(scores: RunScores) -> dict:
+    """The settings of the last adapter identity the run used (as `compare` shows them)."""
+    return dict(scores.adapters[-1].conditions.get("settings") or {}) if scores.adapters else {}
+
+
+def _adapter_label(scores: RunScores) -> str:
     labels = []
     for use in scores.adapters:
         model = use.conditions.get("model_name") or ""
@@ -184,6 +210,7 @@ def _label(scores: RunScores) -> str:
 
 def _row(
     scores: RunScores,
+    label: str,
     group: str | None,
     by: str | None,
     columns: list[TableColumn],
@@ -193,7 +220,7 @@ def _row(
     counted = _headline_records(scores)
     n = len(counted) if by is None else Counter(getattr(r, by) for r in counted)[group]
     cells = [_cell(families, column, intervals) for column in columns]
-    return TableRow(run_id=scores.run_id, label=_label(scores), group=group, n=n, cells=cells)
+    return TableRow(run_id=scores.run_id, label=label, group=group, n=n, cells=cells)
 
 
 def _cell(families: Families, column: TableColumn, intervals: bool) -> TableCell:

@@ -124,6 +124,20 @@ def test_compare_lists_the_differing_setting_before_the_metrics(two_runs) -> Non
     assert same.stdout.splitlines()[0] == f"adapter settings of both: work_width={WIDE}"
 
 
+def test_a_paper_table_labels_each_run_with_the_setting_it_differs_in(two_runs) -> None:
+    store, wide, narrow = two_runs
+    shown = streameval("table", wide, narrow, "--format", "json", "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)["rows"]
+    model = "reference (reference-pixel-policy)"
+    assert [(row["run_id"], row["label"]) for row in rows] == [
+        (wide, f"{model} work_width={WIDE}"),
+        (narrow, f"{model} work_width={NARROW}"),
+    ]
+    alone = streameval("table", wide, "--format", "json", "--store", store)
+    assert json.loads(alone.stdout)["rows"][0]["label"] == model
+
+
 def test_the_export_carries_the_settings_with_every_session(two_runs, tmp_path) -> None:
     store, _wide, narrow = two_runs
     out = tmp_path / "narrow.jsonl"
