@@ -67,3 +67,33 @@ def test_upcoming_follows_the_runs_in_the_order_claims_take_them(store):
     store.set_run_status("first", "finished")  # a finished run takes no claims
     assert [(s.run_id, s.session_id) for s in live.upcoming(None, 3)] == [("second", "x")]
     assert live.upcoming("first", 3) == []
+
+
+def test_claims_take_the_longest_session_first_ties_by_id(store):
+    store.create_run("r", benchmark="none", config={})
+    expected = {"a": 5.0, "b": 60.0, "c": 5.0, "d": 900.0, "e": 0.5}
+    store.add_sessions("r", [(s, [s]) for s in expected], expected_s=expected)
+    live = queue(store, "live")
+    assert [s.session_id for s in live.upcoming("r", 10)] == ["d", "b", "a", "c", "e"]
+    taken = [live.claim("r") for _ in range(5)]
+    assert [(s.session_id, s.expected_s) for s in taken] == [
+        ("d", 900.0),
+        ("b", 60.0),
+        ("a", 5.0),
+        ("c", 5.0),
+        ("e", 0.5),
+    ]
+
+
+def test_an_expired_short_session_goes_before_a_long_pending_one(store):
+    store.create_run("r", benchmark="none", config={})
+    expected = {"long": 100.0, "mid": 50.0, "short": 1.0}
+    store.add_sessions("r", [(s, [s]) for s in expected], expected_s=expected)
+    dead = queue(store, "dead")
+    assert [dead.claim("r").session_id for _ in range(2)] == ["long", "mid"]
+    assert expire_one(store, "r") == "short"  # held by "dead" too, its lease ran out
+    dead.release("r", "long")  # given back as pending: a new attempt
+    dead.release("r", "mid")
+    live = queue(store, "live")
+    taken = [live.claim("r") for _ in range(3)]
+    assert [(s.session_id, s.attempt) for s in taken] == [("short", 1), ("long", 1), ("mid", 1)]
