@@ -54,34 +54,55 @@ class SessionQueue:
     def claim(self, run_id: str | None = None, endpoint: str | None = None) -> SessionInfo | None:
         """One claimable session, now leased to this worker; None when none is left."""
         what = f"cannot claim a session{'' if run_id is None else f' of run {run_id!r}'}"
+        postgresql = self.store.engine.dialect.name == "postgresql"
         # A lost race (SQLite has no row locks to skip; on PostgreSQL a row that changed
         # under the lock drops out of the pick) moves on to the next candidate.
         for _ in range(50):
-            with self.store.transaction(what) as conn:
-                runs = [run_id] if run_id else list(conn.execute(claimable_runs()).scalars())
-                found, taken = self._claim_once(conn, runs, endpoint)
+            if postgresql:
+                found, taken = self._claim_postgresql(run_id, endpoint, what)
+            else:
+                with self.store.transaction(what) as conn:
+                    found, taken = self._claim_sqlite(conn, self._runs(conn, run_id), endpoint)
             if taken is not None or not found:
                 return taken
         return None
 
-    def _claim_once(
+    @staticmethod
+    def _runs(conn: Connection, run_id: str | None) -> list[str]:
+        return [run_id] if run_id else list(conn.execute(claimable_runs()).scalars())
+
+    def _claim_postgresql(
+        self, run_id: str | None, endpoint: str | None, what: str
+    ) -> tuple[bool, SessionInfo | None]:
+        """(whether a candidate was found, the session taken): one statement that commits
+        by itself (a round trip, no BEGIN or COMMIT). A stolen session's old events are
+        deleted afterwards, before it runs: the dead worker's writes are fenced off by then,
+        and a claimer that fails in between leaves the lease to expire, the session to be
+        stolen again."""
+        found = False
+        with self.store.autocommitted(what) as conn:
+            for run in self._runs(conn, run_id):
+                taken = conn.execute(claim_in_one(), self._lease(run, endpoint)).first()
+                if taken is not None:
+                    break
+                found = found or conn.execute(candidate(False), {"b_run": run}).first() is not None
+            else:
+                return found, None
+        row = taken._asdict()
+        if row.pop("seen") == "running":
+            with self.store.transaction(what) as conn:
+                delete_session_events(conn, row["run_id"], row["session_id"])
+        return True, SessionInfo(**row)
+
+    def _claim_sqlite(
         self, conn: Connection, runs: list[str], endpoint: str | None
     ) -> tuple[bool, SessionInfo | None]:
         """(whether a candidate was found, the session taken)."""
-        postgresql = conn.dialect.name == "postgresql"
-        found = False
         for run in runs:
-            if postgresql:
-                taken = conn.execute(claim_in_one(), self._lease(run, endpoint)).first()
-                if taken is not None:
-                    return True, self._taken(conn, taken._asdict())
-                row = conn.execute(candidate(False), {"b_run": run}).first()
-                found = found or row is not None
-                continue
             row = conn.execute(candidate(False), {"b_run": run}).first()
             if row is not None:
                 return True, self._take(conn, row, endpoint)
-        return found, None
+        return False, None
 
     def _lease(self, run_id: str, endpoint: str | None) -> dict[str, object]:
         return {
@@ -99,20 +120,16 @@ class SessionQueue:
         taken = conn.execute(take(stealing), parameters).first()
         if taken is None:
             return None
-        return self._taken(conn, {**taken._asdict(), "seen": row.status})
-
-    @staticmethod
-    def _taken(conn: Connection, row: dict[str, object]) -> SessionInfo:
-        if row.pop("seen") == "running":  # stolen: the dead worker's attempt is void
-            delete_session_events(conn, row["run_id"], row["session_id"])
-        return SessionInfo(**row)
+        if stealing:
+            delete_session_events(conn, row.run_id, row.session_id)
+        return SessionInfo(**taken._asdict())
 
     def upcoming(self, run_id: str | None, limit: int) -> list[SessionInfo]:
         """The first `limit` sessions claims would take now (of `run_id`, or of every
         claimable run), in that order, claiming none: what a worker may prepare ahead."""
         found: list[SessionInfo] = []
         with self.store.transaction("cannot list the sessions to claim") as conn:
-            runs = [run_id] if run_id else list(conn.execute(claimable_runs()).scalars())
+            runs = self._runs(conn, run_id)
             for run in runs:
                 for expired in CLAIM_ORDER:
                     if len(found) >= limit:
