@@ -10,8 +10,11 @@ from streameval.core.run.perturb_records import Perturbed, Record
 from streameval.core.streams.perturb import perturb
 from streameval.core.streams.timeline import (
     Timeline,
+    proactive_span_s,
     proactive_timeline,
+    probe_span_s,
     probe_timeline,
+    qa_span_s,
     qa_timeline,
 )
 
@@ -46,3 +49,14 @@ def _clean_timeline(
         tolerance_s=config.proactive_tolerance_s,
         steps_before_instruction=profile.frame_level_steps,
     )
+
+
+def expected_stream_s(record: Record, config: RunConfig, profile: ProtocolProfile) -> float:
+    """The video seconds the record's session streams, as its timeline will (before the
+    video is read): the session's expected duration under wall-clock pacing, by which
+    workers claim the longest sessions first (store/queue.py)."""
+    if isinstance(record, QARecord):
+        return qa_span_s(record, config.qa_history_s)
+    if profile.probe_questions and record.probes:
+        return probe_span_s(record)
+    return proactive_span_s(record, config.proactive_lead_s, config.proactive_tolerance_s)

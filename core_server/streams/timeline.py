@@ -70,6 +70,23 @@ def _prefix_start(anchor_s: float, history_s: float) -> float:
     return 0.0 if history_s == 0 else max(0.0, anchor_s - history_s)
 
 
+def qa_span_s(record: QARecord, history_s: float) -> float:
+    """The video seconds `qa_timeline` streams, known before the video is read."""
+    return record.question_time_s - _prefix_start(record.evidence_anchor_s, history_s)
+
+
+def proactive_span_s(record: ProactiveRecord, lead_s: float, tolerance_s: float) -> float:
+    """The video seconds `proactive_timeline` streams, up to the last window end (a video
+    shorter than that streams less)."""
+    start = _prefix_start(record.instruction_time_s, lead_s)
+    return max(0.0, record.last_window_end_s(tolerance_s) - start)
+
+
+def probe_span_s(record: ProactiveRecord) -> float:
+    """The video seconds `probe_timeline` streams."""
+    return max(probe.t for probe in record.probes)
+
+
 def qa_timeline(
     record: QARecord, frames: VideoFrames, history_s: float, with_steps: bool = False
 ) -> Timeline:
