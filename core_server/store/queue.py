@@ -155,6 +155,19 @@ class SessionQueue:
             delete_session_events(conn, run_id, row.session_id)
         return SessionInfo(**taken._asdict())
 
+    def upcoming(self, run_id: str, limit: int) -> list[SessionInfo]:
+        """The pending sessions of the run a claim would take next, in that order, at most
+        `limit` (a stand-in for branch i35-claims' version, which replaces it)."""
+        table = models.sessions
+        query = (
+            select(table)
+            .where(table.c.run_id == run_id, table.c.status == "pending")
+            .order_by(table.c.session_id)
+            .limit(limit)
+        )
+        with self.store.transaction(f"cannot list the next sessions of run {run_id!r}") as conn:
+            return [SessionInfo(**row._asdict()) for row in conn.execute(query)]
+
     def renew(self, run_id: str, session_ids: list[str]) -> set[str]:
         """Push the leases of the sessions this worker runs forward; returns the ones it
         no longer holds (they expired and another worker took them)."""
