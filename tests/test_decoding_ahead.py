@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from streameval.core.benchmark.records import Benchmark, QARecord
+from streameval.core.benchmark.records import Benchmark
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.frames.cache import FrameCache
 from streameval.core.launch.adapter_process import AdapterProcess
@@ -21,7 +21,7 @@ from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.progress import Phase
 from tests.test_progress import Recorder
-from tests.timeline_fixtures import write_video
+from tests.timeline_fixtures import QA, write_video
 
 VIDEOS = ["a.mp4", "b.mp4", "c.mp4"]
 
@@ -32,20 +32,9 @@ def benchmark(root: Path) -> Path:
     records = []
     for n, video in enumerate(VIDEOS):
         write_video(root / video, seconds=6 + n, fps=5)
-        records.append(
-            QARecord(
-                record_id=f"{video[0]}0",
-                source_id=f"{video[0]}0",
-                source_benchmark="test",
-                task_type="present",
-                video_path=video,
-                question="Which?",
-                options=("A. one", "B. two"),
-                answer="A",
-                question_time_s=5.0,
-                evidence_anchor_s=4.0,
-            )
-        )
+        session = {"record_id": f"{video[0]}0", "source_id": f"{video[0]}0"}
+        at = {"video_path": video, "question_time_s": 5.0, "evidence_anchor_s": 4.0}
+        records.append(QA.model_copy(update={**session, **at}))
     path = root / "bench.json"
     path.write_text(
         Benchmark(
@@ -60,23 +49,33 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def test_a_worker_decodes_its_next_sessions_videos_while_its_first_streams(tmp_path, monkeypatch):
+def detached_run(tmp_path: Path) -> tuple[str, Path, str]:
+    """The benchmark's run, created for workers: its store URL, a frame cache, its id."""
     bench = benchmark(tmp_path / "videos")
-    store_url, cache = f"sqlite:///{tmp_path / 's.db'}", tmp_path / "cache"
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
     created = cli("run", "--detach", "--json", "--benchmark", str(bench), "--store", store_url)
     assert created.returncode == 0, created.stderr
-    run_id = json.loads(created.stdout)["run_id"]
+    return store_url, tmp_path / "cache", json.loads(created.stdout)["run_id"]
+
+
+def work(store_url: str, run_id: str, adapter_url: str, cache: Path, decode_ahead: int) -> dict:
+    """`streameval worker` on the run, one session at a time; its JSON summary."""
+    done = cli(
+        "worker", "--store", store_url, "--run", run_id, "--adapter-url", adapter_url,
+        "--cache-dir", str(cache), "--decode-ahead", str(decode_ahead), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_worker_decodes_its_next_sessions_videos_while_its_first_streams(tmp_path, monkeypatch):
+    store_url, cache, run_id = detached_run(tmp_path)
     # The adapter holds every session until the cache holds all three videos: only a worker
     # that decodes b and c while a's first session is held gets them there.
     monkeypatch.setenv("STREAMEVAL_TEST_CACHE", str(cache))
     monkeypatch.setenv("STREAMEVAL_TEST_ENTRIES", "3")
     with AdapterProcess("tests.wire_adapters:CacheWatchingAdapter") as adapter:
-        done = cli(
-            "worker", "--store", store_url, "--run", run_id, "--adapter-url", adapter.url,
-            "--cache-dir", str(cache), "--decode-ahead", "2", "--json",
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+        summary = work(store_url, run_id, adapter.url, cache, decode_ahead=2)
     assert (summary["claimed"], summary["finished"]) == (3, 3)
     assert summary["first_video"] == "a.mp4"
     # Only the first session waited, for the worker's first video.
@@ -87,17 +86,9 @@ def test_a_worker_decodes_its_next_sessions_videos_while_its_first_streams(tmp_p
 
 
 def test_without_decoding_ahead_each_new_video_makes_its_session_wait(tmp_path):
-    bench = benchmark(tmp_path / "videos")
-    store_url, cache = f"sqlite:///{tmp_path / 's.db'}", tmp_path / "cache"
-    created = cli("run", "--detach", "--json", "--benchmark", str(bench), "--store", store_url)
-    run_id = json.loads(created.stdout)["run_id"]
+    store_url, cache, run_id = detached_run(tmp_path)
     with AdapterProcess("tests.wire_adapters:InstantAdapter") as adapter:
-        done = cli(
-            "worker", "--store", store_url, "--run", run_id, "--adapter-url", adapter.url,
-            "--cache-dir", str(cache), "--decode-ahead", "0", "--json",
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    waits = json.loads(done.stdout)["decode_waits"]
+        waits = work(store_url, run_id, adapter.url, cache, decode_ahead=0)["decode_waits"]
     assert [(w["video"], w["claim"]) for w in waits] == [("a.mp4", 1), ("b.mp4", 2), ("c.mp4", 3)]
 
 
