@@ -3,7 +3,9 @@
 A claim takes one claimable session (pending, or running under a lease that expired because
 its worker died) and gives it to the worker until `lease_expires_at`, which the worker pushes
 forward while the session runs (`renew`). Claiming an expired session starts a new attempt:
-its partial events are deleted first. Ending the session (`Store.set_session_status` with
+its partial events are deleted first. Expired sessions go before pending ones (a dead
+worker's session is not left for the run's tail); `upcoming` lists what claims would take
+next, in their order, without taking it. Ending the session (`Store.set_session_status` with
 `owner=`) releases the lease; a worker that lost its lease can no longer write the session's
 events or status, so exactly one attempt of each session is counted.
 
@@ -51,14 +53,14 @@ def _claimable_runs() -> Select:
 # The claim's statements are built once, with bound parameters: a claim is a few
 # milliseconds of work and building SQLAlchemy expressions anew would be a good part of it.
 @functools.cache
-def _candidate(expired: bool, postgresql: bool) -> Select:
-    """The run's first pending session (with `expired`, the first running one whose lease ran
-    out by the database's clock), by session id, if the run takes claims. The (run_id, status,
-    session_id) index hands it over without sorting the run's sessions; on PostgreSQL, rows
-    another claimer has locked are skipped."""
+def _claimable_sessions(expired: bool) -> Select:
+    """The run's pending sessions (with `expired`, its running ones whose lease ran out by
+    the database's clock), whole rows in the order claims take them (by session id), if the
+    run takes claims. The (run_id, status, session_id) index hands them over without
+    sorting the run's sessions."""
     sessions, runs = models.sessions, models.runs
     query = (
-        select(sessions.c.session_id, sessions.c.status, sessions.c.attempt)
+        select(sessions)
         .join(runs, runs.c.run_id == sessions.c.run_id)
         .where(
             sessions.c.run_id == bindparam("b_run"),
@@ -71,10 +73,27 @@ def _candidate(expired: bool, postgresql: bool) -> Select:
         )
     else:
         query = query.where(sessions.c.status == "pending")
-    query = query.order_by(sessions.c.session_id).limit(1)
+    return query.order_by(sessions.c.session_id)
+
+
+@functools.cache
+def _candidate(expired: bool, postgresql: bool) -> Select:
+    """The first of `_claimable_sessions`; on PostgreSQL, rows another claimer has locked
+    are skipped."""
+    query = _claimable_sessions(expired).limit(1)
     if postgresql:
-        query = query.with_for_update(skip_locked=True, of=sessions)
+        query = query.with_for_update(skip_locked=True, of=models.sessions)
     return query
+
+
+@functools.cache
+def _upcoming(expired: bool) -> Select:
+    return _claimable_sessions(expired).limit(bindparam("b_limit"))
+
+
+# A session whose worker died is taken before any pending one: it was started earlier, so
+# redoing it at the run's tail would make the tail longer than one session (docs/scale.md).
+CLAIM_ORDER = (True, False)  # expired leases, then pending sessions
 
 
 @functools.cache
@@ -129,7 +148,7 @@ class SessionQueue:
         """(whether a candidate was found, the session taken)."""
         postgresql = conn.dialect.name == "postgresql"
         for run in runs:
-            for expired in (False, True):
+            for expired in CLAIM_ORDER:
                 row = conn.execute(_candidate(expired, postgresql), {"b_run": run})
                 candidate = row.first()
                 if candidate is not None:
@@ -155,18 +174,21 @@ class SessionQueue:
             delete_session_events(conn, run_id, row.session_id)
         return SessionInfo(**taken._asdict())
 
-    def upcoming(self, run_id: str, limit: int) -> list[SessionInfo]:
-        """The pending sessions of the run a claim would take next, in that order, at most
-        `limit` (a stand-in for branch i35-claims' version, which replaces it)."""
-        table = models.sessions
-        query = (
-            select(table)
-            .where(table.c.run_id == run_id, table.c.status == "pending")
-            .order_by(table.c.session_id)
-            .limit(limit)
-        )
-        with self.store.transaction(f"cannot list the next sessions of run {run_id!r}") as conn:
-            return [SessionInfo(**row._asdict()) for row in conn.execute(query)]
+    def upcoming(self, run_id: str | None, limit: int) -> list[SessionInfo]:
+        """The first `limit` sessions claims would take now (of `run_id`, or of every
+        claimable run), in that order, claiming none: what a worker may prepare ahead."""
+        found: list[SessionInfo] = []
+        with self.store.transaction("cannot list the sessions to claim") as conn:
+            runs = [run_id] if run_id else list(conn.execute(_claimable_runs()).scalars())
+            for run in runs:
+                for expired in CLAIM_ORDER:
+                    if len(found) >= limit:
+                        return found
+                    rows = conn.execute(
+                        _upcoming(expired), {"b_run": run, "b_limit": limit - len(found)}
+                    )
+                    found.extend(SessionInfo(**row._asdict()) for row in rows)
+        return found
 
     def renew(self, run_id: str, session_ids: list[str]) -> set[str]:
         """Push the leases of the sessions this worker runs forward; returns the ones it
