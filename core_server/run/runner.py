@@ -10,7 +10,7 @@ sessions are kept, the rest are reset and redone (sessions_to_run.py).
 `RunExecutor` dispatches the sessions a worker claims and composes the rest of a run:
 its records (run_records.py, run_creation.py), the videos' bytes it is bound to
 (video_binding.py), the endpoints it admits (endpoint_admission.py), its lease
-(lease_keeping.py), the frames prepared before the sessions start (frame_preparation.py),
+(lease_keeping.py), the frames prepared while the sessions stream (frame_preparation.py),
 its phases as `progress` shows them (run_progress.py) and how it ends (run_end.py:
 RunSummary, the exit code, RunStopped).
 """

@@ -8,7 +8,9 @@ claims the next until none is left. While sessions run, one task renews their le
 third of the lease; a session whose lease was lost (the worker stalled past it and someone
 else took the session) is cancelled here, and its events are refused by the store. When the
 worker stops early (Ctrl-C, SIGTERM), the sessions it holds go back to pending at once
-instead of waiting for their leases to expire.
+instead of waiting for their leases to expire. While its sessions stream, a worker may
+decode the videos of the sessions it will claim next (decoding_ahead.py); its summary lists
+the sessions that still waited for a decode.
 """
 
 from __future__ import annotations
