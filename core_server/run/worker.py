@@ -164,6 +164,7 @@ class Worker:
         # Runs (None: any run) found with nothing left to claim: thousands of slots ending
         # at once each asked the store again, and the event loop waited for those calls.
         self._drained: set[str | None] = set()
+        self._drained_now = asyncio.Event()  # set with each run found drained
         self._given_back = 0  # sessions this worker gave back to the queue, ever
         self.ahead = DecodingAhead(look_ahead, self._upcoming, runner_for)
         self.start_rate = start_rate
@@ -179,6 +180,7 @@ class Worker:
         self._claims = ThreadPoolExecutor(threads, "streameval-claims")
         self._renewals = ThreadPoolExecutor(1, "streameval-renewals")
         self._drained.clear()
+        self._drained_now.clear()
         event_store = self._event_store(sum(counts))
         try:
             with fewer_pauses():
@@ -261,7 +263,9 @@ class Worker:
         if self.start_rate is not None and place:
             # A storm of sessions connecting and starting at once delays every stream on a
             # loaded machine; a session's stream time starts when it starts, so none is late.
-            await asyncio.sleep(place / self.start_rate)
+            # Slots beyond the sessions there are stop waiting once the run is drained.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained_now.wait(), place / self.start_rate)
         while max_sessions is None or self.summary.claimed < max_sessions:
             if not self.health.up(endpoint.url):
                 # Out of rotation: re-probe it while there is work it could take.
@@ -284,6 +288,7 @@ class Worker:
                     continue
                 if self._given_back == given_back:  # none came back while this slot looked
                     self._drained.add(run_id)
+                    self._drained_now.set()
                 return
             self.summary.claimed += 1
             claim = self.summary.claimed
@@ -367,6 +372,7 @@ class Worker:
         await self._claiming(self.store.retrying, release)
         self._given_back += 1
         self._drained.clear()  # there is work again
+        self._drained_now.clear()
         return True
 
     async def _keep_leases(self) -> None:
