@@ -42,7 +42,7 @@ from bench.report import update_section
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
-from streameval.scorer.eventlog import SessionLog, store_run
+from streameval.scorer.eventlog import SessionLog, store_logs
 
 OUT = Path(__file__).resolve().parent / "out"
 RUN_ID = "bench-scoring"
@@ -53,6 +53,7 @@ PROACTIVE_STEPS = 300  # steps per proactive session (5 min of video at 1 fps)
 QA_FRAMES = 20
 TASK_TYPES = ("REC", "SSR", "CRR", "stream bench proactive")
 SECTION = "Scoring"
+BUILD_SESSIONS = 200  # sessions whose logs are held at once while building
 
 # The measured process: `json PATH` (the yardstick) or `cli ARGS...` (a `streameval` command). It
 # writes {cpu_s, peak_kib, exit} as JSON to the file named first. Kept to the standard
@@ -150,19 +151,25 @@ def _qa(index: int, rng: random.Random) -> tuple[QARecord, SessionLog]:
 
 
 def build(path: Path, events: int, seed: int = 0) -> int:
-    """Write a run of about `events` events into a fresh SQLite store; returns the count."""
+    """Write a run of about `events` events into a fresh SQLite store, a part at a time so
+    that building five million events holds a few thousand sessions' logs at most; returns
+    the count."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     rng = random.Random(seed)
-    records, logs, total, index = [], [], 0, 0
-    while total < events:
-        record, log = _qa(index, rng) if index % 5 == 4 else _proactive(index, rng)
-        records.append(record)
-        logs.append(log)
-        total += len(log.events)
-        index += 1
+    total, index = 0, 0
     with Store(f"sqlite:///{path}") as store:
-        store_run(store, RUN_ID, records, logs, config={"profile": "trace", "pacing": "logical"})
+        store.create_run(RUN_ID, "handwritten", {"profile": "trace", "pacing": "logical"})
+        while total < events:
+            records, logs = [], []
+            while total < events and len(logs) < BUILD_SESSIONS:
+                record, log = _qa(index, rng) if index % 5 == 4 else _proactive(index, rng)
+                records.append(record)
+                logs.append(log)
+                total += len(log.events)
+                index += 1
+            store_logs(store, RUN_ID, records, logs)
+        store.set_run_status(RUN_ID, "finished")
     return total
 
 
