@@ -1,12 +1,14 @@
 """Score a run: `score_run(store, run_id)` or `score_exported(path)`, the same numbers.
 
 One pass over the run's events, grouped by session (one session = one record), evaluates
-every record under each metric family the profile needs (scorer/metrics/); the content
-judgements of the whole run are then made in one batch; then each family fixes what depends
-on the whole run (readiness: its scale τ), and every metric is aggregated overall, per task
-type and per source benchmark. The result records the profile with all its constants, the
-judge and how it judged, the protocol profile the run was made under, and the run's
-declared conditions.
+every record under each metric family the profile needs (scorer/metrics/) as soon as its
+session's events end, then drops the session's trace, keeping the record's results and its
+session's outcome: memory does not grow with the number of events (a trace costs about 100
+bytes an event). The content judgements of the whole run are then made in one batch; then
+each family fixes what depends on the whole run from the records' results (readiness: its
+scale τ), and every metric is aggregated overall, per task type and per source benchmark.
+The result records the profile with all its constants, the judge and how it judged, the
+protocol profile the run was made under, and the run's declared conditions.
 """
 
 from __future__ import annotations
