@@ -150,7 +150,8 @@ def run_line(run: RunInfo) -> dict[str, Any]:
 
 # Session columns the export leaves out, because the line format is fixed: the event log
 # already carries the first two (the `adapter_hello` event and the `cause` of
-# `session_failed`); the rest say which worker held the session (store/queue.py).
+# `session_failed`); the next say which worker held the session (store/queue.py), and the
+# last only orders the claims (the records say what the session streams).
 _SESSION_COLUMNS_NOT_EXPORTED = (
     "adapter",
     "failure_cause",
@@ -158,6 +159,7 @@ _SESSION_COLUMNS_NOT_EXPORTED = (
     "lease_expires_at",
     "host",
     "worker_id",
+    "expected_s",
 )
 
 
