@@ -10,6 +10,7 @@ from streameval.core.run.perturb_records import Perturbed, Record
 from streameval.core.streams.perturb import perturb
 from streameval.core.streams.timeline import (
     Timeline,
+    prefix_start,
     proactive_timeline,
     probe_timeline,
     qa_timeline,
@@ -46,3 +47,15 @@ def _clean_timeline(
         tolerance_s=config.proactive_tolerance_s,
         steps_before_instruction=profile.frame_level_steps,
     )
+
+
+def streamed_length_s(record: Record, config: RunConfig, profile: ProtocolProfile) -> float:
+    """Video seconds a session of `record` streams, first frame to last task, known without
+    its video (`config` resolved): under wall-clock pacing at speed S it holds its adapter
+    this long / S. A record past its video's end streams less (its session fails)."""
+    if isinstance(record, QARecord):
+        return record.question_time_s - prefix_start(record.evidence_anchor_s, config.qa_history_s)
+    if profile.probe_questions and record.probes:
+        return max(probe.t for probe in record.probes)
+    end = record.last_window_end_s(config.proactive_tolerance_s)
+    return end - prefix_start(record.instruction_time_s, config.proactive_lead_s)
