@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,7 @@ class FleetSettings:
     respawn_s: float
     seed: int
     faults: list[tuple[str, float]]
+    keep: Path | None = None
 
 
 @dataclass
@@ -339,6 +341,12 @@ def _measure(url, work, benchmark, s, ideal, service, pg) -> Outcome:
             created = store.get_run(run_id).created_at.timestamp()
     finally:
         fleet.stop()
+    if s.keep is not None:  # for `streameval plan --from-run` and a look at the sessions
+        s.keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(fleet.log, s.keep / "gpus.jsonl")
+        if url.startswith("sqlite"):
+            shutil.copy(work / "store.db", s.keep / "store.db")
+        notes.append(f"run {run_id}, kept in {s.keep}")
     t0 = min(session.started_at.timestamp() for session in sessions)
     notes.append(f"run created {t0 - created:.1f} s before its first claim (the clock's start)")
     return summarise(fleet, sessions, t0, ideal, service, (load_before, load_after), notes)
@@ -444,12 +452,13 @@ def main() -> None:
     parser.add_argument("--fault", type=parse_fault, action="append", default=[])
     parser.add_argument("--pg-url", help="PostgreSQL server (default: a SQLite store)")
     parser.add_argument("--pg-data", help="its data folder, for restart-postgres")
+    parser.add_argument("--keep", type=Path, help="copy the SQLite store and GPU log here")
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--write", action="store_true", help="add the row to BENCHMARKS.md")
     args = parser.parse_args()
     settings = FleetSettings(
         args.gpus, args.gpus_per_process, args.sessions, args.speed, args.fps, args.prefill_s,
-        args.decode_s, args.cap, args.lease_s, args.respawn_s, args.seed, args.fault,
+        args.decode_s, args.cap, args.lease_s, args.respawn_s, args.seed, args.fault, args.keep,
     )  # fmt: skip
     outcome = run_fleet(args, settings)
     line = row(args.label, outcome)
