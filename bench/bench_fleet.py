@@ -134,10 +134,15 @@ class Fleet:
                 process.terminate()
         for gpu in self.gpu_processes:
             gpu.process.terminate()
-        for process in [*self.workers.values(), *self.retired]:
-            process.wait(timeout=30)
-        for gpu in self.gpu_processes:
-            gpu.process.wait(timeout=30)
+        for process in [*self.workers.values(), *self.retired, *self.gpu_stack()]:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # one that hangs must not lose the measurement
+                process.kill()
+                process.wait()
+
+    def gpu_stack(self) -> list[subprocess.Popen[str]]:
+        return [gpu.process for gpu in self.gpu_processes]
 
 
 def _cpu_s(pid: int) -> float:
