@@ -469,11 +469,11 @@ def main() -> None:
     line = row(args.label, outcome)
     print(HEADER_ROW + "\n" + line + "\n\n" + details(outcome))
     if args.write:
-        write_row(args.label, line, details(outcome))
+        write_row(line, details(outcome))
 
 
-def write_row(label: str, line: str, detail: str) -> None:
-    """Add (or replace) this label's row and its details in BENCHMARKS.md's section."""
+def write_row(line: str, detail: str) -> None:
+    """Add (or replace) the row of this code, store and faults, and its details."""
     from bench.report import BENCHMARKS
 
     text = BENCHMARKS.read_text()
@@ -481,8 +481,10 @@ def write_row(label: str, line: str, detail: str) -> None:
     body = text.split(marker, 1)[1].split("\n## ", 1)[0] if marker in text else ""
     rows = [r for r in body.splitlines() if r.startswith("| ") and not r.startswith("| code")]
     notes = [n for n in body.splitlines() if n.startswith("- ")]
-    rows = [r for r in rows if not r.startswith(f"| {label} |")] + [line]
-    notes = [n for n in notes if not n.startswith(f"- {label}:")] + [f"- {label}: {detail}"]
+    key = "|".join(line.split("|")[:4])  # code, store, faults: one row each
+    rows = [r for r in rows if not r.startswith(key + "|")] + [line]
+    name = f"- {' / '.join(cell.strip() for cell in key.split('|')[1:4])}:"
+    notes = [n for n in notes if not n.startswith(name)] + [f"{name} {detail}"]
     intro = (
         f"Measured {date.today().isoformat()} on {machine()}; rerun: `python -m "
         "bench.bench_fleet` (see its docstring for the options and faults). Ideal = "
