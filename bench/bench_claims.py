@@ -1,8 +1,9 @@
-"""Claim throughput of the store's work queue on PostgreSQL.
+"""Claim throughput of the store's work queue on PostgreSQL (or SQLite: --sqlite).
 
     python -m bench.bench_claims --pg-url postgresql+psycopg://postgres@127.0.0.1:5435/postgres
     python -m bench.bench_claims --workers 1 4 16 --sessions 10000 --write
     python -m bench.bench_claims --workers 16 --profile   # cProfile of one claimer
+    python -m bench.bench_claims --workers 16 --sqlite    # a SQLite file, printed only
 
 For each claimer count, a fresh database holds one run of --sessions sessions (created with
 Store.create_run + add_sessions: no records, no videos). The claimers are separate processes
@@ -29,6 +30,7 @@ import pstats
 import resource
 import socket
 import sys
+import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -114,6 +116,26 @@ def _backend_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def _backend_pid(store: Store) -> int | None:
+    """The PostgreSQL backend serving the store's pooled connection (None on SQLite)."""
+    if store.engine.dialect.name != "postgresql":
+        return None
+    with store.transaction("backend pid") as conn:
+        return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+
+
+@contextmanager
+def fresh_store(server_url: str | None, name: str):
+    """A new, empty store: a database on the PostgreSQL server, or (no server) a SQLite
+    file in a temporary folder."""
+    if server_url is not None:
+        with fresh_database(server_url, name) as url:
+            yield url
+        return
+    with tempfile.TemporaryDirectory(prefix=name) as folder:
+        yield f"sqlite:///{Path(folder) / 'store.db'}"
+
+
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -125,9 +147,8 @@ def claimer(index: int, url: str, run_id: str, barrier, results, profile: bool) 
     with Store(url) as store:
         queue = SessionQueue(store, worker, LEASE_S)
         queue.outstanding(run_id)  # connect (and warm the pool) before the clock starts
-        with store.transaction("backend pid") as conn:
-            backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        server_before = _backend_cpu_s(backend)
+        backend = _backend_pid(store)
+        server_before = None if backend is None else _backend_cpu_s(backend)
         ids: list[str] = []
         claim_s: list[float] = []
         finish_s: list[float] = []
@@ -154,9 +175,8 @@ def claimer(index: int, url: str, run_id: str, barrier, results, profile: bool) 
             finish_s.append(t2 - t1)
         ended = time.monotonic()
         cpu = _cpu_s() - cpu_before
-        server_after = _backend_cpu_s(backend)
-        with store.transaction("backend pid") as conn:  # the pool kept one connection
-            same = conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == backend
+        server_after = None if backend is None else _backend_cpu_s(backend)
+        same = _backend_pid(store) == backend  # the pool kept one connection
         server = None
         if same and server_before is not None and server_after is not None:
             server = server_after - server_before
@@ -210,9 +230,10 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] * 1000
 
 
-def measure(server_url: str, workers: int, sessions: int, profile: bool) -> Measurement:
+def measure(server_url: str | None, workers: int, sessions: int, profile: bool) -> Measurement:
+    """`server_url` None: on a SQLite file."""
     name = f"streameval_bench_claims_{os.getpid()}_{workers}"
-    with fresh_database(server_url, name) as url:
+    with fresh_store(server_url, name) as url:
         with Store(url) as store:  # migrates the new database
             store.create_run(RUN_ID, benchmark="bench", config={"bench": "claims"})
             store.add_sessions(RUN_ID, [(f"s{i:06d}", [f"r{i:06d}"]) for i in range(sessions)])
@@ -355,13 +376,17 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--profile", action="store_true", help="cProfile claimer 0, print it")
     parser.add_argument("--write", action="store_true", help="update BENCHMARKS.md")
+    parser.add_argument(
+        "--sqlite", action="store_true", help="on a SQLite file instead (printed, not written)"
+    )
     args = parser.parse_args()
-    if not args.pg_url:
+    if not args.pg_url and not args.sqlite:
         parser.error("no server: pass --pg-url or set STREAMEVAL_TEST_PG_URL")
-    settings = server_settings(args.pg_url)
+    if args.sqlite and args.write:
+        parser.error("--write records the PostgreSQL measurement; --sqlite only prints")
     results = []
     for workers in args.workers:
-        result = measure(args.pg_url, workers, args.sessions, args.profile)
+        result = measure(None if args.sqlite else args.pg_url, workers, args.sessions, args.profile)
         results.append(result)
         print(
             f"{workers:>3} claimers: {result.claimed} claims in {result.wall_s:.2f} s = "
@@ -374,12 +399,14 @@ def main() -> None:
         )
         if result.profile:
             print(result.profile)
+    if args.sqlite:
+        return
     command = "python -m bench.bench_claims --write"
     if args.workers != [1, 4, 16] or args.sessions != 10_000:
         workers = " ".join(map(str, args.workers))
         command = f"python -m bench.bench_claims --workers {workers} --sessions {args.sessions}"
         command += " --write"
-    body = report(results, settings, command)
+    body = report(results, server_settings(args.pg_url), command)
     print(f"\n## {TITLE}\n\n{body}")
     if args.write:
         update_section(TITLE, body)

@@ -12,7 +12,7 @@ from bench.make_video import make_video
 from streameval.core.benchmark.records import Benchmark, QARecord
 from streameval.core.benchmark.trace_release import import_release
 from streameval.core.config import PROTOCOL_PROFILES, RunConfig
-from streameval.core.run.session_timeline import streamed_length_s
+from streameval.core.run.session_timeline import expected_stream_s
 
 TRACE_SAMPLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "trace_release"
 
@@ -22,7 +22,7 @@ def trace_stream_lengths(directory: Path = TRACE_SAMPLE) -> list[float]:
     records = import_release(directory).benchmark.records
     config = RunConfig(benchmark="trace", endpoints=[], profile="trace").resolved()
     profile = PROTOCOL_PROFILES["trace"]
-    return [streamed_length_s(record, config, profile) for record in records]
+    return [expected_stream_s(record, config, profile) for record in records]
 
 
 def draw_lengths(sessions: int, seed: int) -> list[float]:

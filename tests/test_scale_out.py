@@ -43,10 +43,12 @@ def streameval(*args: str, **options) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, **options)
 
 
-def worker(store: str, run_id: str, adapter_url: str, lease_s: float) -> subprocess.Popen[str]:
+def worker(
+    store: str, run_id: str, adapter_url: str, lease_s: float, *options: str
+) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "streameval.cli", "worker", "--store", store, "--run", run_id,
-        "--adapter-url", adapter_url, "--lease-timeout", str(lease_s), "--json",
+        "--adapter-url", adapter_url, "--lease-timeout", str(lease_s), "--json", *options,
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -128,6 +128,15 @@ def test_migration_creates_the_documented_schema(store: Store, store_url: str) -
             "lease_expires_at",
             "host",
             "worker_id",
+            "expected_s",
+        ]
+        claim_index = {ix["name"]: ix for ix in schema.get_indexes("sessions")}
+        # Claims read a run's sessions of one status longest first (migration 0011).
+        assert claim_index["ix_sessions_claim"]["column_names"] == [
+            "run_id",
+            "status",
+            "expected_s",
+            "session_id",
         ]
         assert schema.get_pk_constraint("events")["constrained_columns"] == [
             "run_id",

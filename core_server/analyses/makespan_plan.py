@@ -23,7 +23,7 @@ from streameval.core.benchmark.records import QARecord
 from streameval.core.config import PROTOCOL_PROFILES, RunConfig
 from streameval.core.errors import CoreError
 from streameval.core.run.perturb_records import Record
-from streameval.core.run.session_timeline import streamed_length_s
+from streameval.core.run.session_timeline import expected_stream_s
 from streameval.core.store.light import SessionInfo
 
 
@@ -82,12 +82,12 @@ def streaming_s(record: Record, config: RunConfig) -> float:
     if config.pacing != "wall_clock":
         return 0.0
     resolved = config.resolved()
-    return streamed_length_s(record, resolved, PROTOCOL_PROFILES[config.profile]) / config.speed
+    return expected_stream_s(record, resolved, PROTOCOL_PROFILES[config.profile]) / config.speed
 
 
 def service_s(record: Record, config: RunConfig, model: ServiceModel) -> float:
     resolved = config.resolved()
-    length = streamed_length_s(record, resolved, PROTOCOL_PROFILES[config.profile])
+    length = expected_stream_s(record, resolved, PROTOCOL_PROFILES[config.profile])
     assert resolved.fps is not None
     computing = _frames(length, resolved.fps) * model.per_frame_s
     answering = _answers(record) * model.per_answer_s

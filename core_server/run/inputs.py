@@ -80,13 +80,21 @@ def create_run(
     conditions: dict[str, Any],
     records: Sequence[dict[str, Any]],
     videos: Mapping[str, str] | None = None,
+    expected_s: Mapping[str, float] | None = None,
 ) -> RunInfo:
     """Store the run, its records, one session per record and `videos` (the sha256 of each
     video by name: what the run is bound to) in one transaction, once every record was
-    checked (Store.create_run, retried while the store is locked)."""
+    checked (Store.create_run, retried while the store is locked); `expected_s`: each
+    record's streamed seconds, by which claims go longest first."""
     check_records(records)
     return store.create_run(
-        run_id, benchmark, config, conditions, records=records, videos=videos or {}
+        run_id,
+        benchmark,
+        config,
+        conditions,
+        records=records,
+        videos=videos or {},
+        expected_s=expected_s,
     )
 
 

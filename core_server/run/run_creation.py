@@ -27,10 +27,12 @@ def store_new_run(
     records: list[dict[str, Any]],
     infos: list[dict | None],
     videos: dict[str, str],
+    expected_s: dict[str, float] | None = None,
 ) -> str:
     """Store a run of `records` (as the store holds them) and return its id; `infos` are
     the endpoints' /info, None for one left out of rotation (its identity is not known);
-    `videos` the sha256 of each video that could be read, the bytes the run is bound to."""
+    `videos` the sha256 of each video that could be read, the bytes the run is bound to;
+    `expected_s` the seconds each record's session streams (session_timeline.py)."""
     adapters = [
         {**info, "endpoint": endpoint.url}
         for endpoint, info in zip(config.endpoints, infos, strict=True)
@@ -49,5 +51,6 @@ def store_new_run(
         conditions=conditions,
         records=records,
         videos=videos,
+        expected_s=expected_s,
     )
     return run_id

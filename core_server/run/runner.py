@@ -36,7 +36,7 @@ from streameval.core.run.run_creation import store_new_run
 from streameval.core.run.run_end import RunSummary, await_run_work, close_summary
 from streameval.core.run.run_progress import SessionsPhase
 from streameval.core.run.run_records import RunRecords
-from streameval.core.run.session_timeline import session_timeline
+from streameval.core.run.session_timeline import expected_stream_s, session_timeline
 from streameval.core.run.sessions_to_run import reset_started, sessions_to_run
 from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.core.run.video_binding import VideoBinding, creation_digests
@@ -104,7 +104,13 @@ class RunExecutor:
         benchmark = self.records.loaded()
         names = (record.video_path for record in records)
         videos = await creation_digests(self.cache, self.records.video_root, names)
-        return store_new_run(self.store, self.config, benchmark, stored_form, infos, videos)
+        expected = {
+            record.record_id: expected_stream_s(record, self.config, self.profile)
+            for record in records
+        }
+        return store_new_run(
+            self.store, self.config, benchmark, stored_form, infos, videos, expected
+        )
 
     async def execute(
         self, run_id: str, *, retry_failed: bool = False, allow_adapter_change: bool = False

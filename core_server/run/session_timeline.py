@@ -10,9 +10,11 @@ from streameval.core.run.perturb_records import Perturbed, Record
 from streameval.core.streams.perturb import perturb
 from streameval.core.streams.timeline import (
     Timeline,
-    prefix_start,
+    proactive_span_s,
     proactive_timeline,
+    probe_span_s,
     probe_timeline,
+    qa_span_s,
     qa_timeline,
 )
 
@@ -49,13 +51,12 @@ def _clean_timeline(
     )
 
 
-def streamed_length_s(record: Record, config: RunConfig, profile: ProtocolProfile) -> float:
-    """Video seconds a session of `record` streams, first frame to last task, known without
-    its video (`config` resolved): under wall-clock pacing at speed S it holds its adapter
-    this long / S. A record past its video's end streams less (its session fails)."""
+def expected_stream_s(record: Record, config: RunConfig, profile: ProtocolProfile) -> float:
+    """The video seconds the record's session streams, as its timeline will (before the
+    video is read): the session's expected duration under wall-clock pacing, by which
+    workers claim the longest sessions first (store/queue.py)."""
     if isinstance(record, QARecord):
-        return record.question_time_s - prefix_start(record.evidence_anchor_s, config.qa_history_s)
+        return qa_span_s(record, config.qa_history_s)
     if profile.probe_questions and record.probes:
-        return max(probe.t for probe in record.probes)
-    end = record.last_window_end_s(config.proactive_tolerance_s)
-    return end - prefix_start(record.instruction_time_s, config.proactive_lead_s)
+        return probe_span_s(record)
+    return proactive_span_s(record, config.proactive_lead_s, config.proactive_tolerance_s)

@@ -278,20 +278,32 @@ class Worker:
             return
         if outcome.before_first_task:
             self.health.mark_down(endpoint.url, outcome.reason or "unreachable")
-            if await self._retry_elsewhere(session, writer):
+            if await self._lost(session) or await self._retry_elsewhere(session, writer):
                 return
             writer.put_session_status(
                 *key, outcome.status, stage=outcome.stage, reason=outcome.reason,
                 cause=outcome.cause, adapter=outcome.adapter,
             )  # fmt: skip
+        await writer.flush()  # the session's end is stored before the run may be finalised
+        if await self._lost(session):
+            return
         if outcome.status == "finished":
             self.summary.finished += 1
         else:
             self.summary.failed += 1
             self.summary.failures.append(outcome)
-        await writer.flush()  # the session's end is stored before the run may be finalised
         if self.progress is not None:
             self.progress(outcome, self.summary)
+
+    async def _lost(self, session: SessionInfo) -> bool:
+        """Whether another worker took the session over, counted `lost` then. A worker that
+        stalled past its lease may end the session on waking before its lease keeper
+        learns the lease is gone; the store refuses that end."""
+        ran_last = functools.partial(self.queue.ran_last, session)
+        if await self._claiming(self.store.retrying, ran_last):
+            return False
+        self.summary.lost += 1
+        return True
 
     async def _retry_elsewhere(self, session: SessionInfo, writer: EventWriter) -> bool:
         """Give a session whose endpoint failed before its first task back to the queue as a

@@ -133,11 +133,23 @@ class StoreDatabase:
         Driver errors arrive unwrapped from COPY (PostgreSQL), and ValueError/TypeError
         from JSON encoding (NaN, objects JSON cannot hold) wherever SQLAlchemy does not wrap.
         """
+        with self._store_errors(what), self._engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def autocommitted(self, what: str) -> Iterator[Connection]:
+        """A connection whose statements each commit on their own: one round trip for a
+        statement that needs no transaction around it (no BEGIN, no COMMIT). Errors as in
+        `transaction`."""
+        with self._store_errors(what), self._engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
+    def _store_errors(self, what: str) -> Iterator[None]:
         driver_error = self._engine.dialect.loaded_dbapi.Error
         self.check_present()
         try:
-            with self._engine.begin() as conn:
-                yield conn
+            yield
         except (SQLAlchemyError, driver_error, ValueError, TypeError) as exc:
             self.check_present()  # a vanished file explains the error better than SQLite
             raise StoreError(f"{what}: {reason(exc)}", transient=is_transient(exc)) from exc

@@ -77,6 +77,8 @@ class SessionInfo:
     # Where the session ran: the worker's machine and id.
     host: str | None = None
     worker_id: str | None = None
+    # The video seconds the session streams (its expected duration; claims go longest first).
+    expected_s: float = 0.0
 
 
 def schema_versions() -> list[str]:

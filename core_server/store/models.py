@@ -107,8 +107,18 @@ sessions = Table(
     Column("lease_expires_at", UTCDateTime(), nullable=True),
     Column("host", String(255), nullable=True),
     Column("worker_id", String(200), nullable=True),
+    # The video seconds the session streams, known when it is created: claims take the
+    # longest first (store/queue.py), so the run's tail is at most one short session.
+    Column("expected_s", Double, nullable=False, server_default="0"),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"], name="fk_sessions_run_id"),
-    Index("ix_sessions_claim", "run_id", "status", "session_id"),
+)
+# Serves the claim: a run's sessions of one status, longest first, then by id.
+Index(
+    "ix_sessions_claim",
+    sessions.c.run_id,
+    sessions.c.status,
+    sessions.c.expected_s.desc(),
+    sessions.c.session_id,
 )
 
 events = Table(

@@ -3,104 +3,44 @@
 A claim takes one claimable session (pending, or running under a lease that expired because
 its worker died) and gives it to the worker until `lease_expires_at`, which the worker pushes
 forward while the session runs (`renew`). Claiming an expired session starts a new attempt:
-its partial events are deleted first. Ending the session (`Store.set_session_status` with
+its partial events are deleted first. Expired sessions go before pending ones (a dead
+worker's session is not left for the run's tail); `upcoming` lists what claims would take
+next, in their order, without taking it. Ending the session (`Store.set_session_status` with
 `owner=`) releases the lease; a worker that lost its lease can no longer write the session's
 events or status, so exactly one attempt of each session is counted.
 
-Claims are optimistic, the same way on SQLite and PostgreSQL: the update that takes the
-session names the status and attempt the claimer saw, so of two racing claimers one wins and
-the other tries the next candidate. On PostgreSQL, `FOR UPDATE SKIP LOCKED` keeps racing
-claimers on different candidates in the first place. Lease deadlines are set and compared
-with the database's clock (clock.py), in the statements that claim and renew: a worker
-whose host clock is wrong neither steals live leases nor lets its own lapse.
+The order claims take and their SQL are claim_statements.py's. Lease deadlines are set and
+compared with the database's clock (clock.py), in the statements that claim and renew: a
+worker whose host clock is wrong neither steals live leases nor lets its own lapse.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-from sqlalchemy import Select, Update, bindparam, func, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import Connection, Row
 
 from streameval.core.store import models
+from streameval.core.store.claim_statements import (
+    CLAIM_ORDER,
+    CLAIMABLE_RUN_STATUSES,
+    candidate,
+    claim_in_one,
+    claimable_runs,
+    take,
+    upcoming,
+)
 from streameval.core.store.clock import store_now
 from streameval.core.store.light import SessionInfo
 from streameval.core.store.sessions import delete_session_events, reset_values
 from streameval.core.store.store import Store
-
-# Runs whose sessions workers take: a run being created has all of its sessions already.
-CLAIMABLE_RUN_STATUSES = ("created", "running", "interrupted")
 
 
 @dataclass(frozen=True)
 class WorkerIdentity:
     worker_id: str
     host: str
-
-
-def _claimable_runs() -> Select:
-    runs = models.runs
-    return (
-        select(runs.c.run_id)
-        .where(runs.c.status.in_(CLAIMABLE_RUN_STATUSES))
-        .order_by(runs.c.created_at, runs.c.run_id)
-    )
-
-
-# The claim's statements are built once, with bound parameters: a claim is a few
-# milliseconds of work and building SQLAlchemy expressions anew would be a good part of it.
-@functools.cache
-def _candidate(expired: bool, postgresql: bool) -> Select:
-    """The run's first pending session (with `expired`, the first running one whose lease ran
-    out by the database's clock), by session id, if the run takes claims. The (run_id, status,
-    session_id) index hands it over without sorting the run's sessions; on PostgreSQL, rows
-    another claimer has locked are skipped."""
-    sessions, runs = models.sessions, models.runs
-    query = (
-        select(sessions.c.session_id, sessions.c.status, sessions.c.attempt)
-        .join(runs, runs.c.run_id == sessions.c.run_id)
-        .where(
-            sessions.c.run_id == bindparam("b_run"),
-            runs.c.status.in_(CLAIMABLE_RUN_STATUSES),
-        )
-    )
-    if expired:
-        query = query.where(
-            sessions.c.status == "running", sessions.c.lease_expires_at < store_now()
-        )
-    else:
-        query = query.where(sessions.c.status == "pending")
-    query = query.order_by(sessions.c.session_id).limit(1)
-    if postgresql:
-        query = query.with_for_update(skip_locked=True, of=sessions)
-    return query
-
-
-@functools.cache
-def _take_statement(stealing: bool) -> Update:
-    """Take the session if it is still as the claimer saw it (status and attempt; a stolen
-    one's lease still expired), leased to the claimer; returns its row."""
-    table = models.sessions
-    seen = [
-        table.c.run_id == bindparam("b_run"),
-        table.c.session_id == bindparam("b_session"),
-        table.c.status == bindparam("b_status"),
-        table.c.attempt == bindparam("b_attempt"),
-    ]
-    values = reset_values() if stealing else {}
-    if stealing:
-        seen.append(table.c.lease_expires_at < store_now())
-    values.update(
-        status="running",
-        started_at=store_now(),
-        lease_owner=bindparam("b_owner"),
-        lease_expires_at=store_now(bindparam("b_lease_s")),
-        host=bindparam("b_host"),
-        worker_id=bindparam("b_owner"),
-        endpoint=bindparam("b_endpoint"),
-    )
-    return update(table).where(*seen).values(**values).returning(table)
 
 
 class SessionQueue:
@@ -114,46 +54,91 @@ class SessionQueue:
     def claim(self, run_id: str | None = None, endpoint: str | None = None) -> SessionInfo | None:
         """One claimable session, now leased to this worker; None when none is left."""
         what = f"cannot claim a session{'' if run_id is None else f' of run {run_id!r}'}"
-        # A lost race (SQLite has no row locks to skip) moves on to the next candidate.
+        postgresql = self.store.engine.dialect.name == "postgresql"
+        # A lost race (SQLite has no row locks to skip; on PostgreSQL a row that changed
+        # under the lock drops out of the pick) moves on to the next candidate.
         for _ in range(50):
-            with self.store.transaction(what) as conn:
-                runs = [run_id] if run_id else list(conn.execute(_claimable_runs()).scalars())
-                found, taken = self._claim_once(conn, runs, endpoint)
+            if postgresql:
+                found, taken = self._claim_postgresql(run_id, endpoint, what)
+            else:
+                with self.store.transaction(what) as conn:
+                    found, taken = self._claim_sqlite(conn, self._runs(conn, run_id), endpoint)
             if taken is not None or not found:
                 return taken
         return None
 
-    def _claim_once(
+    @staticmethod
+    def _runs(conn: Connection, run_id: str | None) -> list[str]:
+        return [run_id] if run_id else list(conn.execute(claimable_runs()).scalars())
+
+    def _claim_postgresql(
+        self, run_id: str | None, endpoint: str | None, what: str
+    ) -> tuple[bool, SessionInfo | None]:
+        """(whether a candidate was found, the session taken): one statement that commits
+        by itself (a round trip, no BEGIN or COMMIT). A stolen session's old events are
+        deleted afterwards, before it runs: the dead worker's writes are fenced off by then,
+        and a claimer that fails in between leaves the lease to expire, the session to be
+        stolen again."""
+        found = False
+        with self.store.autocommitted(what) as conn:
+            for run in self._runs(conn, run_id):
+                taken = conn.execute(claim_in_one(), self._lease(run, endpoint)).first()
+                if taken is not None:
+                    break
+                found = found or conn.execute(candidate(False), {"b_run": run}).first() is not None
+            else:
+                return found, None
+        row = taken._asdict()
+        if row.pop("seen") == "running":
+            with self.store.transaction(what) as conn:
+                delete_session_events(conn, row["run_id"], row["session_id"])
+        return True, SessionInfo(**row)
+
+    def _claim_sqlite(
         self, conn: Connection, runs: list[str], endpoint: str | None
     ) -> tuple[bool, SessionInfo | None]:
         """(whether a candidate was found, the session taken)."""
-        postgresql = conn.dialect.name == "postgresql"
         for run in runs:
-            for expired in (False, True):
-                row = conn.execute(_candidate(expired, postgresql), {"b_run": run})
-                candidate = row.first()
-                if candidate is not None:
-                    return True, self._take(conn, run, candidate, endpoint)
+            row = conn.execute(candidate(False), {"b_run": run}).first()
+            if row is not None:
+                return True, self._take(conn, row, endpoint)
         return False, None
 
-    def _take(self, conn: Connection, run_id: str, row, endpoint: str | None) -> SessionInfo | None:
-        stealing = row.status == "running"  # an expired lease: the dead worker's attempt is void
-        parameters = {
+    def _lease(self, run_id: str, endpoint: str | None) -> dict[str, object]:
+        return {
             "b_run": run_id,
-            "b_session": row.session_id,
-            "b_status": row.status,
-            "b_attempt": row.attempt,
             "b_lease_s": self.lease_s,
             "b_owner": self.worker.worker_id,
             "b_host": self.worker.host,
             "b_endpoint": endpoint,
         }
-        taken = conn.execute(_take_statement(stealing), parameters).first()
+
+    def _take(self, conn: Connection, row: Row, endpoint: str | None) -> SessionInfo | None:
+        stealing = row.status == "running"  # an expired lease: the dead worker's attempt is void
+        parameters = self._lease(row.run_id, endpoint)
+        parameters.update(b_session=row.session_id, b_status=row.status, b_attempt=row.attempt)
+        taken = conn.execute(take(stealing), parameters).first()
         if taken is None:
             return None
         if stealing:
-            delete_session_events(conn, run_id, row.session_id)
+            delete_session_events(conn, row.run_id, row.session_id)
         return SessionInfo(**taken._asdict())
+
+    def upcoming(self, run_id: str | None, limit: int) -> list[SessionInfo]:
+        """The first `limit` sessions claims would take now (of `run_id`, or of every
+        claimable run), in that order, claiming none: what a worker may prepare ahead."""
+        found: list[SessionInfo] = []
+        with self.store.transaction("cannot list the sessions to claim") as conn:
+            runs = self._runs(conn, run_id)
+            for run in runs:
+                for expired in CLAIM_ORDER:
+                    if len(found) >= limit:
+                        return found
+                    rows = conn.execute(
+                        upcoming(expired), {"b_run": run, "b_limit": limit - len(found)}
+                    )
+                    found.extend(SessionInfo(**row._asdict()) for row in rows)
+        return found
 
     def renew(self, run_id: str, session_ids: list[str]) -> set[str]:
         """Push the leases of the sessions this worker runs forward; returns the ones it
@@ -172,6 +157,18 @@ class SessionQueue:
                 select(table.c.session_id).where(*owned, table.c.session_id.in_(session_ids))
             )
             return set(session_ids) - {row.session_id for row in held}
+
+    def ran_last(self, session: SessionInfo) -> bool:
+        """Whether the session's latest attempt is still the one this worker claimed as
+        `session`: false once another worker took it over (this worker's lease ran out)."""
+        table = models.sessions
+        with self.store.transaction(f"cannot read session {session.session_id!r}") as conn:
+            row = conn.execute(
+                select(table.c.attempt, table.c.worker_id).where(
+                    table.c.run_id == session.run_id, table.c.session_id == session.session_id
+                )
+            ).first()
+        return row is not None and tuple(row) == (session.attempt, self.worker.worker_id)
 
     def release(self, run_id: str, session_id: str) -> None:
         """Give a session this worker holds back to the queue as pending, a new attempt."""

@@ -99,10 +99,12 @@ class StoreRuns(StoreDatabase):
         *,
         records: Sequence[dict[str, Any]] = (),
         videos: Mapping[str, str] | None = None,
+        expected_s: Mapping[str, float] | None = None,
     ) -> RunInfo:
         """Store a new run with `records`, one pending session per record and `videos` (the
         sha256 of each video by name), in one transaction: a run that exists has every one
-        of its sessions.
+        of its sessions. `expected_s`: the video seconds each record's session streams, by
+        record id (0 for one left out): claims take the longest first.
 
         Retried on transient errors for RETRY_BUDGET_S like the store's other calls (a
         locked SQLite file, a PostgreSQL restart). A try whose commit was lost with its
@@ -119,6 +121,7 @@ class StoreRuns(StoreDatabase):
             finished_at=None,
         )
         rows = _checked_record_rows(run_id, records)
+        durations = expected_s or {}
         sessions = [
             {
                 "run_id": run_id,
@@ -126,6 +129,7 @@ class StoreRuns(StoreDatabase):
                 "record_ids": [row["record_id"]],
                 "status": "pending",
                 "attempt": 0,
+                "expected_s": durations.get(row["record_id"], 0.0),
             }
             for row in rows
         ]

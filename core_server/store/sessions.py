@@ -4,7 +4,7 @@ attempt with the same `reset_values` and `delete_session_events`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, delete, null, select
@@ -42,7 +42,15 @@ def delete_session_events(conn: Connection, run_id: str, session_id: str) -> Non
 class StoreSessions(StoreDatabase):
     """The Store's sessions (the `sessions` table)."""
 
-    def add_sessions(self, run_id: str, sessions: Sequence[tuple[str, list[str]]]) -> None:
+    def add_sessions(
+        self,
+        run_id: str,
+        sessions: Sequence[tuple[str, list[str]]],
+        expected_s: Mapping[str, float] | None = None,
+    ) -> None:
+        """Pending sessions; `expected_s`: the video seconds each streams, by session id
+        (0 for one left out): claims take the longest first."""
+        durations = expected_s or {}
         rows = [
             {
                 "run_id": run_id,
@@ -50,6 +58,7 @@ class StoreSessions(StoreDatabase):
                 "record_ids": list(record_ids),
                 "status": "pending",
                 "attempt": 0,
+                "expected_s": durations.get(session_id, 0.0),
             }
             for session_id, record_ids in sessions
         ]

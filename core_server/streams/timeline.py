@@ -65,9 +65,26 @@ def _require_inside(record_id: str, what: str, t: float, frames: VideoFrames) ->
         )
 
 
-def prefix_start(anchor_s: float, history_s: float) -> float:
+def _prefix_start(anchor_s: float, history_s: float) -> float:
     """The first delivered video time: `history_s` before the anchor, 0 = from the start."""
     return 0.0 if history_s == 0 else max(0.0, anchor_s - history_s)
+
+
+def qa_span_s(record: QARecord, history_s: float) -> float:
+    """The video seconds `qa_timeline` streams, known before the video is read."""
+    return record.question_time_s - _prefix_start(record.evidence_anchor_s, history_s)
+
+
+def proactive_span_s(record: ProactiveRecord, lead_s: float, tolerance_s: float) -> float:
+    """The video seconds `proactive_timeline` streams, up to the last window end (a video
+    shorter than that streams less)."""
+    start = _prefix_start(record.instruction_time_s, lead_s)
+    return max(0.0, record.last_window_end_s(tolerance_s) - start)
+
+
+def probe_span_s(record: ProactiveRecord) -> float:
+    """The video seconds `probe_timeline` streams."""
+    return max(probe.t for probe in record.probes)
 
 
 def qa_timeline(
@@ -76,7 +93,7 @@ def qa_timeline(
     """Frames from max(0, anchor - history) to t_q, then the question. `with_steps` (the
     frame-level protocol) asks for a decision after every frame before the question."""
     _require_inside(record.record_id, "question", record.question_time_s, frames)
-    start = prefix_start(record.evidence_anchor_s, history_s)
+    start = _prefix_start(record.evidence_anchor_s, history_s)
     selected = frames.between(start, record.question_time_s)
     if not selected:
         raise TimelineError(
@@ -129,7 +146,7 @@ def proactive_timeline(
     (after every frame at all with `steps_before_instruction`, the frame-level protocol).
     """
     _require_inside(record.record_id, "instruction", record.instruction_time_s, frames)
-    start = prefix_start(record.instruction_time_s, lead_s)
+    start = _prefix_start(record.instruction_time_s, lead_s)
     # Windows past a short video's end are kept by the scorer (they count as misses).
     end = min(record.last_window_end_s(tolerance_s), frames.duration_s)
     selected = frames.between(start, end)
