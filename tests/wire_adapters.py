@@ -253,3 +253,21 @@ class NeverReadyAdapter(InstantAdapter):
 
     async def start(self) -> None:
         await asyncio.Event().wait()
+
+
+class CacheWatchingAdapter(InstantAdapter):
+    """Starts each session only once the frame cache under $STREAMEVAL_TEST_CACHE holds
+    $STREAMEVAL_TEST_ENTRIES decoded videos (or after 30 s): a worker's first session is
+    held while it decodes the next sessions' videos ahead, if it does."""
+
+    name = "cache-watching"
+
+    async def on_session_start(self, session: Session) -> None:
+        root = os.environ["STREAMEVAL_TEST_CACHE"]
+        wanted = int(os.environ["STREAMEVAL_TEST_ENTRIES"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            entries = sum("index.json" in files for _, _, files in os.walk(root))
+            if entries >= wanted:
+                return
+            await asyncio.sleep(0.02)

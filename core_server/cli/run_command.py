@@ -61,6 +61,7 @@ from streameval.core.cli.run_options import (
     RobustnessOption,
     RunOptions,
     SpeedOption,
+    StartRateOption,
     UnreachableTimeoutOption,
     VerifyVideoDigestsOption,
     option_error,
@@ -94,6 +95,7 @@ def execute(
     lease_s: float = DEFAULT_LEASE_S,
     give_up_s: float = ALL_DOWN_GIVE_UP_S,
     progress: Progress | None = None,
+    start_rate: float | None = None,
 ) -> RunSummary:
     """Run (or resume), showing its phases on stderr: live bars when stderr is a terminal
     and `show_progress`, plain lines when it is not (core_server/cli/progress_display.py).
@@ -111,7 +113,9 @@ def execute(
 
     async def go(shown: Progress) -> RunSummary:
         cancel_on_sigterm(terminated)
-        executor = RunExecutor(config, store, shown, lease_s=lease_s, give_up_s=give_up_s)
+        executor = RunExecutor(
+            config, store, shown, lease_s=lease_s, give_up_s=give_up_s, start_rate=start_rate
+        )
         run_id = resume_id or await executor.prepare()
         started.append(run_id)
         return await executor.execute(
@@ -171,6 +175,7 @@ def run(
     detach: DetachOption = False,
     lease_timeout: LeaseTimeoutOption = DEFAULT_LEASE_S,
     unreachable_timeout: UnreachableTimeoutOption = ALL_DOWN_GIVE_UP_S,
+    start_rate: StartRateOption = None,
     perturb: PerturbOption = None,
     robustness: RobustnessOption = None,
     perturb_seed: PerturbSeedOption = 0,
@@ -210,6 +215,7 @@ def run(
         detach=detach,
         lease_timeout=lease_timeout,
         unreachable_timeout=unreachable_timeout,
+        start_rate=start_rate,
         perturb=perturb,
         robustness=robustness,
         perturb_seed=perturb_seed,
@@ -248,6 +254,7 @@ def run_with(ctx: typer.Context, options: RunOptions) -> None:
                     allow_adapter_change=options.allow_adapter_change,
                     lease_s=options.lease_timeout,
                     give_up_s=options.unreachable_timeout,
+                    start_rate=options.start_rate,
                 )
             _print_summary(summary, opened, options.as_json, adapter_report(managed))
             if not options.as_json:
@@ -295,6 +302,7 @@ def _print_summary(
         "retried": summary.retried,
         "status": summary.status,
         "failed_total": summary.failed_total,
+        **summary.decode,
         **adapters,
     }
     if as_json:

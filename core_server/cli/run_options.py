@@ -108,6 +108,15 @@ UnreachableTimeoutOption = Annotated[
         "before the run stops as interrupted instead of failing its sessions.",
     ),
 ]
+StartRateOption = Annotated[
+    float | None,
+    typer.Option(
+        "--start-rate",
+        help="Wall-clock pacing: sessions started per second, so that thousands do not "
+        "connect at once (default: the concurrency over 10 s, at least 50 a second; each "
+        "session's stream time starts when it starts).",
+    ),
+]
 PerturbOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -179,6 +188,7 @@ class RunOptions(AdapterChoice):
     robustness: str | None
     perturb_seed: int
     as_json: bool
+    start_rate: float | None = None
 
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
@@ -195,6 +205,8 @@ class RunOptions(AdapterChoice):
         ):
             if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails this too
                 raise fail(f"{name} must be more than 0 and at most {MAX_TIMEOUT_S:g} seconds")
+        if self.start_rate is not None and not 0 < self.start_rate < math.inf:
+            raise fail(f"--start-rate must be a positive number, got {self.start_rate:g}")
         if not self.resume and (self.retry_failed or self.allow_adapter_change):
             flag = "--retry-failed" if self.retry_failed else "--allow-adapter-change"
             raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")

@@ -59,6 +59,7 @@ class WorkerOptions(AdapterChoice):
     cache_dir: Path | None
     allow_adapter_change: bool
     as_json: bool
+    decode_ahead: int | None = None
 
 
 def worker(
@@ -100,6 +101,13 @@ def worker(
         bool,
         typer.Option(help="Accept an adapter identity the run has not used yet (recorded)."),
     ] = False,
+    decode_ahead: Annotated[
+        int | None,
+        typer.Option(
+            help="Sessions ahead whose videos are decoded while the current ones stream "
+            "(default: twice the sessions in flight, at least 4; 0: none).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Claim sessions of stored runs and run them against one adapter, which it starts
@@ -121,6 +129,7 @@ def worker(
         cache_dir=cache_dir,
         allow_adapter_change=allow_adapter_change,
         as_json=as_json,
+        decode_ahead=decode_ahead,
         adapter=adapter,
         adapter_options=adapter_option,
         adapter_config=adapter_config,
@@ -148,6 +157,8 @@ def work_with(options: WorkerOptions) -> None:
         ]
         if options.lease_timeout <= 0:
             raise fail(f"--lease-timeout must be positive, got {options.lease_timeout:g}")
+        if options.decode_ahead is not None and options.decode_ahead < 0:
+            raise fail(f"--decode-ahead must be 0 or more, got {options.decode_ahead}")
         with (
             Store(resolve_store_url(options.store, options.cache_dir)) as opened,
             run_adapters.started_adapters(
@@ -169,6 +180,7 @@ def work_with(options: WorkerOptions) -> None:
 
 
 def _work(store: Store, endpoints: list[EndpointConfig], options: WorkerOptions) -> WorkerSummary:
+    from streameval.core.run.decoding_ahead import look_ahead_for
     from streameval.core.run.runner import RunExecutor, stored_run_executor
     from streameval.core.run.worker import Worker, this_worker
 
@@ -195,7 +207,14 @@ def _work(store: Store, endpoints: list[EndpointConfig], options: WorkerOptions)
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
         if options.run_id is not None:
             await executor_for(options.run_id)  # a refused adapter stops here, before any claim
-        worker = Worker(store, endpoints, executor_for, identity=identity, lease_s=lease_s)
+        worker = Worker(
+            store,
+            endpoints,
+            executor_for,
+            identity=identity,
+            lease_s=lease_s,
+            look_ahead=look_ahead_for(options.decode_ahead, endpoints),
+        )
         return await worker.run(
             options.run_id, max_sessions=options.max_sessions, follow=options.follow
         )
@@ -215,6 +234,7 @@ def _print_summary(summary: WorkerSummary, as_json: bool, adapters: dict[str, li
         "failed": summary.failed,
         "lost": summary.lost,
         "runs": sorted(summary.runs),
+        **summary.decode_report(),
         **adapters,
     }
     if as_json:

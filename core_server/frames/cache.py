@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 
 from streameval.core.frames.digest import (
@@ -19,7 +20,7 @@ from streameval.core.frames.digest import (
     video_digest,
 )
 from streameval.core.frames.entries import build_entry, entry_dir, load_entry
-from streameval.core.frames.errors import VideoChangedError
+from streameval.core.frames.errors import FramesError, VideoChangedError
 from streameval.core.frames.jpeg_writer import DecodeProgress
 from streameval.core.frames.types import INDEX_NAME, ImageRules, VideoFrames
 
@@ -115,6 +116,22 @@ class FrameCache:
                 del self._async_locks[key]
             else:
                 self._async_locks[key] = (lock, users - 1)
+
+    async def aget_waited(
+        self, video_path: Path, rules: ImageRules, expect: str | None = None
+    ) -> tuple[VideoFrames, float]:
+        """`aget`, and how many seconds the caller waited for the video's decode (its own or
+        one in flight): 0.0 when the entry was cached when asked for."""
+        started = time.monotonic()
+        ready = await asyncio.to_thread(self._ready, video_path, rules)
+        frames = await self.aget(video_path, rules, expect=expect)
+        return frames, 0.0 if ready else time.monotonic() - started
+
+    def _ready(self, video_path: Path, rules: ImageRules) -> bool:
+        try:
+            return self.has(video_path, rules)
+        except FramesError:
+            return False  # `aget` says why
 
     def _build_lock(self, key: str) -> threading.Lock:
         with self._guard:

@@ -1,7 +1,11 @@
-"""Before a run's sessions start, the frames of every video they use are extracted into the
-frame cache (Phase.FRAMES), a few videos at once; a cached video costs a lookup. A video
+"""The frames of the videos a run's sessions use, extracted into the frame cache
+(Phase.FRAMES) a few videos at once, in the order the sessions will run, while the sessions
+already stream: a session whose video is not ready yet waits for that video's decode only
+(the frame cache decodes a video once, whoever asks). A cached video costs a lookup. A video
 whose frames cannot be made, or whose file changed since the run recorded it
-(video_binding.py), is left to its sessions, which fail at stage `frames` with its error."""
+(video_binding.py), is left to its sessions, which fail at stage `frames` with its error.
+A worker decoding ahead (decoding_ahead.py) prepares the videos of its next sessions the
+same way, one at a time and without showing it."""
 
 from __future__ import annotations
 
@@ -33,14 +37,16 @@ class FramePreparation:
     rules: ImageRules
     progress: Progress
     videos: VideoBinding
+    preparers: int = FRAME_PREPARERS
 
     async def prepare(self, root: Path, records: Sequence[Record]) -> None:
-        """Fill the frame cache for the videos (under `root`) the records use."""
-        names = sorted({record.video_path for record in records})
+        """Fill the frame cache for the videos (under `root`) the records use, the first
+        record's video first."""
+        names = list(dict.fromkeys(record.video_path for record in records))
         if not names:
             return
         phase = FramesPhase(self.progress, len(names))
-        slots = asyncio.Semaphore(FRAME_PREPARERS)
+        slots = asyncio.Semaphore(self.preparers)
 
         async def prepare(name: str) -> None:
             async with slots:

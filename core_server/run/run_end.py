@@ -39,6 +39,8 @@ class RunSummary:
     status: RunStatus = "finished"
     failed_total: int = 0
     failures: list[SessionOutcome] = field(default_factory=list)
+    # The sessions that waited for their video's decode (WorkerSummary.decode_report).
+    decode: dict[str, object] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

@@ -10,13 +10,16 @@ sessions are kept, the rest are reset and redone (sessions_to_run.py).
 `RunExecutor` dispatches the sessions a worker claims and composes the rest of a run:
 its records (run_records.py, run_creation.py), the videos' bytes it is bound to
 (video_binding.py), the endpoints it admits (endpoint_admission.py), its lease
-(lease_keeping.py), the frames prepared before the sessions start (frame_preparation.py),
+(lease_keeping.py), the frames prepared while the sessions stream (frame_preparation.py),
 its phases as `progress` shows them (run_progress.py) and how it ends (run_end.py:
 RunSummary, the exit code, RunStopped).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import functools
 import time
 from pathlib import Path
@@ -46,12 +49,23 @@ from streameval.core.session.failures import FailureStage
 from streameval.core.session.protocol_state import ResponseLimits
 from streameval.core.session.readiness import Notice, stderr_notice
 from streameval.core.store.locations import default_cache_dir
-from streameval.core.store.queue import WorkerIdentity
+from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import SessionInfo, Store
 from streameval.core.store.writer import EventWriter
 from streameval.core.streams.plan import SessionPlan
 from streameval.events import Event, EventKind
 from streameval.progress import NO_PROGRESS, Progress
+
+# Wall-clock sessions start over at most this long (STARTS_PER_S_MIN a second or more):
+# thousands connecting and sending their first frames at once made a loaded machine's
+# frames 0.5 s late for the run's first 20 s (BENCHMARKS.md).
+START_WINDOW_S = 10.0
+STARTS_PER_S_MIN = 50.0
+
+
+def start_rate_for(concurrency: int) -> float:
+    """Sessions started per second under wall-clock pacing, by default."""
+    return max(STARTS_PER_S_MIN, concurrency / START_WINDOW_S)
 
 
 class RunExecutor:
@@ -68,13 +82,17 @@ class RunExecutor:
         lease_s: float = DEFAULT_LEASE_S,
         give_up_s: float = ALL_DOWN_GIVE_UP_S,
         benchmark: Benchmark | None = None,
+        start_rate: float | None = None,
     ) -> None:
+        """`start_rate`: sessions started per second under wall-clock pacing, so that
+        thousands do not connect at once (None: start_rate_for(concurrency))."""
         self.config = config.resolved()
         self.store = store
         self.progress = progress
         self.identity = identity
         self.lease_s = lease_s
         self.give_up_s = give_up_s
+        self.start_rate = start_rate
         self.records = RunRecords(self.config, progress, benchmark)
         self.admission = EndpointAdmission(self.config, store)
         # Where "waiting for adapter ..." progress lines go (None: nowhere).
@@ -202,18 +220,55 @@ class RunExecutor:
             progress=sessions.count,
             give_up_s=self.give_up_s,
             notice=self.notice,
+            start_rate=self._start_rate(),
         )
         self.admission.keep_left_out(worker.health, run_id, records)
         return worker
 
+    def _start_rate(self) -> float | None:
+        """Sessions started per second: only wall-clock pacing has frames that can be late."""
+        if self.config.pacing != "wall_clock":
+            return None
+        if self.start_rate is not None:
+            return self.start_rate
+        return start_rate_for(sum(endpoint.concurrency for endpoint in self.config.endpoints))
+
     async def _prepare_and_stream(
         self, run_id: str, worker: Worker, records: list[Record], sessions: SessionsPhase
     ) -> None:
+        """Stream the sessions while their videos' frames are prepared, in the order the
+        sessions will be claimed (frame_preparation.py)."""
         frames = FramePreparation(self.cache, self.rules, self.progress, self._bound(run_id))
-        await frames.prepare(self.records.video_root, records)
-        sessions.start(len(records))
-        await worker.run(run_id)
+        order = await asyncio.to_thread(self._claim_order, run_id, records)
+        preparing = asyncio.create_task(frames.prepare(self.records.video_root, order))
+        try:
+            sessions.start(len(records))
+            done = await worker.run(run_id)
+            await preparing  # its last videos were those of the last sessions: done by now
+        finally:
+            preparing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await preparing
+        sessions.summary.decode = done.decode_report()
         sessions.finish()
+
+    def _claim_order(self, run_id: str, records: list[Record]) -> list[Record]:
+        """The records in the order the queue will hand their sessions out."""
+        queue = SessionQueue(self.store, self.identity or this_worker(), self.lease_s)
+        upcoming = queue.upcoming(run_id, len(records))
+        by_id = {record.record_id: record for record in records}
+        first = [by_id[s.record_ids[0]] for s in upcoming if s.record_ids[0] in by_id]
+        return first + records  # any left over (none, normally) after those
+
+    async def prepare_ahead(self, sessions: list[SessionInfo]) -> None:
+        """Decode the videos of sessions a worker will likely claim next, one at a time."""
+        if not sessions:
+            return
+        by_id = self.records.by_id()
+        records = [by_id[s.record_ids[0]] for s in sessions if s.record_ids[0] in by_id]
+        bound = self._bound(sessions[0].run_id)
+        frames = FramePreparation(self.cache, self.rules, NO_PROGRESS, bound, preparers=1)
+        await frames.prepare(self.records.video_root, records)
 
     async def _this_runner(self, _run_id: str) -> RunExecutor:
         return self
@@ -233,16 +288,18 @@ class RunExecutor:
         writer: EventWriter,
     ) -> SessionOutcome:
         session_id = record.record_id
+        asked = time.monotonic()
         try:
             video = video_root / record.video_path
             expect = await self._bound(run_id).expected(record.video_path, video)
-            frames = await self.cache.aget(video, self.rules, expect=expect)
+            frames, waited_s = await self.cache.aget_waited(video, self.rules, expect)
             perturbed = self.records.perturbed.get(record.record_id)
             timeline = session_timeline(record, frames, self.config, self.profile, perturbed)
         except FramesError as exc:  # VideoDecodeError, VideoChangedError, FrameCacheError, ...
             stage = FailureStage.FRAMES.value
             cause = exc.cause  # input for the video/timeline, infrastructure for the cache
             outcome = SessionOutcome(session_id, "failed", stage, str(exc), cause)
+            waited_s = time.monotonic() - asked
             failed = {"stage": stage, "reason": str(exc), "cause": cause}
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
@@ -266,8 +323,9 @@ class RunExecutor:
                 check_hello=None if info is None else functools.partial(hello_mismatch, info),
             )
             outcome = await driver.run()
-            if outcome.before_first_task:
-                return outcome  # the worker retries it elsewhere or records the failure
+        outcome = dataclasses.replace(outcome, video=record.video_path, decode_wait_s=waited_s)
+        if outcome.before_first_task:
+            return outcome  # the worker retries it elsewhere or records the failure
         writer.put_session_status(
             run_id,
             session_id,

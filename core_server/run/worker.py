@@ -8,13 +8,16 @@ claims the next until none is left. While sessions run, one task renews their le
 third of the lease; a session whose lease was lost (the worker stalled past it and someone
 else took the session) is cancelled here, and its events are refused by the store. When the
 worker stops early (Ctrl-C, SIGTERM), the sessions it holds go back to pending at once
-instead of waiting for their leases to expire.
+instead of waiting for their leases to expire. While its sessions stream, a worker may
+decode the videos of the sessions it will claim next (decoding_ahead.py); its summary lists
+the sessions that still waited for a decode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -28,6 +31,7 @@ from typing import Protocol, TypeVar
 from streameval.core.config import EndpointConfig
 from streameval.core.run.capacity import session_capacity, slots_per_endpoint
 from streameval.core.run.collector import fewer_pauses
+from streameval.core.run.decoding_ahead import DecodingAhead
 from streameval.core.run.endpoint_health import INFRA_RETRIES, EndpointPool
 from streameval.core.run.timeouts import ALL_DOWN_GIVE_UP_S, DEFAULT_LEASE_S
 from streameval.core.session.driver import SessionOutcome
@@ -72,6 +76,21 @@ class ClaimedSessionRunner(Protocol):
         self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
     ) -> SessionOutcome: ...
 
+    async def prepare_ahead(self, sessions: list[SessionInfo]) -> None:
+        """Decode the frames these sessions will need (a worker with `look_ahead` only)."""
+
+
+@dataclass(frozen=True)
+class DecodeWait:
+    """A session that waited for its video's frames to be decoded before it could start:
+    `claim` is its place (1, 2, ...) in the order this worker claimed sessions."""
+
+    run_id: str
+    session_id: str
+    video: str
+    wait_s: float
+    claim: int
+
 
 @dataclass
 class WorkerSummary:
@@ -83,6 +102,18 @@ class WorkerSummary:
     lost: int = 0  # sessions whose lease this worker lost; another attempt counts for them
     failures: list[SessionOutcome] = field(default_factory=list)
     runs: set[str] = field(default_factory=set)
+    # Sessions that waited for a decode, and the video of this worker's first claim: after
+    # that one, a worker decoding ahead (`look_ahead`) leaves no session waiting.
+    decode_waits: list[DecodeWait] = field(default_factory=list)
+    first_video: str | None = None
+
+    def decode_report(self) -> dict[str, object]:
+        """The decode waits as the `--json` summaries of `run` and `worker` print them."""
+        waits = sorted(self.decode_waits, key=lambda wait: wait.claim)
+        return {
+            "first_video": self.first_video,
+            "decode_waits": [dataclasses.asdict(wait) for wait in waits],
+        }
 
 
 ProgressCallback = Callable[[SessionOutcome, WorkerSummary], None]
@@ -102,9 +133,14 @@ class Worker:
         give_up_s: float = ALL_DOWN_GIVE_UP_S,
         notice: Notice | None = None,
         capacity: int | None = None,
+        look_ahead: int = 0,
+        start_rate: float | None = None,
     ) -> None:
         """`capacity`: sessions this process may hold at once (default: what its open-file
-        limit allows, capacity.py); the endpoints' slots are scaled down to fit in it."""
+        limit allows, capacity.py); the endpoints' slots are scaled down to fit in it.
+        `look_ahead`: after each claim, the frames of the next this many sessions the queue
+        would hand out are decoded in the background (0: none). `start_rate`: slots make
+        their first claim this many per second, not all at once (None: all at once)."""
         self.store = store
         self.capacity = capacity if capacity is not None else session_capacity()
         self.endpoints = endpoints
@@ -128,7 +164,10 @@ class Worker:
         # Runs (None: any run) found with nothing left to claim: thousands of slots ending
         # at once each asked the store again, and the event loop waited for those calls.
         self._drained: set[str | None] = set()
+        self._drained_now = asyncio.Event()  # set with each run found drained
         self._given_back = 0  # sessions this worker gave back to the queue, ever
+        self.ahead = DecodingAhead(look_ahead, self._upcoming, runner_for)
+        self.start_rate = start_rate
 
     async def run(
         self, run_id: str | None = None, max_sessions: int | None = None, follow: bool = False
@@ -141,6 +180,7 @@ class Worker:
         self._claims = ThreadPoolExecutor(threads, "streameval-claims")
         self._renewals = ThreadPoolExecutor(1, "streameval-renewals")
         self._drained.clear()
+        self._drained_now.clear()
         event_store = self._event_store(sum(counts))
         try:
             with fewer_pauses():
@@ -171,11 +211,15 @@ class Worker:
         keeper = asyncio.create_task(self._keep_leases(), name="streameval-leases")
         # Slots start round-robin over the endpoints: fewer sessions than slots still
         # spread over every replica instead of filling the first one's.
-        slots = [
-            asyncio.create_task(self._slot(endpoint, writer, run_id, max_sessions, follow))
+        turns = [
+            endpoint
             for turn in range(max(counts, default=0))
             for endpoint, count in zip(self.endpoints, counts, strict=True)
             if turn < count
+        ]
+        slots = [
+            asyncio.create_task(self._slot(endpoint, writer, run_id, max_sessions, follow, n))
+            for n, endpoint in enumerate(turns)
         ]
         running = asyncio.gather(*slots)
         # A store write that failed for good stops the worker at once (one error), instead
@@ -201,6 +245,7 @@ class Worker:
         finally:
             keeper.cancel()
             store_failed.cancel()
+            await self.ahead.stop()
         await writer.close()
         for run in sorted(self.summary.runs):
             await asyncio.to_thread(finish_run_if_done, self.store, run)
@@ -213,7 +258,14 @@ class Worker:
         run_id: str | None,
         max_sessions: int | None,
         follow: bool,
+        place: int,
     ) -> None:
+        if self.start_rate is not None and place:
+            # A storm of sessions connecting and starting at once delays every stream on a
+            # loaded machine; a session's stream time starts when it starts, so none is late.
+            # Slots beyond the sessions there are stop waiting once the run is drained.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained_now.wait(), place / self.start_rate)
         while max_sessions is None or self.summary.claimed < max_sessions:
             if not self.health.up(endpoint.url):
                 # Out of rotation: re-probe it while there is work it could take.
@@ -236,15 +288,18 @@ class Worker:
                     continue
                 if self._given_back == given_back:  # none came back while this slot looked
                     self._drained.add(run_id)
+                    self._drained_now.set()
                 return
             self.summary.claimed += 1
+            claim = self.summary.claimed
+            self.ahead.wanted(session.run_id)
             if session.run_id not in self.summary.runs:
                 self.summary.runs.add(session.run_id)
                 await self._claiming(self.store.set_run_status, session.run_id, "running")
-            await self._run_one(session, endpoint, writer)
+            await self._run_one(session, endpoint, writer, claim)
 
     async def _run_one(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter, claim: int
     ) -> None:
         key = (session.run_id, session.session_id)
         try:
@@ -255,7 +310,7 @@ class Worker:
         task = asyncio.create_task(runner.run_claimed(session, endpoint, writer))
         self._held[key] = task
         try:
-            await self._settle(task, session, endpoint, writer)
+            await self._settle(task, session, endpoint, writer, claim)
         finally:
             # Held, its lease renewed, until its end is stored: a session whose status still
             # waited in the writer's queue expired and was claimed again as if abandoned.
@@ -267,6 +322,7 @@ class Worker:
         session: SessionInfo,
         endpoint: EndpointConfig,
         writer: EventWriter,
+        claim: int,
     ) -> None:
         key = (session.run_id, session.session_id)
         try:
@@ -276,6 +332,7 @@ class Worker:
                 raise
             self.summary.lost += 1  # the lease keeper gave the session up
             return
+        self._count_decode_wait(session, outcome, claim)
         if outcome.before_first_task:
             self.health.mark_down(endpoint.url, outcome.reason or "unreachable")
             if await self._lost(session) or await self._retry_elsewhere(session, writer):
@@ -305,6 +362,15 @@ class Worker:
         self.summary.lost += 1
         return True
 
+    def _count_decode_wait(self, session: SessionInfo, outcome: SessionOutcome, claim: int) -> None:
+        if claim == 1:
+            self.summary.first_video = outcome.video
+        if outcome.decode_wait_s > 0 and outcome.video is not None:
+            wait = round(outcome.decode_wait_s, 3)
+            self.summary.decode_waits.append(
+                DecodeWait(session.run_id, session.session_id, outcome.video, wait, claim)
+            )
+
     async def _retry_elsewhere(self, session: SessionInfo, writer: EventWriter) -> bool:
         """Give a session whose endpoint failed before its first task back to the queue as a
         new attempt (its failed attempt's events are deleted), up to INFRA_RETRIES times."""
@@ -318,6 +384,7 @@ class Worker:
         await self._claiming(self.store.retrying, release)
         self._given_back += 1
         self._drained.clear()  # there is work again
+        self._drained_now.clear()
         return True
 
     async def _keep_leases(self) -> None:
@@ -339,6 +406,10 @@ class Worker:
                     task = self._held.get((run_id, session_id))
                     if task is not None:
                         task.cancel()
+
+    async def _upcoming(self, run_id: str, limit: int) -> list[SessionInfo]:
+        upcoming = functools.partial(self.queue.upcoming, run_id, limit)
+        return await self._claiming(self.store.retrying, upcoming)
 
     async def _claiming(self, call: Callable[..., T], *args: object) -> T:
         """`call(*args)` on the worker's claim threads."""

@@ -78,6 +78,10 @@ class SessionOutcome:
     adapter: dict[str, Any] | None = None  # the adapter's hello, once it arrived
     # Whether a task (question, instruction or step) was sent before the session ended.
     task_sent: bool = True
+    # The video it streamed and the seconds it waited, before connecting, for its frames to
+    # be decoded (0.0: they were in the frame cache); set by the run (run/runner.py).
+    video: str | None = None
+    decode_wait_s: float = 0.0
 
     @property
     def before_first_task(self) -> bool:
