@@ -120,9 +120,11 @@ class Fleet:
             "--lease-timeout", str(self.settings.lease_s), "--cache-dir", str(self.cache),
             "--json",
         )  # fmt: skip
-        self.workers[url] = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO
-        )
+        # Its stderr is kept (--keep): a worker that stops early says why there.
+        with (self.log.parent / "workers.err").open("a") as err:
+            self.workers[url] = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO
+            )
 
     @property
     def urls(self) -> list[str]:
@@ -349,6 +351,7 @@ def _measure(url, work, benchmark, s, ideal, service, pg) -> Outcome:
     if s.keep is not None:  # for `streameval plan --from-run` and a look at the sessions
         s.keep.mkdir(parents=True, exist_ok=True)
         shutil.copy(fleet.log, s.keep / "gpus.jsonl")
+        shutil.copy(fleet.log.parent / "workers.err", s.keep / "workers.err")
         if url.startswith("sqlite"):
             shutil.copy(work / "store.db", s.keep / "store.db")
         notes.append(f"run {run_id}, kept in {s.keep}")
