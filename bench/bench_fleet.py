@@ -375,9 +375,13 @@ def summarise(fleet, sessions, t0, ideal, service, load, notes) -> Outcome:
     spans = gpu_spans(fleet.log, t0, end)
     makespan = end - t0
     busy = sorted(
-        _union_s(spans.get(p, [])) / makespan for g in fleet.gpu_processes for p in g.ports
+        _union_s([(a, b) for a, b in spans.get(p, []) if b > a]) / makespan
+        for g in fleet.gpu_processes
+        for p in g.ports
     )
-    idle_from = min(max(b for _, b in port_spans) for port_spans in spans.values())
+    # A GPU that ran nothing of this run (its spans clipped empty) is not where a tail starts.
+    ends = [max(b for _, b in port) for port in spans.values() if max(b for _, b in port) > t0]
+    idle_from = min(ends, default=end)
     first, later = decode_waits(fleet.log, sessions)
     return Outcome(
         settings=fleet.settings,
