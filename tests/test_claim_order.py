@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import time
 
+from pydantic import TypeAdapter
+
+from streameval.core.benchmark.records import Record
+from streameval.core.config import PROTOCOL_PROFILES, RunConfig
+from streameval.core.run.session_timeline import expected_stream_s
 from streameval.core.store.queue import SessionQueue, WorkerIdentity
 from streameval.core.store.store import Store
+from tests.test_scale_out import detached_run
 
 
 def queue(store: Store, name: str, lease_s: float = 60.0) -> SessionQueue:
@@ -97,3 +103,19 @@ def test_an_expired_short_session_goes_before_a_long_pending_one(store):
     live = queue(store, "live")
     taken = [live.claim("r") for _ in range(3)]
     assert [(s.session_id, s.attempt) for s in taken] == [("short", 1), ("long", 1), ("mid", 1)]
+
+
+def test_a_new_run_stores_each_sessions_streamed_seconds_and_claims_the_longest_first(
+    tmp_path,
+):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    run_id = detached_run(url, "--limit", "8")
+    with Store(url) as store:
+        config = RunConfig.model_validate(store.get_run(run_id).config).resolved()
+        records = [TypeAdapter(Record).validate_python(r) for r in store.records(run_id)]
+        stored = {s.session_id: s.expected_s for s in store.sessions(run_id)}
+        order = [s.session_id for s in queue(store, "live").upcoming(run_id, 10)]
+    profile = PROTOCOL_PROFILES[config.profile]
+    assert stored == {r.record_id: expected_stream_s(r, config, profile) for r in records}
+    assert len(set(stored.values())) > 1 and min(stored.values()) > 0
+    assert order == sorted(stored, key=lambda sid: (-stored[sid], sid))
