@@ -486,8 +486,9 @@ def write_row(line: str, detail: str) -> None:
     text = BENCHMARKS.read_text()
     marker = f"## {TITLE}\n"
     body = text.split(marker, 1)[1].split("\n## ", 1)[0] if marker in text else ""
-    rows = [r for r in body.splitlines() if r.startswith("| ") and not r.startswith("| code")]
-    notes = [n for n in body.splitlines() if n.startswith("- ")]
+    head, _, by_hand = body.partition("\n### ")  # a subsection written by hand stays as is
+    rows = [r for r in head.splitlines() if r.startswith("| ") and not r.startswith("| code")]
+    notes = [n for n in head.splitlines() if n.startswith("- ")]
     key = "|".join(line.split("|")[:4])  # code, store, faults: one row each
     rows = [r for r in rows if not r.startswith(key + "|")] + [line]
     name = f"- {' / '.join(cell.strip() for cell in key.split('|')[1:4])}:"
@@ -499,7 +500,8 @@ def write_row(line: str, detail: str) -> None:
         "being its streamed length / speed + one answer's decode cost: the same formula "
         "for every row. Decode wait: claim to the session's start at its GPU.\n\n"
     )
-    update_section(TITLE, intro + HEADER_ROW + "\n" + "\n".join(rows) + "\n\n" + "\n".join(notes))
+    tables = intro + HEADER_ROW + "\n" + "\n".join(rows) + "\n\n" + "\n".join(notes)
+    update_section(TITLE, tables + (f"\n\n### {by_hand}" if by_hand else ""))
 
 
 if __name__ == "__main__":
