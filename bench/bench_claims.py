@@ -80,7 +80,10 @@ def _pg_url(url: str, database: str) -> str:
 @contextmanager
 def fresh_database(server_url: str, name: str):
     """A new, empty database on the server, dropped on the way out."""
-    admin = create_engine(_pg_url(server_url, "postgres"), isolation_level="AUTOCOMMIT")
+    # pool_pre_ping: a bench may restart the server meanwhile (bench_fleet's faults).
+    admin = create_engine(
+        _pg_url(server_url, "postgres"), isolation_level="AUTOCOMMIT", pool_pre_ping=True
+    )
     try:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))

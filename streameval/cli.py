@@ -36,7 +36,7 @@ class StreamevalGroup(HelpGroup):
         ("Getting started", ("demo", "profiles")),
         ("Evaluate", ("run", "eval", "runs", "score", "compare", "table", "report", "export")),
         ("Serve", ("results-api", "core-api", "adapter")),
-        ("Scale", ("worker", "launch")),
+        ("Scale", ("worker", "launch", "plan")),
         ("Data", ("data", "synth")),
         ("Analyses", ("capacity", "audit")),
     )

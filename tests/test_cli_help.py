@@ -115,7 +115,7 @@ def test_the_top_level_commands_come_in_panels_in_order() -> None:
         "Getting started": ["demo", "profiles"],
         "Evaluate": ["run", "eval", "runs", "score", "compare", "table", "report", "export"],
         "Serve": ["results-api", "core-api", "adapter"],
-        "Scale": ["worker", "launch"],
+        "Scale": ["worker", "launch", "plan"],
         "Data": ["data", "synth"],
         "Analyses": ["capacity", "audit"],
     }

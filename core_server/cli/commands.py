@@ -20,6 +20,7 @@ from streameval.core.cli.capacity import capacity
 from streameval.core.cli.common import StoreOption, console, fail
 from streameval.core.cli.data import data_app
 from streameval.core.cli.launch import launch_app
+from streameval.core.cli.plan import plan
 from streameval.core.cli.run_command import run
 from streameval.core.cli.runs import runs_app
 from streameval.core.cli.worker_command import worker
@@ -34,6 +35,7 @@ app.add_typer(data_app, name="data", help="Validate, describe and sample benchma
 app.add_typer(launch_app, name="launch")
 app.add_typer(audit_app, name="audit")
 app.command("capacity")(capacity)
+app.command("plan")(plan)  # core_server/cli/plan.py
 app.command()(run)  # core_server/cli/run_command.py
 app.command()(worker)  # core_server/cli/worker_command.py
 
