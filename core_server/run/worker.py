@@ -151,7 +151,8 @@ class Worker:
         self.poll_s = poll_s if poll_s is not None else min(1.0, lease_s / 4)
         self.progress = progress
         self.summary = WorkerSummary(self.identity.worker_id, self.identity.host)
-        self._held: dict[tuple[str, str], asyncio.Task[SessionOutcome]] = {}
+        # The sessions whose leases this worker renews; None until its task starts.
+        self._held: dict[tuple[str, str], asyncio.Task[SessionOutcome] | None] = {}
         self.health = EndpointPool([e.url for e in endpoints], give_up_s=give_up_s, notice=notice)
         # New attempts given to sessions whose endpoint failed before their first task.
         self._infra_retries: dict[tuple[str, str], int] = {}
@@ -302,11 +303,18 @@ class Worker:
         self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter, claim: int
     ) -> None:
         key = (session.run_id, session.session_id)
+        # Held from the claim on: building the run's executor (loading its benchmark) may
+        # take longer than a lease, which must not expire meanwhile.
+        self._held[key] = None
         try:
             runner = await self.runner_for(session.run_id)
         except BaseException:  # not admitted to the run (changed adapter, ...): hand it back
+            self._held.pop(key, None)
             await self._claiming(self.queue.release, *key)
             raise
+        if key not in self._held:  # its lease was lost all the same (a store gone too long)
+            self.summary.lost += 1
+            return
         task = asyncio.create_task(runner.run_claimed(session, endpoint, writer))
         self._held[key] = task
         try:
@@ -406,6 +414,8 @@ class Worker:
                     task = self._held.get((run_id, session_id))
                     if task is not None:
                         task.cancel()
+                    else:  # not started yet: it never will be (_run_one)
+                        self._held.pop((run_id, session_id), None)
 
     async def _upcoming(self, run_id: str, limit: int) -> list[SessionInfo]:
         upcoming = functools.partial(self.queue.upcoming, run_id, limit)
