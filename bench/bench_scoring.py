@@ -1,7 +1,7 @@
 """Scoring speed and memory: one million recorded events, scored from a SQLite store and from JSONL.
 
     python -m bench.bench_scoring              # build (once), measure, update BENCHMARKS.md
-    python -m bench.bench_scoring --events 200000 --no-record
+    python -m bench.bench_scoring --events 200000 --large 0 --no-record
     python -m bench.bench_scoring --section-to /tmp/scoring.md   # the section, not BENCHMARKS.md
 
 The event log is what the Core records for the reference adapter under logical pacing:
@@ -18,8 +18,12 @@ in a fresh process, which reports its own CPU time and its peak RSS (VmHWM in
 scoring commands' CPU time counts the whole process, interpreter start and imports included;
 the yardstick's counts only its loop, so the ratio errs against the scorer.
 
+Then it measures a run of five million events the same way, once (`--large`, `--large-repeat`):
+how the peak RSS grows with the run.
+
 Targets (issue 14): `score --events` within 1.5x the yardstick's CPU and 250 MiB, with the
-same numbers as the store gives; the store under 30 s for 1M events.
+same numbers as the store gives; the store under 30 s for 1M events. Issue 35: at most 250 MiB
+at 5M events too.
 """
 
 from __future__ import annotations
@@ -42,17 +46,21 @@ from bench.report import update_section
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Trigger
 from streameval.core.store.export import export_jsonl
 from streameval.core.store.store import Store
-from streameval.scorer.eventlog import SessionLog, store_run
+from streameval.scorer.eventlog import SessionLog, store_logs
 
 OUT = Path(__file__).resolve().parent / "out"
 RUN_ID = "bench-scoring"
 STORE_TARGET_S = 30.0
 CPU_RATIO_TARGET = 1.5
 RSS_TARGET_MIB = 250.0
+# Peak RSS MiB of `score --events` and `score RUN_ID` before scoring dropped each record's
+# trace once evaluated (issue 35), measured once at commit ad39a48 on this bench's runs.
+KEPT_TRACES_MIB = {1_000_688: (192, 194), 5_000_831: (579, 579)}
 PROACTIVE_STEPS = 300  # steps per proactive session (5 min of video at 1 fps)
 QA_FRAMES = 20
 TASK_TYPES = ("REC", "SSR", "CRR", "stream bench proactive")
 SECTION = "Scoring"
+BUILD_SESSIONS = 200  # sessions whose logs are held at once while building
 
 # The measured process: `json PATH` (the yardstick) or `cli ARGS...` (a `streameval` command). It
 # writes {cpu_s, peak_kib, exit} as JSON to the file named first. Kept to the standard
@@ -150,19 +158,25 @@ def _qa(index: int, rng: random.Random) -> tuple[QARecord, SessionLog]:
 
 
 def build(path: Path, events: int, seed: int = 0) -> int:
-    """Write a run of about `events` events into a fresh SQLite store; returns the count."""
+    """Write a run of about `events` events into a fresh SQLite store, a part at a time so
+    that building five million events holds a few thousand sessions' logs at most; returns
+    the count."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     rng = random.Random(seed)
-    records, logs, total, index = [], [], 0, 0
-    while total < events:
-        record, log = _qa(index, rng) if index % 5 == 4 else _proactive(index, rng)
-        records.append(record)
-        logs.append(log)
-        total += len(log.events)
-        index += 1
+    total, index = 0, 0
     with Store(f"sqlite:///{path}") as store:
-        store_run(store, RUN_ID, records, logs, config={"profile": "trace", "pacing": "logical"})
+        store.create_run(RUN_ID, "handwritten", {"profile": "trace", "pacing": "logical"})
+        while total < events:
+            records, logs = [], []
+            while total < events and len(logs) < BUILD_SESSIONS:
+                record, log = _qa(index, rng) if index % 5 == 4 else _proactive(index, rng)
+                records.append(record)
+                logs.append(log)
+                total += len(log.events)
+                index += 1
+            store_logs(store, RUN_ID, records, logs)
+        store.set_run_status(RUN_ID, "finished")
     return total
 
 
@@ -315,27 +329,96 @@ def section(total: int, records: int, rounds: Rounds, loads: tuple[str, str], re
     )
 
 
+@dataclass(frozen=True)
+class Size:
+    """One run size's measurements."""
+
+    total: int
+    records: int
+    rounds: Rounds
+    loads: tuple[str, str]
+
+
+def _peak(measures: list[Measure]) -> float:
+    return max(m.peak_mib for m in measures)
+
+
+def growth(sizes: list[Size]) -> str:
+    """How the scorer's peak RSS grows with the run: each size's peak, next to the peak of
+    the scorer that kept every session's trace until the end (KEPT_TRACES_MIB)."""
+    rows = ""
+    for size in sizes:
+        kept = KEPT_TRACES_MIB.get(size.total)
+        before = "-" if kept is None else f"{kept[0]} / {kept[1]}"
+        rows += (
+            f"| {size.total:,} | {size.records:,} | {len(size.rounds.exported)} | "
+            f"{_peak(size.rounds.exported):.0f} | {_peak(size.rounds.stored):.0f} | {before} | "
+            f"{size.loads[0]} -> {size.loads[1]} |\n"
+        )
+    peak = max(_peak(size.rounds.exported) for size in sizes)
+    small, large = sizes[0], sizes[-1]
+    grown = _peak(large.rounds.exported) - _peak(small.rounds.exported)
+    slope = grown * 2**20 / (large.total - small.total) if large.total > small.total else 0.0
+    return (
+        "\nMemory as the run grows (issue 35): each record is evaluated as soon as its "
+        "session's events end and its trace dropped, so the peak stays flat in the number of "
+        "events. Peak RSS (VmHWM) of each process, the largest over the rounds; 'kept every "
+        "trace' is the scorer before that change (commit ad39a48, every session's trace kept "
+        "to the end), measured once on the same runs and machine (issue 35 had measured it "
+        "at 201 and 586 MiB).\n\n"
+        "| events | records | rounds | `score --events` peak RSS MiB | `score RUN_ID` (store) "
+        "peak RSS MiB | kept every trace: `--events` / store MiB | load average before -> "
+        "after |\n|---|---|---|---|---|---|---|\n"
+        + rows
+        + f"\n`score --events` peaks at most {peak:.0f} MiB at every size (target at most "
+        f"{RSS_TARGET_MIB:g} MiB at 5,000,000 events: "
+        f"{'meets it' if peak <= RSS_TARGET_MIB else 'MISSES it'}); from the smallest run to "
+        f"the largest it grew {slope:.1f} bytes per event (about 100 when every trace was "
+        "kept). Both sources give identical results at every size: "
+        f"{'yes' if all(size.rounds.identical() for size in sizes) else 'NO'}.\n"
+    )
+
+
 def _loadavg() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def measured(events: int, repeat: int) -> Size:
+    jsonl, url, total, records = prepare(events)
+    print(f"{total} events, {records} records", flush=True)
+    before = _loadavg()
+    rounds = run_rounds(jsonl, url, repeat)
+    return Size(total, records, rounds, (before, _loadavg()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--large",
+        type=int,
+        default=5_000_000,
+        help="also measure a run of this many events, for the memory growth (0: none)",
+    )
+    parser.add_argument("--large-repeat", type=int, default=1)
     parser.add_argument("--no-record", action="store_true", help="do not update BENCHMARKS.md")
     parser.add_argument(
         "--section-to", type=Path, help="write the Scoring section to this file instead"
     )
     args = parser.parse_args()
-    jsonl, url, total, records = prepare(args.events)
-    print(f"{total} events, {records} records", flush=True)
-    before = _loadavg()
-    rounds = run_rounds(jsonl, url, args.repeat)
+    main_size = measured(args.events, args.repeat)
+    sizes = [main_size]
+    if args.large:
+        sizes.append(measured(args.large, args.large_repeat))
     rerun = "python -m bench.bench_scoring" + (
         f" --events {args.events}" if args.events != 1_000_000 else ""
     )
-    body = section(total, records, rounds, (before, _loadavg()), rerun)
+    if args.large != 5_000_000:
+        rerun += f" --large {args.large}"
+    body = section(
+        main_size.total, main_size.records, main_size.rounds, main_size.loads, rerun
+    ) + growth(sizes)
     print(body)
     if args.section_to is not None:
         args.section_to.write_text(f"## {SECTION}\n\n{body}")

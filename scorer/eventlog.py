@@ -320,6 +320,18 @@ def store_run(
     if strays:
         raise ValueError(f"logs of run(s) {strays} cannot be stored in run {run_id!r}")
     store.create_run(run_id, benchmark, config or {"profile": "trace", "pacing": "logical"})
+    store_logs(store, run_id, records, logs)
+    store.set_run_status(run_id, status)
+
+
+def store_logs(
+    store: Store,
+    run_id: str,
+    records: Sequence[QARecord | ProactiveRecord],
+    logs: Sequence[SessionLog],
+) -> None:
+    """Add these records, one session each, and the sessions' events to a created run (a
+    large run is stored a part at a time this way)."""
     store.add_records(run_id, [record.model_dump(mode="json") for record in records])
     store.add_sessions(run_id, [(record.record_id, [record.record_id]) for record in records])
     for log in logs:
@@ -331,7 +343,6 @@ def store_run(
             store.set_session_status(
                 run_id, log.session_id, "failed", stage=outcome.stage, reason=outcome.reason
             )
-    store.set_run_status(run_id, status)
 
 
 def memory_source(

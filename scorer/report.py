@@ -1,12 +1,14 @@
 """Score a run: `score_run(store, run_id)` or `score_exported(path)`, the same numbers.
 
 One pass over the run's events, grouped by session (one session = one record), evaluates
-every record under each metric family the profile needs (scorer/metrics/); the content
-judgements of the whole run are then made in one batch; then each family fixes what depends
-on the whole run (readiness: its scale τ), and every metric is aggregated overall, per task
-type and per source benchmark. The result records the profile with all its constants, the
-judge and how it judged, the protocol profile the run was made under, and the run's
-declared conditions.
+every record under each metric family the profile needs (scorer/metrics/) as soon as its
+session's events end, then drops the session's trace, keeping the record's results and its
+session's outcome: memory does not grow with the number of events (a trace costs about 100
+bytes an event). The content judgements of the whole run are then made in one batch; then
+each family fixes what depends on the whole run from the records' results (readiness: its
+scale τ), and every metric is aggregated overall, per task type and per source benchmark.
+The result records the profile with all its constants, the judge and how it judged, the
+protocol profile the run was made under, and the run's declared conditions.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.store.store import Store
 from streameval.events import FailureCause
 from streameval.scorer.episodes import SessionTrace, assemble
@@ -287,20 +290,22 @@ def evaluate_source(
     profile = get_profile(profile)
     ordered = sorted(source.records, key=lambda data: data["record_id"])
     records = {data["record_id"]: parse_record(data) for data in ordered}
-    traces: dict[str, SessionTrace] = {}
+    frame_level = is_frame_level(source.protocol)
+    evaluated: dict[str, RecordEvaluation] = {}
     events = 0
+    # A session's events come together (scorer/episodes.py), so its trace is complete when
+    # the next session's begin: its record is evaluated then and the trace dropped.
     for trace in assemble(source.events(None)):
-        if trace.session_id not in records:
+        record = records.get(trace.session_id)
+        if record is None:
             raise ScoreError(
                 f"run {source.run_id!r}: session {trace.session_id!r} matches no record"
             )
-        traces[trace.session_id] = trace
+        evaluated[trace.session_id] = _evaluated(record, trace, profile, frame_level)
         events += trace.event_count
-    frame_level = is_frame_level(source.protocol)
     evaluations = [
-        evaluate_record(
-            record, traces.get(record_id) or SessionTrace(record_id), profile, frame_level
-        )
+        evaluated.get(record_id)
+        or _evaluated(record, SessionTrace(record_id), profile, frame_level)
         for record_id, record in records.items()
     ]
     requests: list[JudgeRequest] = [r for e in evaluations for r in judge_requests(e)]
@@ -309,6 +314,19 @@ def evaluate_source(
         apply_judgements(evaluation, scores, profile)
     derived = settle(evaluations, profile)
     return EvaluatedRun(source, profile, evaluations, summary, derived, events)
+
+
+def _evaluated(
+    record: QARecord | ProactiveRecord,
+    trace: SessionTrace,
+    profile: ScoringProfile,
+    frame_level: bool,
+) -> RecordEvaluation:
+    """The record evaluated, its trace dropped: what stays is its families' results and
+    its session's outcome, a few hundred bytes, whatever the number of its events."""
+    evaluation = evaluate_record(record, trace, profile, frame_level)
+    evaluation.drop_trace()
+    return evaluation
 
 
 def scores_of(run: EvaluatedRun) -> RunScores:
@@ -427,7 +445,7 @@ def _models(families: dict[str, dict[str, Metric]]) -> Families:
 def _derived(run: EvaluatedRun) -> dict[str, Any]:
     derived: dict[str, Any] = {
         "response_delay_clocks": list(run.profile.response_delay_clocks),
-        "pacing": sorted({e.trace.pacing for e in run.evaluations if e.trace.pacing}),
+        "pacing": sorted({e.session.pacing for e in run.evaluations if e.session.pacing}),
     }
     return derived | run.derived
 
@@ -436,7 +454,7 @@ def _infrastructure_failures(run: EvaluatedRun) -> int:
     return sum(
         1
         for e in run.evaluations
-        if e.status == "failed" and e.trace.failure_cause == FailureCause.INFRASTRUCTURE
+        if e.status == "failed" and e.session.failure_cause == FailureCause.INFRASTRUCTURE
     )
 
 
@@ -444,7 +462,7 @@ def _adapters(run: EvaluatedRun) -> list[AdapterUse]:
     """Each distinct adapter identity (name, version, declared conditions) and its sessions."""
     uses: Counter[str] = Counter()
     for evaluation in run.evaluations:
-        hello = evaluation.trace.adapter
+        hello = evaluation.session.adapter
         if hello is not None:
             identity = {"adapter": hello.adapter, "adapter_version": hello.adapter_version}
             identity["conditions"] = hello.conditions.model_dump(mode="json")
@@ -548,7 +566,7 @@ def _protocol_notes(run: EvaluatedRun) -> list[str]:
             f"as published by profile {scoring_profile_for(protocol)}), so these numbers are "
             "not comparable with published ones"
         )
-    probed = sum(1 for e in evaluations if e.result(PROACTIVE) is not None and e.trace.probes)
+    probed = sum(1 for e in evaluations if e.result(PROACTIVE) is not None and e.session.probed)
     if probed and OVO.name not in profile.families:
         notes.append(
             f"{probed} proactive records were asked as probes (no instruction was sent): "

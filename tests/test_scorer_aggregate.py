@@ -120,3 +120,23 @@ def test_weighted_quantile_matches_numpy_on_the_repeated_sample() -> None:
                 assert got[row] == pytest.approx(np.quantile(sample, q), abs=1e-12)
             else:
                 assert np.isnan(got[row])
+
+
+def test_quantile_replicates_do_not_depend_on_how_many_resamples_a_chunk_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quantile bootstrap gathers its weights a chunk of resamples at a time, so its
+    memory stays bounded in a large run; the chunk size must not change a replicate."""
+    rng = np.random.default_rng(5)
+    videos = [f"v{i % 7}" for i in range(30)]
+    lists = [{"d": list(rng.normal(size=int(rng.integers(0, 4))))} for _ in videos]
+    table = FieldTable([{"w": 1.0} for _ in videos], lists, videos)
+    profile = SCORING_PROFILES["trace-paper-v1"]
+    counts = bootstrap_counts(table.clusters, profile, "overall")
+    assert counts is not None and counts.shape[0] == profile.bootstrap_resamples
+    median = Quantile("d", 0.5, "w", "windows")
+    whole = median.replicates(table, counts)
+    monkeypatch.setattr("streameval.scorer.metrics.statistic._CELLS", 7 * table.values("d")[0].size)
+    chunked = median.replicates(table, counts)
+    assert whole.shape == (profile.bootstrap_resamples,)
+    assert np.array_equal(whole, chunked, equal_nan=True)

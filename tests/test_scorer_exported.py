@@ -21,11 +21,13 @@ from streameval.cli import app
 from streameval.core.store.export import EVENT_FIELDS, export_jsonl, read_jsonl
 from streameval.core.store.store import Store
 from streameval.events import PAYLOAD_MODELS, AdapterHelloPayload
+from streameval.scorer.episodes import SessionTrace
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.exported import EventLine, open_exported
+from streameval.scorer.metrics.family import RecordEvaluation, TraceDropped
 from streameval.scorer.profiles import SCORING_PROFILES
 from streameval.scorer.report import evaluate_source, score_exported, score_run, scores_of
-from streameval.scorer.source import RUN_FIELDS, EventRow, RunSource
+from streameval.scorer.source import RUN_FIELDS, EventRow, RunSource, store_source
 from tests.golden_runs import export_text
 from tests.test_export import RUN, corrupt, filled_store
 from tests.test_scorer_report import mixed_run
@@ -373,6 +375,52 @@ def test_scoring_a_streamed_export_holds_no_event(store: Store, tmp_path: Path) 
     scores = scores_of(evaluate_source(source))
     assert scores.events_scored > 150 and len(peaks) > 6
     assert max(peaks) - baseline <= 2
+
+
+def alive(kind: type) -> list:
+    gc.collect()
+    return [o for o in gc.get_objects() if type(o) is kind]
+
+
+@pytest.mark.parametrize("via", ["export", "store"])
+def test_each_record_is_evaluated_once_its_session_is_read_and_its_trace_dropped(
+    store: Store, tmp_path: Path, via: str
+) -> None:
+    """When a session's first event is read, the records of the sessions before the last
+    one are evaluated, and no trace but the last two sessions' is alive: the one being
+    assembled and the one just evaluated (the evaluator's loop still names it). Keeping
+    every trace to the end would hold all the sessions read so far."""
+    path, _ = mixed_export(store, tmp_path)
+    source = open_exported(path) if via == "export" else store_source(store, "run-a")
+    read = source.events
+    seen: list[tuple[str, set[str], list[tuple[str, bool]]]] = []
+
+    def observed(session_id: str | None = None) -> Iterator[EventRow]:
+        previous = None
+        for row in read(session_id):
+            if row[0] != previous:
+                traces = {trace.session_id for trace in alive(SessionTrace)}
+                evaluations = [
+                    (e.record.record_id, e.held is None) for e in alive(RecordEvaluation)
+                ]
+                seen.append((row[0], traces, sorted(evaluations)))
+                previous = row[0]
+            yield row
+
+    source.events = observed
+    run = evaluate_source(source)
+    sessions = [session for session, _, _ in seen]
+    assert len(sessions) == 5 and sessions == sorted(sessions)
+    for k, (_, traces, evaluations) in enumerate(seen):
+        assert traces <= set(sessions[max(0, k - 2) : k]), k
+        assert evaluations == [(session, True) for session in sessions[: max(0, k - 1)]], k
+    assert all(e.held is None for e in run.evaluations)
+    assert [e.session.events for e in run.evaluations] == [
+        sum(1 for line in path.read_text().splitlines() if f'"session_id":"{s}","seq"' in line)
+        for s in sessions
+    ]
+    with pytest.raises(TraceDropped, match=f"^record '{sessions[0]}': its trace was dropped$"):
+        _ = run.evaluations[0].trace
 
 
 def test_one_sessions_events_stop_being_read_after_it(store: Store, tmp_path: Path) -> None:

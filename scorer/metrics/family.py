@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.events import AdapterHelloPayload
 from streameval.scorer.episodes import SessionTrace
 from streameval.scorer.judging.judges import JudgeRequest
 from streameval.scorer.metrics.statistic import Statistic
@@ -40,18 +41,53 @@ def number(value: float | int | bool | None) -> float:
     return math.nan if value is None else float(value)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    """What the run's numbers read of a record's session once the record is evaluated:
+    small, unlike its trace (every frame, step and workload id), which a run's evaluation
+    drops then so that scoring memory stays flat in the number of events."""
+
+    status: str  # finished | failed | incomplete | not_run
+    events: int
+    failure_stage: str | None
+    failure_reason: str | None
+    failure_cause: str | None
+    pacing: str | None
+    adapter: AdapterHelloPayload | None
+    probed: bool  # some of the record's probes were asked
+    # A negative stream's numbers (robustness.py), read only for the records that are one.
+    false_alarms: int
+    watched_s: float
+
+
+class TraceDropped(RuntimeError):
+    """A record's trace was read after its evaluation dropped it: a scorer bug."""
+
+
 @dataclass
 class RecordEvaluation:
-    """One record and its session, with the result of each family evaluated for it."""
+    """One record and its session, with the result of each family evaluated for it. The
+    families evaluate from the session's whole `trace`; once they have, a run's evaluation
+    drops it (`drop_trace`) and what follows reads the small `session` outcome."""
 
     record: QARecord | ProactiveRecord
-    trace: SessionTrace
+    session: SessionOutcome
+    held: SessionTrace | None  # the trace, until dropped
     frame_level: bool = False  # the run asked for a decision at every step
     results: dict[str, Any] = field(default_factory=dict)  # family name -> its result
 
     @property
+    def trace(self) -> SessionTrace:
+        if self.held is None:
+            raise TraceDropped(f"record {self.record.record_id!r}: its trace was dropped")
+        return self.held
+
+    def drop_trace(self) -> None:
+        self.held = None
+
+    @property
     def status(self) -> str:
-        return NOT_RUN if self.trace.event_count == 0 else self.trace.status
+        return self.session.status
 
     def result(self, family: MetricFamily[R]) -> R | None:
         """The family's result (None: the family does not apply to this record, or the

@@ -13,8 +13,14 @@ from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record
 from streameval.scorer.episodes import SessionTrace
 from streameval.scorer.errors import ScoreError
 from streameval.scorer.judging.judges import JudgeRequest
-from streameval.scorer.metrics.family import MetricFamily, RecordEvaluation
+from streameval.scorer.metrics.family import (
+    NOT_RUN,
+    MetricFamily,
+    RecordEvaluation,
+    SessionOutcome,
+)
 from streameval.scorer.metrics.registry import FAMILIES, evaluated
+from streameval.scorer.metrics.robustness import false_alarms, watched_s
 from streameval.scorer.profiles import ScoringProfile
 
 _RECORD = TypeAdapter(Record)
@@ -40,12 +46,27 @@ def evaluate_record(
 ) -> RecordEvaluation:
     """`frame_level`: the run asked for a decision at every step (the realstream protocol),
     so its QA records are RealStreamEval turns too."""
-    evaluation = RecordEvaluation(record, trace, frame_level)
+    evaluation = RecordEvaluation(record, session_outcome(trace, profile), trace, frame_level)
     for family in evaluated(profile):
         result = family.evaluate(evaluation, profile)
         if result is not None:
             evaluation.results[family.name] = result
     return evaluation
+
+
+def session_outcome(trace: SessionTrace, profile: ScoringProfile) -> SessionOutcome:
+    return SessionOutcome(
+        status=NOT_RUN if trace.event_count == 0 else trace.status,
+        events=trace.event_count,
+        failure_stage=trace.failure_stage,
+        failure_reason=trace.failure_reason,
+        failure_cause=trace.failure_cause,
+        pacing=trace.pacing,
+        adapter=trace.adapter,
+        probed=bool(trace.probes),
+        false_alarms=false_alarms(trace, profile),
+        watched_s=watched_s(trace),
+    )
 
 
 def _results(evaluation: RecordEvaluation) -> Iterator[tuple[MetricFamily[Any], Any]]:
@@ -91,7 +112,7 @@ def fields(
 def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, Any]:
     """The per-record result: what was predicted and assigned, and why it scored so; one
     entry per registered family (None where it was not evaluated or does not apply)."""
-    record, trace = evaluation.record, evaluation.trace
+    record, session = evaluation.record, evaluation.session
     out: dict[str, Any] = {
         "record_id": record.record_id,
         "task": record.task,
@@ -99,10 +120,10 @@ def details(evaluation: RecordEvaluation, profile: ScoringProfile) -> dict[str, 
         "source_benchmark": record.source_benchmark,
         "video_path": record.video_path,
         "status": evaluation.status,
-        "failure_stage": trace.failure_stage,
-        "failure_reason": trace.failure_reason,
-        "failure_cause": trace.failure_cause,
-        "events": trace.event_count,
+        "failure_stage": session.failure_stage,
+        "failure_reason": session.failure_reason,
+        "failure_cause": session.failure_cause,
+        "events": session.events,
     }
     for name, family in FAMILIES.items():
         result = evaluation.results.get(name)

@@ -100,8 +100,8 @@ def negative_streams(
     table = FieldTable(
         [
             {
-                "neg_false_alarms": float(false_alarms(e.trace, profile)),
-                "neg_watched_s": watched_s(e.trace),
+                "neg_false_alarms": float(e.session.false_alarms),
+                "neg_watched_s": e.session.watched_s,
             }
             for e in evaluations
         ],

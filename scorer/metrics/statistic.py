@@ -203,17 +203,19 @@ class Quantile:
         if not self.interval or not values.size:
             return np.full(counts.shape[0], np.nan)
         order = np.argsort(values, kind="stable")
-        weights = counts[:, table.cluster[owners[order]]]
+        columns = table.cluster[owners[order]]
         chunk = max(1, _CELLS // values.size)
+        # Each chunk of resamples gathers its own weights: the whole (resamples x values)
+        # matrix would grow with the run (80 MB at 10,000 values).
         return np.concatenate(
             [
-                _weighted_quantile(values[order], weights[start : start + chunk], self.q)
-                for start in range(0, weights.shape[0], chunk)
+                _weighted_quantile(values[order], counts[start : start + chunk, columns], self.q)
+                for start in range(0, counts.shape[0], chunk)
             ]
         )
 
 
-_CELLS = 4_000_000  # resamples x values held at once by the quantile bootstrap
+_CELLS = 1_000_000  # resamples x values held at once by the quantile bootstrap (8 MB each)
 
 
 def _weighted_quantile(ordered: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
