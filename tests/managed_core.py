@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -57,6 +58,7 @@ class Core:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_interruptible,
         )
 
     def alive(self) -> list[int]:
@@ -108,3 +110,10 @@ def only_run(store_url: str) -> str:
     with Store(store_url) as store:
         [run] = store.list_runs()
         return run.run_id
+
+
+def _interruptible() -> None:
+    """Ctrl-C as in a terminal: a test process (or the shell that started pytest in the
+    background) may ignore SIGINT, and a child inherits that, so Python would install no
+    KeyboardInterrupt handler and the Core would never see the test's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
