@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from streameval.core.benchmark.records import QARecord
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.run.runner import RunExecutor
@@ -36,9 +37,10 @@ def listed_runs(tmp_path: Path) -> dict[str, dict]:
     return {run["run_id"]: run for run in json.loads(done.stdout)}
 
 
-def broken_video_benchmark(root: Path, records: list) -> Path:
-    """The test benchmark plus a QA record whose video is not a video (an input failure)."""
-    broken = QA.model_copy(update={"record_id": "t:qa:bad", "video_path": "broken.mp4"})
+def broken_video_benchmark(root: Path, records: list, like: QARecord = QA) -> Path:
+    """The test benchmark plus a QA record like `like` whose video is not a video (an input
+    failure)."""
+    broken = like.model_copy(update={"record_id": "t:qa:bad", "video_path": "broken.mp4"})
     path = write_benchmark(root, records=(*records, broken))
     (root / "broken.mp4").write_bytes(b"this is not a video")
     return path
@@ -249,12 +251,16 @@ def test_a_partly_failed_run_exits_1_and_stays_finished(adapter_env, tmp_path):
 
 
 def test_retry_failed_reruns_only_the_infrastructure_failures(adapter_env, monkeypatch, tmp_path):
-    qa3 = QA.model_copy(update={"record_id": "t:qa:3"})
-    benchmark = broken_video_benchmark(tmp_path / "bench", [QA, QA_EARLY, qa3, PROACTIVE])
+    # Sessions are claimed longest first, ties in id order: t:pro:1 (17 s), t:qa:1 (12 s),
+    # then t:qa:2, t:qa:3 and t:qa:bad (6.4 s each).
+    qa3 = QA_EARLY.model_copy(update={"record_id": "t:qa:3"})
+    benchmark = broken_video_benchmark(
+        tmp_path / "bench", [QA, QA_EARLY, qa3, PROACTIVE], like=QA_EARLY
+    )
     url = f"sqlite:///{tmp_path / 's.db'}"
     run = ["--benchmark", str(benchmark), "--concurrency", "1", "--json", *common(tmp_path)]
 
-    # Sessions run in id order: t:pro:1 (fatal adapter error), t:qa:1 (finished), t:qa:2
+    # In that order: t:pro:1 (fatal adapter error), t:qa:1 (finished), t:qa:2
     # (the adapter process dies at its question), t:qa:3 (nothing listens any more: the
     # endpoint leaves the rotation and the session stays pending, issue 13 item 1), and with
     # every endpoint gone the run stops `interrupted` before t:qa:bad.
