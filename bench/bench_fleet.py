@@ -82,6 +82,7 @@ class FleetSettings:
     seed: int
     faults: list[tuple[str, float]]
     keep: Path | None = None
+    decode_ahead: int | None = None  # the workers' --decode-ahead (None: their default)
 
 
 @dataclass
@@ -120,6 +121,8 @@ class Fleet:
             "--lease-timeout", str(self.settings.lease_s), "--cache-dir", str(self.cache),
             "--json",
         )  # fmt: skip
+        if self.settings.decode_ahead is not None:
+            command += ["--decode-ahead", str(self.settings.decode_ahead)]
         # Its stderr is kept (--keep): a worker that stops early says why there.
         with (self.log.parent / "workers.err").open("a") as err:
             self.workers[url] = subprocess.Popen(
@@ -458,6 +461,7 @@ def main() -> None:
     parser.add_argument("--lease-s", type=float, default=4.0)
     parser.add_argument("--respawn-s", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decode-ahead", type=int, help="the workers' --decode-ahead")
     parser.add_argument("--video-fps", type=int, default=1)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--height", type=int, default=96)
@@ -471,6 +475,7 @@ def main() -> None:
     settings = FleetSettings(
         args.gpus, args.gpus_per_process, args.sessions, args.speed, args.fps, args.prefill_s,
         args.decode_s, args.cap, args.lease_s, args.respawn_s, args.seed, args.fault, args.keep,
+        args.decode_ahead,
     )  # fmt: skip
     outcome = run_fleet(args, settings)
     line = row(args.label, outcome)

@@ -366,7 +366,9 @@ def test_stale_partial_folders_are_cleaned(videos: dict[str, Path], tmp_path: Pa
 
     FrameCache(tmp_path).get(videos["30"], rules)
 
-    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name, live.name]
+    # The build lock's file stays beside its entry (frames/build_lock.py).
+    names = [entry.name, f"{entry.name}.lock", live.name]
+    assert sorted(p.name for p in entry.parent.iterdir()) == names
 
 
 # ----------------------------------------------------------------------------- bad videos

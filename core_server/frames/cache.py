@@ -2,17 +2,21 @@
 
 `FrameCache` finds a video's entry by its digest (streameval.core.frames.digest) and builds
 it when missing (streameval.core.frames.entries), one build at a time per entry, from
-threads and event-loop tasks alike.
+threads, event-loop tasks and other processes sharing the cache alike (build_lock.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from streameval.core.frames.build_lock import entry_build_lock
 from streameval.core.frames.digest import (
     DIGEST_MEMO_DIR,
     DigestMemo,
@@ -23,6 +27,8 @@ from streameval.core.frames.entries import build_entry, entry_dir, load_entry
 from streameval.core.frames.errors import FramesError, VideoChangedError
 from streameval.core.frames.jpeg_writer import DecodeProgress
 from streameval.core.frames.types import INDEX_NAME, ImageRules, VideoFrames
+
+T = TypeVar("T")
 
 
 class FrameCache:
@@ -68,12 +74,31 @@ class FrameCache:
         on_progress: DecodeProgress | None = None,
         expect: str | None = None,
     ) -> VideoFrames:
-        """The video's samples under these rules, decoding the video if no entry exists;
-        while it decodes, `on_progress` hears how far it is, a few times a second (in the
-        decoding thread). `expect`: the sha256 the video must have (the one its run
-        recorded); a file with other bytes is refused before anything is read from it
-        (VideoChangedError)."""
-        video_path = Path(video_path)
+        """The video's samples under these rules, decoding the video if no entry exists (or
+        waiting for the process that decodes it); while it decodes, `on_progress` hears how
+        far it is, a few times a second (in the decoding thread). `expect`: the sha256 the
+        video must have (the one its run recorded); a file with other bytes is refused
+        before anything is read from it (VideoChangedError)."""
+        frames = self._get(Path(video_path), rules, on_progress, expect, wait=True)
+        assert frames is not None  # waiting, it is built or loaded
+        return frames
+
+    def get_unless_busy(
+        self, video_path: Path, rules: ImageRules, expect: str | None = None
+    ) -> VideoFrames | None:
+        """`get`, or None at once when another process is decoding the video: decoding
+        ahead leaves it to that process instead of decoding it twice."""
+        return self._get(Path(video_path), rules, None, expect, wait=False)
+
+    def _get(
+        self,
+        video_path: Path,
+        rules: ImageRules,
+        on_progress: DecodeProgress | None,
+        expect: str | None,
+        *,
+        wait: bool,
+    ) -> VideoFrames | None:
         source, digest = identified_digest(video_path, self._memo)
         if expect is not None and digest != expect:
             raise VideoChangedError(
@@ -88,7 +113,13 @@ class FrameCache:
                 frames = None  # marked broken by a failed `read`: rebuild it
             frames = frames or load_entry(final, digest, rules)
             if frames is None:
-                frames = build_entry(video_path, source, digest, rules, final, on_progress)
+                with entry_build_lock(final, wait=wait) as mine:
+                    if not mine:
+                        return None
+                    # Built by another process while this one waited for the lock?
+                    frames = load_entry(final, digest, rules) or build_entry(
+                        video_path, source, digest, rules, final, on_progress
+                    )
             self._loaded[key] = frames
             return frames
 
@@ -100,6 +131,21 @@ class FrameCache:
         expect: str | None = None,
     ) -> VideoFrames:
         """`get` off the event loop; concurrent calls for one video wait for one decode."""
+        return await self._aget(
+            video_path, rules, functools.partial(self.get, on_progress=on_progress, expect=expect)
+        )
+
+    async def aget_unless_busy(
+        self, video_path: Path, rules: ImageRules, expect: str | None = None
+    ) -> VideoFrames | None:
+        """`get_unless_busy` off the event loop."""
+        return await self._aget(
+            video_path, rules, functools.partial(self.get_unless_busy, expect=expect)
+        )
+
+    async def _aget(
+        self, video_path: Path, rules: ImageRules, get: Callable[[Path, ImageRules], T]
+    ) -> T:
         # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
         # `get` turns the loop into a VideoDecodeError.
         key = (os.path.abspath(video_path), rules.key())
@@ -107,7 +153,7 @@ class FrameCache:
         self._async_locks[key] = (lock, users + 1)
         try:
             async with lock:
-                return await asyncio.to_thread(self.get, video_path, rules, on_progress, expect)
+                return await asyncio.to_thread(get, video_path, rules)
         finally:
             # Drop the lock with its last user: the map stays small and no lock outlives
             # the event loop it was used on.

@@ -5,7 +5,8 @@ already stream: a session whose video is not ready yet waits for that video's de
 whose frames cannot be made, or whose file changed since the run recorded it
 (video_binding.py), is left to its sessions, which fail at stage `frames` with its error.
 A worker decoding ahead (decoding_ahead.py) prepares the videos of its next sessions the
-same way, one at a time and without showing it."""
+same way, one at a time, without showing it, and leaving a video another process is decoding
+to that process (every worker looks ahead at the same next sessions)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class FramePreparation:
     progress: Progress
     videos: VideoBinding
     preparers: int = FRAME_PREPARERS
+    # False: a video another process is decoding is left to it (decoding ahead).
+    wait_for_others: bool = True
 
     async def prepare(self, root: Path, records: Sequence[Record]) -> None:
         """Fill the frame cache for the videos (under `root`) the records use, the first
@@ -69,7 +72,10 @@ class FramePreparation:
 
         with contextlib.suppress(FramesError):
             expect = await self.videos.expected(name, root / name)
-            await self.cache.aget(root / name, self.rules, decoded, expect)
+            if self.wait_for_others:
+                await self.cache.aget(root / name, self.rules, decoded, expect)
+            else:
+                await self.cache.aget_unless_busy(root / name, self.rules, expect)
         if reported:  # its line goes
             self.progress.item(Phase.FRAMES, name, reported[-1], reported[-1])
 

@@ -267,7 +267,9 @@ class RunExecutor:
         by_id = self.records.by_id()
         records = [by_id[s.record_ids[0]] for s in sessions if s.record_ids[0] in by_id]
         bound = self._bound(sessions[0].run_id)
-        frames = FramePreparation(self.cache, self.rules, NO_PROGRESS, bound, preparers=1)
+        frames = FramePreparation(
+            self.cache, self.rules, NO_PROGRESS, bound, preparers=1, wait_for_others=False
+        )
         await frames.prepare(self.records.video_root, records)
 
     async def _this_runner(self, _run_id: str) -> RunExecutor:
