@@ -7,6 +7,7 @@ cache's entries), never a speed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from streameval.core.benchmark.records import Benchmark
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.frames.cache import FrameCache
 from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.run.decoding_ahead import OwnDecodes
 from streameval.core.run.runner import RunExecutor
 from streameval.core.store.store import Store
 from streameval.progress import Phase
@@ -151,3 +153,25 @@ async def test_a_run_streams_its_first_session_before_its_last_video_is_decoded(
     ]
     assert summary.decode["first_video"] == "a.mp4"
     assert summary.decode["decode_waits"][0]["session_id"] == "a0"
+
+
+def test_decoding_ahead_waits_while_a_session_waits_for_its_own_video() -> None:
+    async def scenario() -> list[str]:
+        own = OwnDecodes()
+        seen: list[str] = []
+
+        async def ahead() -> None:
+            await own.none_left()
+            seen.append("ahead")
+
+        with own.one():
+            with own.one():
+                task = asyncio.create_task(ahead())
+                await asyncio.sleep(0.05)
+                seen.append("first own decode done")
+            await asyncio.sleep(0.05)
+            seen.append("second own decode done")
+        await task
+        return seen
+
+    assert asyncio.run(scenario()) == ["first own decode done", "second own decode done", "ahead"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Protocol
 
 from streameval.core.config import EndpointConfig
@@ -76,3 +76,29 @@ class DecodingAhead:
                     await (await self._runner_for(run_id)).prepare_ahead(sessions)
             except Exception as exc:  # the sessions decode their videos themselves
                 logger.warning("cannot decode ahead in run %s: %s", run_id, exc)
+
+
+class OwnDecodes:
+    """The sessions of this process waiting for their own video's decode. Decoding ahead
+    waits while there is one: a session ready to stream comes before the sessions after it
+    (a worker's first video, or a video decoding ahead did not reach in time)."""
+
+    def __init__(self) -> None:
+        self._waiting = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[None]:
+        """A session waits for its frames while the block runs."""
+        self._waiting += 1
+        self._none.clear()
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._none.set()
+
+    async def none_left(self) -> None:
+        await self._none.wait()

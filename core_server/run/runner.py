@@ -30,6 +30,7 @@ from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FramesError
 from streameval.core.frames.types import ImageRules
 from streameval.core.run.adapter_identity import hello_mismatch
+from streameval.core.run.decoding_ahead import OwnDecodes
 from streameval.core.run.endpoint_admission import EndpointAdmission
 from streameval.core.run.errors import RunError
 from streameval.core.run.frame_preparation import FramePreparation
@@ -107,6 +108,7 @@ class RunExecutor:
             Path(self.config.cache_dir) / "frames", verify=self.config.verify_video_digests
         )
         self._videos: dict[str, VideoBinding] = {}  # by run id
+        self._own_decodes = OwnDecodes()
 
     # ------------------------------------------------------------------ entry points
 
@@ -261,9 +263,11 @@ class RunExecutor:
         return first + records  # any left over (none, normally) after those
 
     async def prepare_ahead(self, sessions: list[SessionInfo]) -> None:
-        """Decode the videos of sessions a worker will likely claim next, one at a time."""
+        """Decode the videos of sessions a worker will likely claim next, one at a time,
+        once no session of this process waits for its own video."""
         if not sessions:
             return
+        await self._own_decodes.none_left()
         by_id = self.records.by_id()
         records = [by_id[s.record_ids[0]] for s in sessions if s.record_ids[0] in by_id]
         bound = self._bound(sessions[0].run_id)
@@ -294,7 +298,8 @@ class RunExecutor:
         try:
             video = video_root / record.video_path
             expect = await self._bound(run_id).expected(record.video_path, video)
-            frames, waited_s = await self.cache.aget_waited(video, self.rules, expect)
+            with self._own_decodes.one():
+                frames, waited_s = await self.cache.aget_waited(video, self.rules, expect)
             perturbed = self.records.perturbed.get(record.record_id)
             timeline = session_timeline(record, frames, self.config, self.profile, perturbed)
         except FramesError as exc:  # VideoDecodeError, VideoChangedError, FrameCacheError, ...
