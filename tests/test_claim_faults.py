@@ -10,7 +10,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import text
@@ -141,7 +141,11 @@ class FrozenRunner:
         self.taken_over: SessionInfo | None = None
 
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
         time.sleep(self.lease_s * 2)  # frozen: the event loop does nothing meanwhile
         other = SessionQueue(self.store, WorkerIdentity("other", "b"), 60.0)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -631,7 +632,11 @@ class HoldingRunner:
         self.all_held = asyncio.Event()
 
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
         self.held += 1
         self.peak = max(self.peak, self.held)
@@ -685,7 +690,11 @@ class OnceRunner:
         self.runs: list[str] = []
 
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
         self.runs.append(session.session_id)
         payload = example(EventKind.FRAME_ACK)
@@ -810,7 +819,7 @@ async def test_slots_that_end_after_the_queue_ran_dry_do_not_ask_the_store_again
     class OneEndsFirst:
         """s0 ends at once; the others once its slot found the queue empty."""
 
-        async def run_claimed(self, session, endpoint, writer):
+        async def run_claimed(self, session, endpoint, writer, frames_ready=None):
             if session.session_id != "s00000":
                 await dry.wait()
                 await asyncio.sleep(0.05)

@@ -6,6 +6,7 @@ not connect in one storm. Real SQLite store and Worker; the checked bound is a l
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from streameval.core.config import EndpointConfig
 from streameval.core.run.runner import start_rate_for
@@ -25,7 +26,11 @@ class StartTimes:
         self.all_started = asyncio.Event()
 
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
         self.started.append(asyncio.get_running_loop().time())
         if len(self.started) == self.together:

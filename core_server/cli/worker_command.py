@@ -188,18 +188,21 @@ def _work(store: Store, endpoints: list[EndpointConfig], options: WorkerOptions)
     lease_s = options.lease_timeout
     executors: dict[str, RunExecutor] = {}
 
+    building = asyncio.Lock()  # decoding ahead asks too: the executor is built once
+
     async def executor_for(run: str) -> RunExecutor:
-        if run not in executors:
-            executors[run] = await stored_run_executor(
-                store,
-                run,
-                endpoints,
-                cache_dir=options.cache_dir,
-                video_root=options.video_root,
-                identity=identity,
-                lease_s=lease_s,
-                allow_adapter_change=options.allow_adapter_change,
-            )
+        async with building:
+            if run not in executors:
+                executors[run] = await stored_run_executor(
+                    store,
+                    run,
+                    endpoints,
+                    cache_dir=options.cache_dir,
+                    video_root=options.video_root,
+                    identity=identity,
+                    lease_s=lease_s,
+                    allow_adapter_change=options.allow_adapter_change,
+                )
         return executors[run]
 
     async def go() -> WorkerSummary:

@@ -36,9 +36,9 @@ class AheadRunner(Protocol):
 
 
 class DecodingAhead:
-    """After each claim (`wanted`), one background pass: the next `look_ahead` sessions of
-    the run the queue would hand out, their frames prepared by the run's runner. Claims
-    during a pass ask for one more pass, not one each."""
+    """Once each claimed session's frames are ready (`wanted`), one background pass: the
+    next `look_ahead` sessions of the run the queue would hand out, their frames prepared by
+    the run's runner. Sessions ready during a pass ask for one more pass, not one each."""
 
     def __init__(
         self,
@@ -53,7 +53,7 @@ class DecodingAhead:
         self._task: asyncio.Task[None] | None = None
 
     def wanted(self, run_id: str) -> None:
-        """A session of `run_id` was claimed: look ahead in it (again)."""
+        """A claimed session of `run_id` has its frames: look ahead in it (again)."""
         if self.look_ahead <= 0:
             return
         self._runs[run_id] = None

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from streameval.core.benchmark.records import Benchmark
@@ -166,16 +167,23 @@ class RunExecutor:
         self.admission.check_identities(run_id, infos, allow_adapter_change)
 
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
-        """Run one session a worker claimed (its status is already `running`)."""
+        """Run one session a worker claimed (its status is already `running`);
+        `frames_ready` is called once its frames are ready (or cannot be)."""
         by_id = self.records.by_id()
         missing = [rid for rid in session.record_ids if rid not in by_id]
         if missing:
             raise RunError(f"run {session.run_id}: the benchmark has no records {missing[:3]}")
         record = by_id[session.record_ids[0]]
         video_root = self.records.video_root
-        return await self._run_session(session.run_id, record, video_root, endpoint, writer)
+        return await self._run_session(
+            session.run_id, record, video_root, endpoint, writer, frames_ready
+        )
 
     # ------------------------------------------------------------------ internals
 
@@ -292,14 +300,19 @@ class RunExecutor:
         video_root: Path,
         endpoint: EndpointConfig,
         writer: EventWriter,
+        frames_ready: Callable[[], None] | None = None,
     ) -> SessionOutcome:
         session_id = record.record_id
         asked = time.monotonic()
         try:
             video = video_root / record.video_path
             expect = await self._bound(run_id).expected(record.video_path, video)
-            with self._own_decodes.one():
-                frames, waited_s = await self.cache.aget_waited(video, self.rules, expect)
+            try:
+                with self._own_decodes.one():
+                    frames, waited_s = await self.cache.aget_waited(video, self.rules, expect)
+            finally:
+                if frames_ready is not None:
+                    frames_ready()
             perturbed = self.records.perturbed.get(record.record_id)
             timeline = session_timeline(record, frames, self.config, self.profile, perturbed)
         except FramesError as exc:  # VideoDecodeError, VideoChangedError, FrameCacheError, ...

@@ -73,8 +73,13 @@ def finish_run_if_done(store: Store, run_id: str) -> str | None:
 
 class ClaimedSessionRunner(Protocol):
     async def run_claimed(
-        self, session: SessionInfo, endpoint: EndpointConfig, writer: EventWriter
-    ) -> SessionOutcome: ...
+        self,
+        session: SessionInfo,
+        endpoint: EndpointConfig,
+        writer: EventWriter,
+        frames_ready: Callable[[], None],
+    ) -> SessionOutcome:
+        """Run the session; call `frames_ready` once its frames are ready (or cannot be)."""
 
     async def prepare_ahead(self, sessions: list[SessionInfo]) -> None:
         """Decode the frames these sessions will need (a worker with `look_ahead` only)."""
@@ -293,7 +298,6 @@ class Worker:
                 return
             self.summary.claimed += 1
             claim = self.summary.claimed
-            self.ahead.wanted(session.run_id)
             if session.run_id not in self.summary.runs:
                 self.summary.runs.add(session.run_id)
                 await self._claiming(self.store.set_run_status, session.run_id, "running")
@@ -315,7 +319,9 @@ class Worker:
         if key not in self._held:  # its lease was lost all the same (a store gone too long)
             self.summary.lost += 1
             return
-        task = asyncio.create_task(runner.run_claimed(session, endpoint, writer))
+        # Decoding ahead starts once this session streams, not while its own video decodes.
+        ready = functools.partial(self.ahead.wanted, session.run_id)
+        task = asyncio.create_task(runner.run_claimed(session, endpoint, writer, ready))
         self._held[key] = task
         try:
             await self._settle(task, session, endpoint, writer, claim)
