@@ -134,23 +134,27 @@ def _check_tree(value: Any) -> None:
     """Depth and Unicode, checked without recursion (a deep value would overflow the stack):
     a lone surrogate ("\\ud800" in the file) is valid JSON but no valid text; it cannot be
     printed, stored in PostgreSQL or encoded to UTF-8, so it is refused here."""
-    stack = [_Node(value, 0)]
+    if isinstance(value, str):
+        _check_text(value, _Node(value, 0))
+        return
+    # Only containers become nodes: a benchmark has far more scalars, whose node is made
+    # only to name the path of a bad one (every worker joining a run loads the file).
+    stack = [_Node(value, 0)] if isinstance(value, (dict, list)) else []
     while stack:
         node = stack.pop()
         item = node.value
-        if isinstance(item, str):
-            _check_text(item, node)
-            continue
-        if not isinstance(item, (dict, list)):
-            continue
         if node.depth >= MAX_JSON_DEPTH:
             # No path: it would be MAX_JSON_DEPTH steps long.
             raise JsonLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
         children = item.items() if isinstance(item, dict) else enumerate(item)
         for key, child in children:
-            if isinstance(key, str):
+            if isinstance(key, str) and not _is_text(key):
                 _check_text(key, _Node(key, node.depth, node, "<key>"))
-            stack.append(_Node(child, node.depth + 1, node, _safe_key(key)))
+            if isinstance(child, str):
+                if not _is_text(child):
+                    _check_text(child, _Node(child, node.depth + 1, node, _safe_key(key)))
+            elif isinstance(child, (dict, list)):
+                stack.append(_Node(child, node.depth + 1, node, _safe_key(key)))
 
 
 def _safe_key(key: str | int) -> str | int:

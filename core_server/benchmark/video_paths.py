@@ -21,17 +21,18 @@ ALLOW_FLAG = "--allow-outside-video-root"
 def outside_video_root(records: Iterable[Record], video_root: Path) -> list[Problem]:
     """A problem for each record whose video path, symlinks followed, lies outside
     `video_root` (itself resolved: a root that is a symlink is fine)."""
-    root = Path(os.path.realpath(video_root))
-    targets: dict[str, Path] = {}
+    root = os.path.realpath(video_root)
+    # Strings, not Paths: a benchmark has thousands of records.
+    inside = root.rstrip(os.sep) + os.sep
+    targets: dict[str, str] = {}
+    folders: dict[str, str] = {}  # folder as written -> resolved
     problems = []
     for record in records:
         name = record.video_path
         if name not in targets:
-            # realpath, not Path.resolve: a symlink loop stays as it is (the run fails
-            # that video's sessions with one line) instead of raising here.
-            targets[name] = Path(os.path.realpath(root / name))
+            targets[name] = _resolved(os.path.join(root, name), folders)
         target = targets[name]
-        if not target.is_relative_to(root):
+        if target != root and not target.startswith(inside):
             problems.append(
                 Problem(
                     record.record_id,
@@ -40,6 +41,19 @@ def outside_video_root(records: Iterable[Record], video_root: Path) -> list[Prob
                 )
             )
     return problems
+
+
+def _resolved(path: str, folders: dict[str, str]) -> str:
+    """os.path.realpath(path), each folder resolved once (`folders`): a benchmark's videos
+    share a few folders, and realpath checks every component of every path."""
+    folder, name = os.path.split(path)
+    if name in ("", ".", "..") or os.path.islink(path):
+        # realpath, not Path.resolve: a symlink loop stays as it is (the run fails that
+        # video's sessions with one line) instead of raising here.
+        return os.path.realpath(path)
+    if folder not in folders:
+        folders[folder] = os.path.realpath(folder)
+    return os.path.join(folders[folder], name)
 
 
 def confined(imported: Imported) -> Imported:
