@@ -12,7 +12,9 @@ cost, a per-answer decode cost and a concurrency cap), one real `streameval work
 cache. The benchmark: --sessions QA records, each over a video of its own whose streamed
 length is drawn (seeded) from the streamed lengths of the TRACE sample's records under the
 `trace` profile (../shared/data/trace_release), streamed from the start at --fps under
-wall-clock pacing at --speed, so a 797 s session takes 797 / speed seconds.
+wall-clock pacing at --speed, so a 797 s session takes 797 / speed seconds. The default
+1,024 sessions on 32 GPUs are 42 minutes of stream per GPU, about what a 40-hour benchmark
+on 64 GPUs gives each (issue 35's user); 512 give 21 minutes.
 
 The workers start first (with --follow) and run a warm-up run of one short session per GPU;
 once every worker is idle the measured run is created (`streameval run --detach`).
@@ -452,7 +454,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=32)
     parser.add_argument("--gpus-per-process", type=int, default=8)
-    parser.add_argument("--sessions", type=int, default=512)
+    parser.add_argument("--sessions", type=int, default=1024)
     parser.add_argument("--speed", type=float, default=16.0)
     parser.add_argument("--fps", type=float, default=0.25)
     parser.add_argument("--prefill-s", type=float, default=0.05)

@@ -97,22 +97,46 @@ def test_from_run_measures_the_overhead_per_session(tmp_path):
         == f"error: run {run_id} has no finished session to measure costs from"
     )
     # Profile trace, speed 2: t:qa:1 streams 5..17 s (6 s), t:qa:2 0..6.4 s (3.2 s). Their
-    # stored wall times, 8 s and 4.2 s, leave 2 s and 1 s of overhead: 1.5 s on average.
+    # stored wall times, 8 s and 4.2 s, leave 2 s and 1 s of overhead: 1.5 s on average
+    # while nothing tells a slot's first session from its later ones.
     with Store(store_url) as store, store.transaction("test") as conn:
         sessions = store.sessions(run_id)
         start = store.get_run(run_id).created_at
-        for session_id, wall in (("t:qa:1", 8.0), ("t:qa:2", 4.2)):
+
+        def ran(session_id: str, worker: str, at_s: float, wall_s: float) -> None:
             conn.execute(
                 update(models.sessions)
                 .where(models.sessions.c.session_id == session_id)
                 .values(
-                    status="finished", started_at=start, finished_at=start + timedelta(seconds=wall)
+                    status="finished",
+                    worker_id=worker,
+                    endpoint="ws://gpu/ws",
+                    started_at=start + timedelta(seconds=at_s),
+                    finished_at=start + timedelta(seconds=at_s + wall_s),
                 )
             )
+
+        ran("t:qa:1", "w1", 0.0, 8.0)
+        ran("t:qa:2", "w2", 0.0, 4.2)
     assert len(sessions) == 2
     out = _plan("--store", store_url, "--from-run", run_id, "--gpus", "1")
-    assert out["overhead_s"] == pytest.approx(1.5)
+    assert (out["overhead_s"], out["start_s"]) == (pytest.approx(1.5), 0.0)
     assert out["plans"][0]["makespan_s"] == pytest.approx(6 + 3.2 + 2 * 1.5)
+
+    # One slot ran both, t:qa:1 first: its 2 s are 1 s of start beside t:qa:2's 1 s of
+    # overhead; on 2 GPUs each slot pays the start once, before the longer session.
+    with Store(store_url) as store, store.transaction("test") as conn:
+        ran("t:qa:2", "w1", 9.0, 4.2)
+    out = _plan("--store", store_url, "--from-run", run_id, "--gpus", "1", "--gpus", "2")
+    assert (out["overhead_s"], out["start_s"]) == (pytest.approx(1.0), pytest.approx(1.0))
+    one, two = out["plans"]
+    assert one["makespan_s"] == pytest.approx(1 + (6 + 1) + (3.2 + 1))
+    assert two["makespan_s"] == pytest.approx(1 + 6 + 1)
+    given = _plan(
+        "--store", store_url, "--from-run", run_id, "--gpus", "2", "--start-s", "0"
+    )  # fmt: skip
+    assert (given["overhead_s"], given["start_s"]) == (pytest.approx(1.0), 0.0)
+    assert given["plans"][0]["makespan_s"] == pytest.approx(6 + 1)
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,12 @@ Each session's service time on one GPU slot is modelled from its record alone:
 (under logical pacing the first term is frames x per-frame cost only). The sessions are then
 laid out longest first, each on the slot that frees up first: the longest-processing-time
 (LPT) schedule, which is what workers claiming the longest pending session first produce.
-The costs come from the command line (`--per-frame-s`, `--per-answer-s`, `--overhead-s`) or
-are measured on a stored run (`--from-run`): its finished sessions' wall times less their
-modelled streaming time, averaged, are the overhead per session.
+Every slot starts `start_s` late: what a worker's first session waits for once (joining the
+run, decoding its first video), which a larger allocation pays once per slot, not per session.
+The costs come from the command line (`--per-frame-s`, `--per-answer-s`, `--overhead-s`,
+`--start-s`) or are measured on a stored run (`--from-run`): its finished sessions' wall
+times less their modelled streaming time, averaged over each slot's later sessions, are the
+overhead per session, and what each slot's first session took beyond that, the start.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class ServiceModel:
     per_frame_s: float = 0.0
     per_answer_s: float = 0.0
     overhead_s: float = 0.0
+    start_s: float = 0.0  # once per slot, before its first session
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class Plan:
     sessions: int
     total_s: float  # sum of the sessions' service times
     longest_s: float
-    makespan_s: float  # of the LPT schedule
+    makespan_s: float  # of the LPT schedule, every slot starting start_s late
 
     @property
     def ideal_s(self) -> float:
@@ -105,20 +109,51 @@ def plan(
     durations = [service_s(record, config, model) for record in records]
     slots = gpus * per_gpu
     return Plan(
-        gpus, slots, len(durations), sum(durations), max(durations), lpt_makespan(durations, slots)
+        gpus,
+        slots,
+        len(durations),
+        sum(durations),
+        max(durations),
+        lpt_makespan(durations, slots) + model.start_s,
     )
 
 
-def measured_overhead_s(
+def measured_costs(
     records: Sequence[Record], sessions: Sequence[SessionInfo], config: RunConfig, run_id: str
-) -> float:
-    """Mean over the run's finished sessions of (wall time - modelled streaming time)."""
+) -> tuple[float, float]:
+    """(overhead per session, start per slot) from the run's finished sessions: the mean
+    of (wall time - modelled streaming time) over each slot's later sessions, and over its
+    first ones less that overhead. A slot is a worker's endpoint; a run whose slots ran one
+    session each cannot tell the two apart, and all of it is overhead."""
     by_id = {record.record_id: record for record in records}
-    excess = [
-        (s.finished_at - s.started_at).total_seconds() - streaming_s(by_id[s.record_ids[0]], config)
-        for s in sessions
-        if s.status == "finished" and s.started_at and s.finished_at and s.record_ids[0] in by_id
-    ]
-    if not excess:
+    finished = sorted(
+        (
+            s
+            for s in sessions
+            if s.status == "finished"
+            and s.started_at
+            and s.finished_at
+            and s.record_ids[0] in by_id
+        ),
+        key=lambda s: (s.started_at, s.session_id),
+    )
+    if not finished:
         raise PlanError(f"run {run_id} has no finished session to measure costs from")
-    return max(0.0, sum(excess) / len(excess))
+    slots_seen: set[tuple[str | None, str | None]] = set()
+    first: list[float] = []
+    later: list[float] = []
+    for s in finished:
+        excess = (s.finished_at - s.started_at).total_seconds() - streaming_s(
+            by_id[s.record_ids[0]], config
+        )
+        slot = (s.worker_id, s.endpoint)
+        (later if slot in slots_seen else first).append(excess)
+        slots_seen.add(slot)
+    if not later:
+        return max(0.0, _mean(first)), 0.0
+    overhead = max(0.0, _mean(later))
+    return overhead, max(0.0, _mean(first) - overhead)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)

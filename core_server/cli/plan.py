@@ -75,16 +75,26 @@ def plan(
             help="Seconds per session besides streaming (default 0, or measured by --from-run).",
         ),
     ] = None,
+    start_s: Annotated[
+        float | None,
+        typer.Option(
+            "--start-s",
+            min=0.0,
+            help="Seconds each GPU slot starts late, once: joining the run, its first video "
+            "(default 0, or measured by --from-run).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Predict a benchmark's makespan on N GPUs (longest sessions first, as workers claim
     them), so an allocation can be sized before it is asked for (docs/scale.md)."""
     from streameval.core.analyses.makespan_plan import ServiceModel
 
-    model = ServiceModel(per_frame_s, per_answer_s, overhead_s or 0.0)
+    model = ServiceModel(per_frame_s, per_answer_s, overhead_s or 0.0, start_s or 0.0)
     try:
         if from_run is not None:
-            records, config, model = _from_run(from_run, store, model, overhead_s is not None)
+            given = (overhead_s is not None, start_s is not None)
+            records, config, model = _from_run(from_run, store, model, given)
         else:
             choice = RecordChoice(benchmark, video_root, subset, 0, None, None, limit)
             records, config = _from_benchmark(choice, profile, pacing, speed, fps, qa_history)
@@ -117,13 +127,15 @@ def _from_benchmark(
 
 
 def _from_run(
-    run_id: str, store: Path | None, model: ServiceModel, overhead_given: bool
+    run_id: str, store: Path | None, model: ServiceModel, given: tuple[bool, bool]
 ) -> tuple[list[Record], RunConfig, ServiceModel]:
+    """The run's records and conditions; the overhead and the start measured on it, where
+    not `given` on the command line."""
     from dataclasses import replace
 
     from pydantic import TypeAdapter
 
-    from streameval.core.analyses.makespan_plan import measured_overhead_s
+    from streameval.core.analyses.makespan_plan import measured_costs
     from streameval.core.benchmark.records import Record as AnyRecord
     from streameval.core.config import RunConfig
     from streameval.core.store.store import Store
@@ -133,8 +145,11 @@ def _from_run(
         parse = TypeAdapter(AnyRecord).validate_python
         records = [parse(record) for record in opened.records(run_id)]
         sessions = opened.sessions(run_id)
-    if not overhead_given:
-        model = replace(model, overhead_s=measured_overhead_s(records, sessions, config, run_id))
+    overhead_s, start_s = measured_costs(records, sessions, config, run_id)
+    if not given[0]:
+        model = replace(model, overhead_s=overhead_s)
+    if not given[1]:
+        model = replace(model, start_s=start_s)
     return records, config, model
 
 
@@ -152,7 +167,8 @@ def _print(plans: list[Plan], model: ServiceModel, as_json: bool) -> None:
             }  # fmt: skip
             for p in plans
         ]
-        print(json.dumps({"overhead_s": model.overhead_s, "plans": rows}))
+        costs = {"overhead_s": model.overhead_s, "start_s": model.start_s}
+        print(json.dumps({**costs, "plans": rows}))
         return
     columns = [
         Column("GPUs", justify="right"),
@@ -172,4 +188,8 @@ def _print(plans: list[Plan], model: ServiceModel, as_json: bool) -> None:
         for p in plans
     ]
     print_table(console, columns, rows)
-    console.print(f"overhead per session: {model.overhead_s:.2f} s", highlight=False)
+    console.print(
+        f"overhead per session: {model.overhead_s:.2f} s; start per GPU slot: "
+        f"{model.start_s:.2f} s",
+        highlight=False,
+    )
