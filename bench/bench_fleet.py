@@ -30,7 +30,9 @@ Reported:
   adapters' own log of session starts and ends, killed attempts included);
 - decode wait: per session, its claim (the store's started_at) to its start at the GPU,
   i.e. what the GPU waited for the worker to prepare the session's frames (plus the
-  connection's set-up); a worker's first session and the later ones are shown apart.
+  connection's set-up); a worker's first session and the later ones are shown apart;
+- decoded late: of the sessions after each worker's first, those whose video's frames
+  reached the frame cache after their claim (they waited for a decode), in the details line.
 
 Faults (--fault KIND@FRACTION, FRACTION of the ideal makespan after the start):
 `kill-worker` SIGKILLs a worker that holds a session and starts a new worker on its GPU
@@ -42,6 +44,7 @@ server (needs --pg-url and --pg-data, .ci/start-postgres.sh) for a second and st
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -253,6 +256,9 @@ class Outcome:
     tail_s: float  # last session end - the moment the first GPU went idle for good
     load: tuple[float, float]
     notes: list[str]
+    # Sessions after their worker's first whose frames were published after their claim:
+    # (how many, of how many, the longest such wait in seconds).
+    decoded_late: tuple[int, int, float] = (0, 0, 0.0)
 
     @property
     def efficiency(self) -> float:
@@ -303,6 +309,27 @@ def decode_waits(log: Path, sessions) -> tuple[list[float], list[float]]:
         first.append(waits[0])
         later.extend(waits[1:])
     return first, later
+
+
+def decoded_late(cache: Path, benchmark: Path, sessions) -> tuple[int, int, float]:
+    """Of the sessions after each worker's first, those that waited for a decode: their
+    video's frame-cache entry (its index.json, written last) appeared after their claim."""
+    videos = {
+        record["record_id"]: benchmark.parent / record["video_path"]
+        for record in json.loads(benchmark.read_text())["records"]
+    }
+    by_worker: dict[str, list] = {}
+    for s in sessions:
+        if s.status == "finished":
+            by_worker.setdefault(s.worker_id, []).append(s)
+    waits = []
+    for runs in by_worker.values():
+        for s in sorted(runs, key=lambda s: s.started_at)[1:]:
+            digest = hashlib.sha256(videos[s.session_id].read_bytes()).hexdigest()
+            (index,) = (cache / "frames" / digest[:2]).glob(f"{digest}-*/index.json")
+            waits.append(index.stat().st_mtime - s.started_at.timestamp())
+    late = [w for w in waits if w > 0]
+    return len(late), len(waits), max(late, default=0.0)
 
 
 def service_times(lengths: list[float], s: FleetSettings) -> list[float]:
@@ -362,7 +389,9 @@ def _measure(url, work, benchmark, s, ideal, service, pg) -> Outcome:
         notes.append(f"run {run_id}, kept in {s.keep}")
     t0 = min(session.started_at.timestamp() for session in sessions)
     notes.append(f"run created {t0 - created:.1f} s before its first claim (the clock's start)")
-    return summarise(fleet, sessions, t0, ideal, service, (load_before, load_after), notes)
+    outcome = summarise(fleet, sessions, t0, ideal, service, (load_before, load_after), notes)
+    outcome.decoded_late = decoded_late(fleet.cache, benchmark, sessions)
+    return outcome
 
 
 def warm_up(fleet: Fleet, s: FleetSettings) -> None:
@@ -439,7 +468,10 @@ def details(o: Outcome) -> str:
         f"{s.gpus} GPUs, {s.sessions} sessions, speed {s.speed:g}, {s.fps:g} fps, prefill "
         f"{s.prefill_s:g} s/frame, decode {s.decode_s:g} s/answer, cap {s.cap}, lease "
         f"{s.lease_s:g} s: total service {o.total_service_s:.0f} s, longest {o.longest_s:.1f} "
-        f"s; per-GPU busy: {busy}" + ("; " + "; ".join(o.notes) if o.notes else "")
+        f"s; per-GPU busy: {busy}; sessions after their worker's first that waited for a "
+        f"decode (frames published after their claim): {o.decoded_late[0]} of "
+        f"{o.decoded_late[1]} (longest {o.decoded_late[2]:.2f} s)"
+        + ("; " + "; ".join(o.notes) if o.notes else "")
     )
 
 
