@@ -8,7 +8,9 @@
 The fleet: --gpus simulated GPUs (bench/fleet_gpus.py: real adapter services speaking the
 real protocol, --gpus-per-process endpoints in each process, each with a per-frame prefill
 cost, a per-answer decode cost and a concurrency cap), one real `streameval worker` per GPU
-(`--concurrency 1`, as docs/scale.md launches them), all sharing one store and one frame
+(`--concurrency 1`, as a Slurm array or Kubernetes launches them: docs/scale.md), or one
+per --gpus-per-worker GPUs (a worker per machine, an `--adapter-url` per GPU), all sharing
+one store and one frame
 cache. The benchmark: --sessions QA records, each over a video of its own whose streamed
 length is drawn (seeded) from the streamed lengths of the TRACE sample's records under the
 `trace` profile (../shared/data/trace_release), streamed from the start at --fps under
@@ -30,8 +32,8 @@ Reported:
   adapters' own log of session starts and ends, killed attempts included);
 - decode wait: per session, its claim (the store's started_at) to its start at the GPU,
   i.e. what the GPU waited for the worker to prepare the session's frames (plus the
-  connection's set-up); a worker's first session and the later ones are shown apart;
-- decoded late: of the sessions after each worker's first, those whose video's frames
+  connection's set-up); a GPU's first session and its later ones are shown apart;
+- decoded late: of the sessions after each GPU's first, those whose video's frames
   reached the frame cache after their claim (they waited for a decode), in the details line.
 
 Faults (--fault KIND@FRACTION, FRACTION of the ideal makespan after the start):
@@ -88,6 +90,7 @@ class FleetSettings:
     faults: list[tuple[str, float]]
     keep: Path | None = None
     decode_ahead: int | None = None  # the workers' --decode-ahead (None: their default)
+    gpus_per_worker: int = 1
 
 
 @dataclass
@@ -98,14 +101,16 @@ class GpuProcess:
 
 @dataclass
 class Fleet:
-    """The processes of one bench: GPU processes and one worker per GPU URL."""
+    """The processes of one bench: GPU processes and one worker per --gpus-per-worker GPU
+    URLs (a machine's GPUs)."""
 
     settings: FleetSettings
     store_url: str
     cache: Path
     log: Path
     gpu_processes: list[GpuProcess] = field(default_factory=list)
-    workers: dict[str, subprocess.Popen[str]] = field(default_factory=dict)  # by GPU URL
+    # by the GPU URLs each drives
+    workers: dict[tuple[str, ...], subprocess.Popen[str]] = field(default_factory=dict)
     retired: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def start_gpus(self, ports: list[int]) -> GpuProcess:
@@ -120,17 +125,19 @@ class Fleet:
         urls = [listened_url(process.stdout.readline().rstrip("\n")) for _ in ports]
         return GpuProcess([int(url.rsplit(":", 1)[1].split("/")[0]) for url in urls], process)
 
-    def start_worker(self, url: str) -> None:
+    def start_worker(self, urls: tuple[str, ...]) -> None:
         command = cli(
-            "worker", "--store", self.store_url, "--adapter-url", url, "--follow",
+            "worker", "--store", self.store_url, "--follow",
             "--lease-timeout", str(self.settings.lease_s), "--cache-dir", str(self.cache),
             "--json",
         )  # fmt: skip
+        for url in urls:
+            command += ["--adapter-url", url]
         if self.settings.decode_ahead is not None:
             command += ["--decode-ahead", str(self.settings.decode_ahead)]
         # Its stderr is kept (--keep): a worker that stops early says why there.
         with (self.log.parent / "workers.err").open("a") as err:
-            self.workers[url] = subprocess.Popen(
+            self.workers[urls] = subprocess.Popen(
                 command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO
             )
 
@@ -196,14 +203,14 @@ def kill_worker(fleet: Fleet, run_id: str) -> str:
     """SIGKILL a worker holding a session; start a new one on its GPU after respawn_s."""
     sessions = sessions_now(fleet.store_url, run_id) or []
     held = {s.endpoint for s in sessions if s.status == "running" and s.endpoint}
-    url = next((u for u in fleet.workers if u in held), next(iter(fleet.workers)))
-    victim = fleet.workers.pop(url)
+    urls = next((u for u in fleet.workers if held & set(u)), next(iter(fleet.workers)))
+    victim = fleet.workers.pop(urls)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     fleet.retired.append(victim)
     time.sleep(fleet.settings.respawn_s)
-    fleet.start_worker(url)
-    return f"killed the worker of {url}"
+    fleet.start_worker(urls)
+    return f"killed the worker of {', '.join(urls)}"
 
 
 def restart_adapter(fleet: Fleet) -> str:
@@ -251,12 +258,12 @@ class Outcome:
     failed: int
     attempts: int
     busy: list[float]  # per GPU, sorted
-    first_waits: list[float]  # decode wait of each worker's first session
+    first_waits: list[float]  # decode wait of each GPU's first session
     later_waits: list[float]
     tail_s: float  # last session end - the moment the first GPU went idle for good
     load: tuple[float, float]
     notes: list[str]
-    # Sessions after their worker's first whose frames were published after their claim:
+    # Sessions after their GPU's first whose frames were published after their claim:
     # (how many, of how many, the longest such wait in seconds).
     decoded_late: tuple[int, int, float] = (0, 0, 0.0)
 
@@ -292,16 +299,16 @@ def gpu_spans(log: Path, t0: float, t1: float) -> dict[int, list[tuple[float, fl
 
 
 def decode_waits(log: Path, sessions) -> tuple[list[float], list[float]]:
-    """(each worker's first session's wait, every later session's wait), in seconds."""
+    """(each GPU's first session's wait, every later session's wait), in seconds."""
     reached = {}
     for line in log.read_text().splitlines():
         row = json.loads(line)
         if row["what"] == "start":
             reached[row["session"]] = row["t"]  # the last attempt's start wins
-    by_worker: dict[str, list] = {}
+    by_worker: dict[tuple, list] = {}  # by slot: a worker's GPU
     for s in sessions:
         if s.status == "finished" and s.session_id in reached:
-            by_worker.setdefault(s.worker_id, []).append(s)
+            by_worker.setdefault((s.worker_id, s.endpoint), []).append(s)
     first, later = [], []
     for runs in by_worker.values():
         runs.sort(key=lambda s: s.started_at)
@@ -312,16 +319,16 @@ def decode_waits(log: Path, sessions) -> tuple[list[float], list[float]]:
 
 
 def decoded_late(cache: Path, benchmark: Path, sessions) -> tuple[int, int, float]:
-    """Of the sessions after each worker's first, those that waited for a decode: their
+    """Of the sessions after each GPU's first, those that waited for a decode: their
     video's frame-cache entry (its index.json, written last) appeared after their claim."""
     videos = {
         record["record_id"]: benchmark.parent / record["video_path"]
         for record in json.loads(benchmark.read_text())["records"]
     }
-    by_worker: dict[str, list] = {}
+    by_worker: dict[tuple, list] = {}  # by slot: a worker's GPU
     for s in sessions:
         if s.status == "finished":
-            by_worker.setdefault(s.worker_id, []).append(s)
+            by_worker.setdefault((s.worker_id, s.endpoint), []).append(s)
     waits = []
     for runs in by_worker.values():
         for s in sorted(runs, key=lambda s: s.started_at)[1:]:
@@ -366,8 +373,9 @@ def _measure(url, work, benchmark, s, ideal, service, pg) -> Outcome:
         for first in range(0, s.gpus, s.gpus_per_process):
             count = min(s.gpus_per_process, s.gpus - first)
             fleet.gpu_processes.append(fleet.start_gpus([0] * count))
-        for gpu_url in fleet.urls:
-            fleet.start_worker(gpu_url)
+        urls = fleet.urls
+        for first in range(0, len(urls), s.gpus_per_worker):
+            fleet.start_worker(tuple(urls[first : first + s.gpus_per_worker]))
         warm_up(fleet, s)
         load_before = os.getloadavg()[0]
         run_id = create_run(url, benchmark, s)
@@ -465,10 +473,11 @@ def details(o: Outcome) -> str:
     s = o.settings
     busy = " ".join(f"{b:.2f}" for b in o.busy)
     return (
-        f"{s.gpus} GPUs, {s.sessions} sessions, speed {s.speed:g}, {s.fps:g} fps, prefill "
+        f"{s.gpus} GPUs ({s.gpus_per_worker} per worker), {s.sessions} sessions, speed "
+        f"{s.speed:g}, {s.fps:g} fps, prefill "
         f"{s.prefill_s:g} s/frame, decode {s.decode_s:g} s/answer, cap {s.cap}, lease "
         f"{s.lease_s:g} s: total service {o.total_service_s:.0f} s, longest {o.longest_s:.1f} "
-        f"s; per-GPU busy: {busy}; sessions after their worker's first that waited for a "
+        f"s; per-GPU busy: {busy}; sessions after their GPU's first that waited for a "
         f"decode (frames published after their claim): {o.decoded_late[0]} of "
         f"{o.decoded_late[1]} (longest {o.decoded_late[2]:.2f} s)"
         + ("; " + "; ".join(o.notes) if o.notes else "")
@@ -496,6 +505,9 @@ def main() -> None:
     parser.add_argument("--respawn-s", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--decode-ahead", type=int, help="the workers' --decode-ahead")
+    parser.add_argument(
+        "--gpus-per-worker", type=int, default=1, help="GPUs each worker drives (a machine's)"
+    )
     parser.add_argument("--video-fps", type=int, default=1)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--height", type=int, default=96)
@@ -509,7 +521,7 @@ def main() -> None:
     settings = FleetSettings(
         args.gpus, args.gpus_per_process, args.sessions, args.speed, args.fps, args.prefill_s,
         args.decode_s, args.cap, args.lease_s, args.respawn_s, args.seed, args.fault, args.keep,
-        args.decode_ahead,
+        args.decode_ahead, args.gpus_per_worker,
     )  # fmt: skip
     outcome = run_fleet(args, settings)
     line = row(args.label, outcome)

@@ -48,7 +48,7 @@ class WorkerOptions(AdapterChoice):
     """Every option of one `streameval worker`, as given (None: not given); those of the
     adapter it starts (--adapter ...) come from AdapterChoice."""
 
-    adapter_url: str | None
+    adapter_url: list[str] | None
     store: str | None
     run_id: str | None
     concurrency: int
@@ -69,11 +69,11 @@ def worker(
     replicas: ReplicasOption = None,
     gpus: GpusOption = None,
     adapter_url: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--adapter-url",
-            help="This worker's adapter, usually beside it: ws://127.0.0.1:PORT/ws "
-            "(or --adapter to start it).",
+            help="This worker's adapter, usually beside it: ws://127.0.0.1:PORT/ws; "
+            "repeat it for one per GPU of the machine (or --adapter to start them).",
         ),
     ] = None,
     store: StoreOption = None,
@@ -105,7 +105,7 @@ def worker(
         int | None,
         typer.Option(
             help="Sessions ahead whose videos are decoded while the current ones stream "
-            "(default: twice the sessions in flight, at least 4; 0: none).",
+            "(default: twice the sessions in flight, at least 16; 0: none).",
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -145,15 +145,14 @@ def work_with(options: WorkerOptions) -> None:
     from streameval.core.config import EndpointConfig
     from streameval.core.store.store import Store
 
-    options.check_adapter_choice(adapter_url_given=options.adapter_url is not None)
-    if options.adapter_url is None and options.adapter is None:
+    options.check_adapter_choice(adapter_url_given=bool(options.adapter_url))
+    if not options.adapter_url and options.adapter is None:
         raise fail("give --adapter NAME (the worker starts it) or --adapter-url of one you run")
     try:
         # A bad URL or concurrency is said before the store opens.
         given = [
             EndpointConfig(url=url, concurrency=options.concurrency)
-            for url in [options.adapter_url]
-            if url is not None
+            for url in options.adapter_url or []
         ]
         if options.lease_timeout <= 0:
             raise fail(f"--lease-timeout must be positive, got {options.lease_timeout:g}")
