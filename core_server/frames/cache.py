@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
 from pathlib import Path
 from typing import TypeVar
 
@@ -137,22 +136,15 @@ class FrameCache:
         )
 
     async def aget_unless_busy(
-        self,
-        video_path: Path,
-        rules: ImageRules,
-        expect: str | None = None,
-        executor: Executor | None = None,
+        self, video_path: Path, rules: ImageRules, expect: str | None = None
     ) -> VideoFrames | None:
-        """`get_unless_busy` off the event loop, in `executor`'s threads if given."""
-        get = functools.partial(self.get_unless_busy, expect=expect)
-        return await self._aget(video_path, rules, get, executor)
+        """`get_unless_busy` off the event loop."""
+        return await self._aget(
+            video_path, rules, functools.partial(self.get_unless_busy, expect=expect)
+        )
 
     async def _aget(
-        self,
-        video_path: Path,
-        rules: ImageRules,
-        get: Callable[[Path, ImageRules], T],
-        executor: Executor | None = None,
+        self, video_path: Path, rules: ImageRules, get: Callable[[Path, ImageRules], T]
     ) -> T:
         # abspath, not resolve: resolving a symlink loop raises RuntimeError (Python 3.11);
         # `get` turns the loop into a VideoDecodeError.
@@ -161,10 +153,7 @@ class FrameCache:
         self._async_locks[key] = (lock, users + 1)
         try:
             async with lock:
-                if executor is None:
-                    return await asyncio.to_thread(get, video_path, rules)
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(executor, get, video_path, rules)
+                return await asyncio.to_thread(get, video_path, rules)
         finally:
             # Drop the lock with its last user: the map stays small and no lock outlives
             # the event loop it was used on.

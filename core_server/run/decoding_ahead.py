@@ -11,11 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import sys
-import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from streameval.core.config import EndpointConfig
@@ -28,9 +24,6 @@ logger = logging.getLogger(__name__)
 # so a few would leave the fleet's later claims undecoded (bench_fleet: 145 of 992 sessions
 # waited for a decode with 4, 4 with 16).
 LOOK_AHEAD_MIN = 16
-# Decoding ahead's thread runs this much nicer (Linux): a session waiting for its own video,
-# in this worker or another on the machine, gets the CPU first (9 to 1 under CFS).
-AHEAD_NICENESS = 10
 
 
 def look_ahead_for(given: int | None, endpoints: Sequence[EndpointConfig]) -> int:
@@ -112,18 +105,3 @@ class OwnDecodes:
 
     async def none_left(self) -> None:
         await self._none.wait()
-
-
-def ahead_executor() -> ThreadPoolExecutor:
-    """The one thread decoding ahead decodes in, at lower CPU priority (AHEAD_NICENESS)."""
-    return ThreadPoolExecutor(
-        1, thread_name_prefix="streameval-decode-ahead", initializer=_lower_priority
-    )
-
-
-def _lower_priority() -> None:
-    # Linux sets a niceness per thread (and the threads FFmpeg starts from it inherit it);
-    # elsewhere the thread keeps the process's priority.
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AHEAD_NICENESS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +41,6 @@ class FramePreparation:
     preparers: int = FRAME_PREPARERS
     # False: a video another process is decoding is left to it (decoding ahead).
     wait_for_others: bool = True
-    # Where a video left to others otherwise is decoded (decoding ahead's low-priority thread).
-    executor: Executor | None = None
 
     async def prepare(self, root: Path, records: Sequence[Record]) -> None:
         """Fill the frame cache for the videos (under `root`) the records use, the first
@@ -78,7 +75,7 @@ class FramePreparation:
             if self.wait_for_others:
                 await self.cache.aget(root / name, self.rules, decoded, expect)
             else:
-                await self.cache.aget_unless_busy(root / name, self.rules, expect, self.executor)
+                await self.cache.aget_unless_busy(root / name, self.rules, expect)
         if reported:  # its line goes
             self.progress.item(Phase.FRAMES, name, reported[-1], reported[-1])
 

@@ -23,7 +23,6 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from streameval.core.benchmark.records import Benchmark
@@ -32,7 +31,7 @@ from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FramesError
 from streameval.core.frames.types import ImageRules
 from streameval.core.run.adapter_identity import hello_mismatch
-from streameval.core.run.decoding_ahead import OwnDecodes, ahead_executor
+from streameval.core.run.decoding_ahead import OwnDecodes
 from streameval.core.run.endpoint_admission import EndpointAdmission
 from streameval.core.run.errors import RunError
 from streameval.core.run.frame_preparation import FramePreparation
@@ -111,7 +110,6 @@ class RunExecutor:
         )
         self._videos: dict[str, VideoBinding] = {}  # by run id
         self._own_decodes = OwnDecodes()
-        self._ahead_pool: ThreadPoolExecutor | None = None  # made by the first prepare_ahead
 
     # ------------------------------------------------------------------ entry points
 
@@ -278,15 +276,12 @@ class RunExecutor:
         if not sessions:
             return
         await self._own_decodes.none_left()
-        if self._ahead_pool is None:
-            self._ahead_pool = ahead_executor()
         by_id = self.records.by_id()
         records = [by_id[s.record_ids[0]] for s in sessions if s.record_ids[0] in by_id]
         bound = self._bound(sessions[0].run_id)
         frames = FramePreparation(
-            self.cache, self.rules, NO_PROGRESS, bound, preparers=1, wait_for_others=False,
-            executor=self._ahead_pool,
-        )  # fmt: skip
+            self.cache, self.rules, NO_PROGRESS, bound, preparers=1, wait_for_others=False
+        )
         await frames.prepare(self.records.video_root, records)
 
     async def _this_runner(self, _run_id: str) -> RunExecutor:
