@@ -7,10 +7,11 @@
 
 The fleet: --gpus simulated GPUs (bench/fleet_gpus.py: real adapter services speaking the
 real protocol, --gpus-per-process endpoints in each process, each with a per-frame prefill
-cost, a per-answer decode cost and a concurrency cap), one real `streameval worker` per GPU
-(`--concurrency 1`, as a Slurm array or Kubernetes launches them: docs/scale.md), or one
-per --gpus-per-worker GPUs (a worker per machine, an `--adapter-url` per GPU), all sharing
-one store and one frame
+cost, a per-answer decode cost and a concurrency cap), real `streameval worker`s: one per GPU
+with `--gpus-per-worker 1` (`--concurrency 1`, as a Slurm array or Kubernetes launches them:
+docs/scale.md), or one per --gpus-per-worker GPUs, 4 by default (a worker per 4-GPU machine
+driving an `--adapter-url` per GPU, as `worker --adapter NAME --gpus 0,1,2,3` does), all
+sharing one store and one frame
 cache. The benchmark: --sessions QA records, each over a video of its own whose streamed
 length is drawn (seeded) from the streamed lengths of the TRACE sample's records under the
 `trace` profile (../shared/data/trace_release), streamed from the start at --fps under
@@ -90,7 +91,7 @@ class FleetSettings:
     faults: list[tuple[str, float]]
     keep: Path | None = None
     decode_ahead: int | None = None  # the workers' --decode-ahead (None: their default)
-    gpus_per_worker: int = 1
+    gpus_per_worker: int = 4
 
 
 @dataclass
@@ -506,7 +507,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--decode-ahead", type=int, help="the workers' --decode-ahead")
     parser.add_argument(
-        "--gpus-per-worker", type=int, default=1, help="GPUs each worker drives (a machine's)"
+        "--gpus-per-worker", type=int, default=4, help="GPUs each worker drives (a machine's)"
     )
     parser.add_argument("--video-fps", type=int, default=1)
     parser.add_argument("--width", type=int, default=128)
