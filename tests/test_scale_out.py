@@ -208,6 +208,25 @@ def test_sessions_record_host_worker_and_the_gpu_the_adapter_reports(tmp_path):
     assert summary["worker_id"] in table.stdout and "Test Accelerator GPU-0123" in table.stdout
 
 
+def test_one_worker_drives_every_adapter_url_it_is_given(tmp_path):
+    """A worker per machine: one --adapter-url per GPU's adapter, sessions on each."""
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
+    run_id = detached_run(store_url, "--limit", "4", "--task", "qa")
+    with AdapterProcess("reference") as first, AdapterProcess("reference") as second:
+        done = streameval(
+            "worker", "--store", store_url, "--run", run_id, "--adapter-url", first.url,
+            "--adapter-url", second.url, "--json",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["claimed"], summary["finished"]) == (4, 4)
+    with Store(store_url) as store:
+        endpoints = Counter(s.endpoint for s in store.sessions(run_id))
+    # Each endpoint's slot claims until the run is drained: both took sessions.
+    assert set(endpoints) == {first.url, second.url}
+    assert sum(endpoints.values()) == 4
+
+
 def test_the_readmes_scale_out_commands_exist_with_their_options():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme[readme.index("## Scale out") :]
