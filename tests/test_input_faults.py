@@ -137,8 +137,10 @@ def test_full_frame_cache_is_one_error_line_and_leaves_no_partial_entry(tmp_path
         f"frame cache {entry_parent}: cannot write sample 0 (No space left on device)"
     )
     assert raised.value.cause == "infrastructure"
-    # The half-built entry was removed: nothing but the (empty) digest folder is left.
-    assert list(entry_parent.iterdir()) == []
+    # The half-built entry was removed: the digest folder keeps only the entry's empty
+    # build lock (frames/build_lock.py).
+    (lock,) = entry_parent.iterdir()
+    assert lock.name.endswith(".lock") and lock.stat().st_size == 0
 
 
 def test_full_frame_cache_fails_only_the_sessions_of_that_video(adapter_env, tmp_path, full_disk):
