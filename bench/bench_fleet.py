@@ -31,7 +31,7 @@ Reported:
 - efficiency = ideal / makespan;
 - GPU busy: per GPU, the share of the makespan in which a session was open on it (from the
   adapters' own log of session starts and ends, killed attempts included);
-- decode wait: per session, its claim (the store's started_at) to its start at the GPU,
+- claim to GPU: per session, its claim (the store's started_at) to its start at the GPU,
   i.e. what the GPU waited for the worker to prepare the session's frames (plus the
   connection's set-up); a GPU's first session and its later ones are shown apart;
 - decoded late: of the sessions after each GPU's first, those whose video's frames
@@ -259,7 +259,7 @@ class Outcome:
     failed: int
     attempts: int
     busy: list[float]  # per GPU, sorted
-    first_waits: list[float]  # decode wait of each GPU's first session
+    first_waits: list[float]  # claim to GPU of each GPU's first session
     later_waits: list[float]
     tail_s: float  # last session end - the moment the first GPU went idle for good
     load: tuple[float, float]
@@ -464,8 +464,8 @@ def row(label: str, o: Outcome) -> str:
 
 HEADER_ROW = (
     "| code | store | faults | finished | extra attempts | ideal (s) | makespan (s) | "
-    "efficiency | tail (s) | GPU busy min / median / max | decode wait, 1st session "
-    "(s) p50 / max | decode wait, later sessions (s) p50 / p99 / max | load avg |\n"
+    "efficiency | tail (s) | GPU busy min / median / max | claim to GPU, 1st session "
+    "(s) p50 / max | claim to GPU, later sessions (s) p50 / p99 / max | load avg |\n"
     "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|"
 )
 
