@@ -5,11 +5,13 @@ process is decoding."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from streameval.core.frames import build_lock
 from streameval.core.frames.build_lock import entry_build_lock
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.entries import entry_dir
@@ -94,3 +96,33 @@ def test_a_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     assert answer(ask(root, video, "get")) == {"built": 1, "frames": 4}
+
+
+def test_a_waiter_builds_itself_once_a_stopped_builder_goes_silent(tmp_path, monkeypatch):
+    """A builder stopped without dying (SIGSTOP) keeps its flock; after SILENT_BUILDER_S
+    without a new file in its partial folder, the waiter decodes the video itself."""
+    video = encode_numbered_video(tmp_path / "v.mp4", 60, 64, 48, 30)
+    root = tmp_path / "cache" / "frames"
+    final = entry_dir(root, FrameCache(root).digest(video), RULES)
+    monkeypatch.setattr(build_lock, "SILENT_BUILDER_S", 1.0)
+    hold = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from streameval.core.frames.build_lock import entry_build_lock\n"
+        "with entry_build_lock(Path(sys.argv[1]), wait=True):\n"
+        "    print('held', flush=True)\n    time.sleep(600)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(final)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        holder.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        frames = FrameCache(root).get(video, RULES)
+        waited = time.monotonic() - started
+        assert holder.poll() is None  # it still holds the lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(frames.frames) == 4
+    assert waited >= 1.0

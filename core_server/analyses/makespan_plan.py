@@ -21,6 +21,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import fmean
 
 from streameval.core.benchmark.records import QARecord
 from streameval.core.config import PROTOCOL_PROFILES, RunConfig
@@ -150,10 +151,6 @@ def measured_costs(
         (later if slot in slots_seen else first).append(excess)
         slots_seen.add(slot)
     if not later:
-        return max(0.0, _mean(first)), 0.0
-    overhead = max(0.0, _mean(later))
-    return overhead, max(0.0, _mean(first) - overhead)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+        return max(0.0, fmean(first)), 0.0
+    overhead = max(0.0, fmean(later))
+    return overhead, max(0.0, fmean(first) - overhead)
