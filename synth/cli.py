@@ -3,19 +3,27 @@
     streameval synth --videos clips/ --model-url http://127.0.0.1:8000/v1 \\
         --model Qwen/Qwen2.5-VL-7B-Instruct --out synth-out/
 
-Everything is imported inside the command: building the command tree stays light
-(tests/test_cli_startup.py).
+Everything but the options' defaults (synth/models.py, pydantic only) is imported inside
+the command: building the command tree stays light (tests/test_cli_startup.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from streameval.synth.models import MAX_SILENT_SHARE, MIN_SILENT_SHARE
+
+if TYPE_CHECKING:
+    from streameval.synth.summary import Summary
+
 # What `--videos DIR` takes from the folder (by name; unreadable ones are skipped later).
 VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".ts"})
+# The audit refused the dataset (Silent share out of bounds): beside `streameval run`'s
+# codes (core/run/exit_codes.py), none of which means "ran, but wrote no dataset".
+EXIT_DATASET_REFUSED = 5
 
 
 def synth(
@@ -42,6 +50,18 @@ def synth(
     ] = 16,
     retries: Annotated[int, typer.Option(help="Further attempts of a failed call.")] = 2,
     limit: Annotated[int | None, typer.Option(help="At most this many videos.")] = None,
+    min_silent_share: Annotated[
+        float,
+        typer.Option("--min-silent-share", help="Refuse a dataset with fewer Silent steps."),
+    ] = MIN_SILENT_SHARE,
+    max_silent_share: Annotated[
+        float,
+        typer.Option("--max-silent-share", help="Refuse a dataset with more Silent steps."),
+    ] = MAX_SILENT_SHARE,
+    time_labels: Annotated[
+        bool,
+        typer.Option("--time-labels", help="'Frame at {t:g}s:' before each frame in the rows."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Synthesise Silent/respond streaming trajectories with a served VideoLLM and write
@@ -88,6 +108,17 @@ def synth(
     ):
         if value is not None and value < least:
             raise fail(f"{name} must be at least {least}, got {value}")
+    for name, share in (
+        ("--min-silent-share", min_silent_share),
+        ("--max-silent-share", max_silent_share),
+    ):
+        if not 0 <= share <= 1:
+            raise fail(f"{name} is a share of the steps, from 0 to 1, got {share:g}")
+    if min_silent_share > max_silent_share:
+        raise fail(
+            f"--min-silent-share {min_silent_share:g} is above "
+            f"--max-silent-share {max_silent_share:g}"
+        )
 
     try:
         pool = _video_pool(videos, benchmark)
@@ -102,6 +133,9 @@ def synth(
         seed=seed,
         max_width=max_width,
         max_images=max_images,
+        min_silent_share=min_silent_share,
+        max_silent_share=max_silent_share,
+        time_labels=time_labels,
     )
 
     def error_line(message: str) -> None:
@@ -127,14 +161,23 @@ def synth(
         print(
             f"{result.videos} videos: {len(result.trajectories)} trajectories, "
             f"{len(result.skipped)} skipped\n"
-            f"dataset {summary.dataset.path}: {summary.dataset.rows} conversations, "
-            f"{summary.dataset.steps} steps ({summary.videos.dropped} videos dropped by the "
+            f"{_dataset_line(summary)} ({summary.videos.dropped} videos dropped by the "
             f"audit)\nreport {out.resolve() / 'report.html'}"
         )
+    if summary.refused is not None:
+        error_line(f"dataset refused: {summary.refused}; train.jsonl not written")
+        raise typer.Exit(EXIT_DATASET_REFUSED)
     if result.skipped:
         all_failed = len(result.skipped) == result.videos
         raise typer.Exit(EXIT_ALL_FAILED if all_failed else EXIT_SOME_FAILED)
     raise typer.Exit(EXIT_FINISHED)
+
+
+def _dataset_line(summary: Summary) -> str:
+    if summary.dataset is None:
+        return f"dataset refused: Silent share {summary.actions.silent_share:.1%}"
+    dataset = summary.dataset
+    return f"dataset {dataset.path}: {dataset.rows} conversations, {dataset.steps} steps"
 
 
 def _video_pool(folder: Path | None, benchmark: str | None) -> list[Path]:

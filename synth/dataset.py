@@ -15,6 +15,10 @@ sequence once instead of once per later step.
 
 Images are absolute paths (ms-swift's documentation prefers them; relative ones would be
 opened from the trainer's working directory), so the dataset is valid where it was written.
+
+With `frame_label` (off by default), each `<image>` tag follows its frame's time label, as
+the harness's chat adapters lay out a frame (adapters/chat_prompts.py, FRAME_LABEL
+"Frame at {t:g}s:"): a model tuned on it is served with their default `frame_label`.
 """
 
 from __future__ import annotations
@@ -55,15 +59,21 @@ def answerable_questions(trajectory: Trajectory) -> tuple[SynthQuestion, ...]:
     )
 
 
-def dataset_row(trajectory: Trajectory, system_prompt: str | None = None) -> dict[str, Any]:
-    """The trajectory's conversation in ms-swift's standard format: messages and images."""
+def dataset_row(
+    trajectory: Trajectory, system_prompt: str | None = None, frame_label: str | None = None
+) -> dict[str, Any]:
+    """The trajectory's conversation in ms-swift's standard format: messages and images.
+    `frame_label` ({t}: the frame's time in seconds) goes before each frame's tag."""
     messages: list[dict[str, str]] = []
     if system_prompt is not None:
         messages.append({"role": "system", "content": system_prompt})
     images: list[str] = []
     steps = zip(trajectory.segments, trajectory.actions, strict=True)
     for position, (segment, action) in enumerate(steps):
-        user = IMAGE_TAG * len(segment.frames)
+        if frame_label is None:
+            user = IMAGE_TAG * len(segment.frames)
+        else:
+            user = "".join(frame_label.format(t=t) + IMAGE_TAG for t in segment.times_s)
         if position == 0:
             user += _questions_text(answerable_questions(trajectory))
         images.extend(str(Path(frame).resolve()) for frame in segment.frames)
@@ -92,12 +102,16 @@ def media_tag_problem(row: dict[str, Any]) -> str | None:
 
 
 def write_dataset(
-    trajectories: Sequence[Trajectory], out_dir: Path, *, system_prompt: str | None = None
+    trajectories: Sequence[Trajectory],
+    out_dir: Path,
+    *,
+    system_prompt: str | None = None,
+    frame_label: str | None = None,
 ) -> DatasetResult:
     """Write `<out_dir>/train.jsonl`, one row per trajectory, in order. The trajectories
     should have passed the audit (synth/filters.py); a row whose tags and images would not
     pair is refused, since ms-swift would train on misplaced frames."""
-    rows = [dataset_row(trajectory, system_prompt) for trajectory in trajectories]
+    rows = [dataset_row(trajectory, system_prompt, frame_label) for trajectory in trajectories]
     for trajectory, row in zip(trajectories, rows, strict=True):
         problem = media_tag_problem(row)
         if problem is not None:

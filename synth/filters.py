@@ -7,17 +7,24 @@ dropped, with one reason (the first that applies, in this order):
    Silent and the video teaches nothing about when to respond.
 2. `malformed`: the stages' outputs do not fit together (relevance matrix, actions and
    questions of different sizes), a response is empty or a silence token, a step has no
-   frame, a frame file is missing, or the row's `<image>` tags would not pair with its
-   images (a model's text holding a media tag).
+   frame, a frame file is missing or has no time, or the row's `<image>` tags would not
+   pair with its images (a model's text holding a media tag).
 3. `temporally_inconsistent`: segments out of order or overlapping (a frame would reach a
-   step before its time), an action for another segment, a response to a question that is
-   not relevant at its step (before its evidence), or Silent where a question is relevant.
-4. `duplicate`: a near-identical trajectory was kept before it: the same video (its
-   resolved path) with the same questions and the same actions at the same steps, texts
-   compared case-, punctuation- and whitespace-insensitively.
+   step before its time), a frame timed outside its segment, an action for another
+   segment, a response to a question that is not relevant at its step (before its
+   evidence), or Silent where a question is relevant.
+4. `duplicate`: a near-identical trajectory was kept before it: the same video (the same
+   bytes, whatever its name: the sha256 of its content) with the same questions and the
+   same actions at the same steps, texts compared case-, punctuation- and
+   whitespace-insensitively.
 
 Questions with no relevant segment are not a reason to drop a video: the conversation
 leaves them out (dataset.answerable_questions).
+
+Then the kept trajectories are audited as a whole: a dataset whose share of Silent steps
+lies outside `SilentShareBounds` is refused (`AuditResult.refused`), since it would teach
+the wrong policy: respond at every step (a model that calls every segment relevant), or
+hardly ever.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from streameval.adapters.chat_prompts import is_silence
+from streameval.core.frames.digest import video_digest
+from streameval.core.frames.errors import VideoDecodeError
 from streameval.synth.dataset import answerable_questions, dataset_row, media_tag_problem
-from streameval.synth.models import SILENT, Trajectory
+from streameval.synth.models import MAX_SILENT_SHARE, MIN_SILENT_SHARE, SILENT, Trajectory
 
 Reason = Literal["no_relevant_segment", "malformed", "temporally_inconsistent", "duplicate"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
@@ -39,7 +48,43 @@ REASONS: tuple[Reason, ...] = get_args(Reason)
 # this package does not import the scorer): a response that reads as one is no response.
 SILENCE_TOKENS = (SILENT, "wait", "<silent>")
 
+# Frame times are multiples of 1/fps in binary floating point: a frame that opens a segment
+# may read a hair before its start (synth/stages.py groups them with the same slack).
+_TIME_SLACK_S = 1e-6
+
 FileExists = Callable[[str], bool]
+# A video's content digest (sha256 hex) from its path; VideoDecodeError when unreadable.
+DigestOf = Callable[[str], str]
+
+
+def file_digest(video: str) -> str:
+    """The sha256 of the video's bytes, read once per version of the file in this process
+    (core/frames/digest.py remembers it by path, size, times and inode)."""
+    return video_digest(Path(video))
+
+
+@dataclass(frozen=True)
+class SilentShareBounds:
+    """The Silent steps' share of all the dataset's steps must lie in [min, max]."""
+
+    min: float = MIN_SILENT_SHARE
+    max: float = MAX_SILENT_SHARE
+
+    def problem(self, silent: int, steps: int) -> str | None:
+        """Why a dataset with `silent` Silent steps of `steps` is refused, or None. An empty
+        dataset has no share to bound."""
+        if steps == 0:
+            return None
+        share = silent / steps
+        found = f"the dataset's Silent share is {share:.1%} ({silent} of {steps} steps)"
+        if share < self.min:
+            return f"{found}, below the minimum {self.min:g} (--min-silent-share)"
+        if share > self.max:
+            return f"{found}, above the maximum {self.max:g} (--max-silent-share)"
+        return None
+
+
+DEFAULT_BOUNDS = SilentShareBounds()
 
 
 @dataclass(frozen=True)
@@ -53,6 +98,7 @@ class Dropped:
 class AuditResult:
     kept: tuple[Trajectory, ...]
     dropped: tuple[Dropped, ...]
+    refused: str | None = None  # why the kept trajectories must not be written, if they must not
 
     def counts(self) -> dict[Reason, int]:
         """Dropped trajectories per reason, every reason present."""
@@ -60,29 +106,46 @@ class AuditResult:
 
 
 def audit(
-    trajectories: Sequence[Trajectory], *, file_exists: FileExists = os.path.isfile
+    trajectories: Sequence[Trajectory],
+    *,
+    file_exists: FileExists = os.path.isfile,
+    digest_of: DigestOf = file_digest,
+    bounds: SilentShareBounds | None = None,
 ) -> AuditResult:
-    """Keep the trajectories that pass every filter, in order; record why the others fail."""
+    """Keep the trajectories that pass every filter, in order; record why the others fail;
+    with `bounds`, refuse the kept ones as a whole when their Silent share is outside."""
     kept: list[Trajectory] = []
     dropped: list[Dropped] = []
-    seen: set[tuple] = set()
+    seen: dict[tuple, str] = {}  # duplicate key -> the kept trajectory's video
     for trajectory in trajectories:
-        failure = _first_failure(trajectory, file_exists) or _duplicate(trajectory, seen)
+        failure = _first_failure(trajectory, file_exists) or _duplicate(trajectory, seen, digest_of)
         if failure is None:
             kept.append(trajectory)
         else:
             dropped.append(Dropped(trajectory.video, *failure))
-    return AuditResult(tuple(kept), tuple(dropped))
+    refused = bounds.problem(*silent_steps(kept)) if bounds is not None else None
+    return AuditResult(tuple(kept), tuple(dropped), refused)
 
 
-def _duplicate(trajectory: Trajectory, seen: set[tuple]) -> tuple[Reason, str] | None:
+def silent_steps(trajectories: Sequence[Trajectory]) -> tuple[int, int]:
+    """Silent steps and all steps of the trajectories."""
+    actions = [action for trajectory in trajectories for action in trajectory.actions]
+    return sum(action.decision == "silent" for action in actions), len(actions)
+
+
+def _duplicate(
+    trajectory: Trajectory, seen: dict[tuple, str], digest_of: DigestOf
+) -> tuple[Reason, str] | None:
     """For a valid trajectory: the failure if a near-identical one was kept before, else
     None, and its key joins the kept ones'."""
-    key = duplicate_key(trajectory)
-    if key in seen:
+    key = duplicate_key(trajectory, digest_of)
+    first = seen.get(key)
+    if first is None:
+        seen[key] = trajectory.video
+        return None
+    if os.path.abspath(first) == os.path.abspath(trajectory.video):
         return "duplicate", "a near-identical trajectory of this video was kept before"
-    seen.add(key)
-    return None
+    return "duplicate", f"a near-identical trajectory of {first}, the same video, was kept before"
 
 
 def _first_failure(trajectory: Trajectory, file_exists: FileExists) -> tuple[Reason, str] | None:
@@ -116,6 +179,10 @@ def malformed(trajectory: Trajectory, file_exists: FileExists = os.path.isfile) 
     for step, segment in enumerate(trajectory.segments):
         if not segment.frames:
             return f"step {step}: no frame"
+        if len(segment.times_s) != len(segment.frames):
+            return (
+                f"step {step}: {len(segment.times_s)} frame times for {len(segment.frames)} frames"
+            )
         missing = next((frame for frame in segment.frames if not file_exists(frame)), None)
         if missing is not None:
             return f"step {step}: frame file missing: {missing}"
@@ -154,6 +221,14 @@ def temporally_inconsistent(trajectory: Trajectory) -> str | None:
             return f"step {step}: segment ends at {segment.end_s:g}s, not after its start"
         if previous_end is not None and segment.start_s < previous_end:
             return f"step {step}: segment starts at {segment.start_s:g}s, before the last ends"
+        outside = [
+            t for t in segment.times_s if not segment.start_s - _TIME_SLACK_S <= t < segment.end_s
+        ]
+        if outside:
+            return (
+                f"step {step}: frames at {outside}s, outside its segment "
+                f"[{segment.start_s:g}s, {segment.end_s:g}s)"
+            )
         previous_end = segment.end_s
     for step, action in enumerate(trajectory.actions):
         relevant = trajectory.relevance[step]
@@ -177,7 +252,7 @@ def _when_relevant(trajectory: Trajectory, question: int, step: int) -> str:
     return "which is not relevant at this step"
 
 
-def duplicate_key(trajectory: Trajectory) -> tuple:
+def duplicate_key(trajectory: Trajectory, digest_of: DigestOf = file_digest) -> tuple:
     """What two near-identical trajectories share: video, questions asked, actions."""
     texts = {question.index: normalise(question.text) for question in trajectory.questions}
     actions = tuple(
@@ -187,7 +262,16 @@ def duplicate_key(trajectory: Trajectory) -> tuple:
         for action in trajectory.actions
     )
     asked = tuple(normalise(question.text) for question in answerable_questions(trajectory))
-    return str(Path(trajectory.video).resolve()), asked, actions
+    return video_identity(trajectory.video, digest_of), asked, actions
+
+
+def video_identity(video: str, digest_of: DigestOf = file_digest) -> str:
+    """The video's content digest: two names of the same bytes (a copy, a link) are one
+    video. A video no longer readable falls back to its resolved path."""
+    try:
+        return "sha256:" + digest_of(video)
+    except VideoDecodeError:
+        return "path:" + str(Path(video).resolve())
 
 
 def normalise(text: str) -> str:

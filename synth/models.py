@@ -15,6 +15,12 @@ from pydantic import BaseModel, ConfigDict
 # The taxonomy of the paper (seed 002, Appendix A.1, Table 5); definitions in synth/taxonomy.py.
 Category = Literal["IV", "MD", "TA", "AM", "DED"]
 SILENT = "Silent"  # the literal assistant turn of a step with nothing to say
+# The Silent share's default bounds (docs/synth.md). Lower: RealStreamEval's FAR verbosity
+# multiplier (seed 002, Eq. 4) is 1.0 only for an answer rate below 0.4, so a dataset that
+# responds at 40% of its steps or more teaches a penalised rate. Upper: ours (the paper
+# states none): past 95% a constant Silent is right on all but 1 step in 20 of the targets.
+MIN_SILENT_SHARE = 0.6
+MAX_SILENT_SHARE = 0.95
 
 
 class _Frozen(BaseModel):
@@ -28,6 +34,7 @@ class Segment(_Frozen):
     start_s: float
     end_s: float
     frames: tuple[str, ...]  # JPEG paths of the frames sampled in [start_s, end_s)
+    times_s: tuple[float, ...]  # each frame's time in the video (its optional label)
 
 
 class SynthQuestion(_Frozen):

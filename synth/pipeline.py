@@ -24,11 +24,13 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
+from streameval.adapters.chat_prompts import FRAME_LABEL
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.types import ImageRules
 from streameval.synth.client import CallFailed, ModelClient, ModelSettings
-from streameval.synth.models import Trajectory
+from streameval.synth.filters import SilentShareBounds
+from streameval.synth.models import MAX_SILENT_SHARE, MIN_SILENT_SHARE, Trajectory
 from streameval.synth.rollout import roll_out, tie_breaker
 from streameval.synth.stages import SampledVideo, Stages
 from streameval.synth.summary import Summary, write_stage5
@@ -47,6 +49,9 @@ class SynthOptions:
     seed: int = 0  # the model's sampling seed and the roll-out's tie-breaks
     max_width: int = ImageRules.max_width
     max_images: int = 16  # per call of stages 1, 2 and 4
+    min_silent_share: float = MIN_SILENT_SHARE  # the audit's bounds on the dataset's share
+    max_silent_share: float = MAX_SILENT_SHARE
+    time_labels: bool = False  # "Frame at {t:g}s:" before each frame of the dataset's rows
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,13 @@ async def synthesise(
             on_error(skip.error)
     finally:
         await client.aclose()
-    result.summary = write_stage5(result.trajectories, out)
+    result.summary = write_stage5(
+        result.trajectories,
+        out,
+        bounds=SilentShareBounds(options.min_silent_share, options.max_silent_share),
+        frame_label=FRAME_LABEL if options.time_labels else None,
+        digest_of=lambda video: cache.digest(Path(video)),  # remembered from sampling its frames
+    )
     _write_manifest(out, model, options, result)
     return result
 
@@ -130,6 +141,7 @@ async def synthesise_video(
 def _write_manifest(
     out: Path, model: ModelSettings, options: SynthOptions, result: SynthResult
 ) -> None:
+    dataset = result.summary.dataset if result.summary else None
     manifest = {
         "streameval": version("streameval"),
         "model": {"base_url": model.base_url, "model": model.model, "retries": model.retries},
@@ -137,6 +149,7 @@ def _write_manifest(
         "videos": result.videos,
         "trajectories": len(result.trajectories),
         "skipped": [asdict(skip) for skip in result.skipped],
-        "dataset_sha256": result.summary.dataset.sha256 if result.summary else None,
+        "dataset_sha256": dataset.sha256 if dataset else None,
+        "refused": result.summary.refused if result.summary else None,
     }
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

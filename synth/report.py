@@ -44,7 +44,7 @@ def write_report(summary: dict[str, Any], path: Path) -> None:
 
 def render_report(summary: dict[str, Any]) -> str:
     sections = [
-        _dataset_section(summary["dataset"]),
+        _dataset_section(summary["dataset"], summary["refused"]),
         _videos_section(summary["videos"]),
         _categories_section(summary["categories"], summary["videos"]["kept"]),
         _actions_section(summary["actions"]),
@@ -59,7 +59,12 @@ def render_report(summary: dict[str, Any]) -> str:
     )
 
 
-def _dataset_section(dataset: dict[str, Any]) -> str:
+def _dataset_section(dataset: dict[str, Any] | None, refused: str | None) -> str:
+    if dataset is None:
+        return (
+            '<h2 id="dataset">Dataset</h2>\n'
+            f"<p><strong>Refused, not written:</strong> {escape(refused or '')}.</p>"
+        )
     rows = [
         ("file", f"<code>{escape(dataset['path'])}</code>"),
         ("sha256", f"<code>{escape(dataset['sha256'])}</code>"),
@@ -101,8 +106,19 @@ def _actions_section(actions: dict[str, Any]) -> str:
         ("all", _number(steps), ""),
     ]
     share = actions["silent_share"]
-    text = "" if share is None else f"<p>Silent share: {share * 100:.1f}%</p>\n"
-    return '<h2 id="actions">Actions</h2>\n' + text + _table(("action", "steps", "share"), rows)
+    bounds = (
+        f"(bounds {actions['silent_share_min'] * 100:g}% to {actions['silent_share_max'] * 100:g}%)"
+    )
+    shown = "–" if share is None else f"{share * 100:.1f}%"
+    per_trajectory = [
+        ("Silent share per trajectory", *_stats_cells(actions["silent_share_per_trajectory"]))
+    ]
+    return (
+        '<h2 id="actions">Actions</h2>\n'
+        f"<p>Silent share: {shown} {bounds}</p>\n"
+        + _table(("action", "steps", "share"), rows)
+        + _table(("", "count", "total", "mean", "min", "max"), per_trajectory)
+    )
 
 
 def _durations_section(summary: dict[str, Any]) -> str:

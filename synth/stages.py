@@ -73,6 +73,7 @@ class SampledVideo:
                 start_s=t * segment_s,
                 end_s=min((t + 1) * segment_s, frames.duration_s),
                 frames=tuple(str(frames.path(ref)) for ref in group),
+                times_s=tuple(ref.t for ref in group),
             )
             for t, group in enumerate(refs)
         )

@@ -4,6 +4,10 @@ The summary describes what went into the dataset: videos in, kept and dropped pe
 the category distribution, durations, the Silent share of the actions and how often each
 question was answered. Everything but the dropped list is computed over the kept
 trajectories, i.e. over what the model is fine-tuned on.
+
+A dataset the audit refuses as a whole (its Silent share out of bounds) is not written:
+`train.jsonl` is removed (an earlier run's would not match this summary), the summary says
+why (`refused`) and still shows every count, so the share can be seen and judged.
 """
 
 from __future__ import annotations
@@ -15,15 +19,30 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from streameval.synth.dataset import DatasetResult, answerable_questions, write_dataset
-from streameval.synth.filters import AuditResult, FileExists, Reason, audit
+from streameval.synth.dataset import (
+    DATASET_FILE,
+    DatasetResult,
+    answerable_questions,
+    write_dataset,
+)
+from streameval.synth.filters import (
+    DEFAULT_BOUNDS,
+    AuditResult,
+    DigestOf,
+    FileExists,
+    Reason,
+    SilentShareBounds,
+    audit,
+    file_digest,
+    silent_steps,
+)
 from streameval.synth.models import Category, Trajectory
 from streameval.synth.report import write_report
 from streameval.synth.taxonomy import CATEGORIES
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"
-FORMAT = "streameval-synth-summary/1"
+FORMAT = "streameval-synth-summary/2"  # 2: the Silent share's bounds, `refused`
 
 
 class _Model(BaseModel):
@@ -58,6 +77,9 @@ class Actions(_Model):
     silent: int
     respond: int
     silent_share: float | None  # silent / steps
+    silent_share_min: float  # the bounds the audit held the share to
+    silent_share_max: float
+    silent_share_per_trajectory: Stats  # each kept trajectory's own share
 
 
 class Questions(_Model):
@@ -75,7 +97,8 @@ class DroppedVideo(_Model):
 
 class Summary(_Model):
     format: str = FORMAT
-    dataset: DatasetFile
+    refused: str | None  # why the dataset was not written (the audit's one line), if it was not
+    dataset: DatasetFile | None  # None when refused
     videos: Videos
     categories: dict[Category, int]  # kept videos per category, every category present
     video_duration_s: Stats
@@ -90,26 +113,43 @@ def write_stage5(
     trajectories: Sequence[Trajectory],
     out_dir: Path,
     *,
+    bounds: SilentShareBounds = DEFAULT_BOUNDS,
     system_prompt: str | None = None,
+    frame_label: str | None = None,
     file_exists: FileExists = os.path.isfile,
+    digest_of: DigestOf = file_digest,
 ) -> Summary:
-    """Audit the trajectories, write the kept ones as `<out_dir>/train.jsonl`, and the
-    summary as `<out_dir>/summary.json` and `<out_dir>/report.html`."""
-    result = audit(trajectories, file_exists=file_exists)
-    dataset = write_dataset(result.kept, out_dir, system_prompt=system_prompt)
-    summary = summarise(len(trajectories), result, dataset)
+    """Audit the trajectories, write the kept ones as `<out_dir>/train.jsonl` unless the
+    audit refuses them, and the summary as `<out_dir>/summary.json` and `report.html`."""
+    result = audit(trajectories, file_exists=file_exists, digest_of=digest_of, bounds=bounds)
+    if result.refused is None:
+        dataset = write_dataset(
+            result.kept, out_dir, system_prompt=system_prompt, frame_label=frame_label
+        )
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / DATASET_FILE).unlink(missing_ok=True)
+        dataset = None
+    summary = summarise(len(trajectories), result, dataset, bounds)
     (out_dir / SUMMARY_FILE).write_text(summary.model_dump_json(indent=2) + "\n", "utf-8")
     write_report(summary.model_dump(mode="json"), out_dir / REPORT_FILE)
     return summary
 
 
-def summarise(received: int, result: AuditResult, dataset: DatasetResult) -> Summary:
+def summarise(
+    received: int,
+    result: AuditResult,
+    dataset: DatasetResult | None,
+    bounds: SilentShareBounds,
+) -> Summary:
     kept = result.kept
-    actions = [action for trajectory in kept for action in trajectory.actions]
-    silent = sum(action.decision == "silent" for action in actions)
+    silent, steps = silent_steps(kept)
     responses = _responses_per_asked_question(kept)
     return Summary(
-        dataset=DatasetFile(
+        refused=result.refused,
+        dataset=None
+        if dataset is None
+        else DatasetFile(
             path=str(dataset.path),
             sha256=dataset.sha256,
             rows=dataset.rows,
@@ -127,10 +167,13 @@ def summarise(received: int, result: AuditResult, dataset: DatasetResult) -> Sum
         trajectory_duration_s=stats([t.segments[-1].end_s - t.segments[0].start_s for t in kept]),
         trajectory_steps=stats([len(t.actions) for t in kept]),
         actions=Actions(
-            steps=len(actions),
+            steps=steps,
             silent=silent,
-            respond=len(actions) - silent,
-            silent_share=round(silent / len(actions), 4) if actions else None,
+            respond=steps - silent,
+            silent_share=round(silent / steps, 4) if steps else None,
+            silent_share_min=bounds.min,
+            silent_share_max=bounds.max,
+            silent_share_per_trajectory=stats([_silent_share(t) for t in kept]),
         ),
         questions=Questions(
             generated=sum(len(t.questions) for t in kept),
@@ -142,6 +185,11 @@ def summarise(received: int, result: AuditResult, dataset: DatasetResult) -> Sum
             DroppedVideo(video=d.video, reason=d.reason, detail=d.detail) for d in result.dropped
         ],
     )
+
+
+def _silent_share(trajectory: Trajectory) -> float:
+    silent, steps = silent_steps([trajectory])
+    return silent / steps  # a kept trajectory has a step
 
 
 def _responses_per_asked_question(kept: Sequence[Trajectory]) -> list[int]:

@@ -68,7 +68,13 @@ def make_trajectory(
         category=category,
         questions=tuple(SynthQuestion(index=k, text=text) for k, text in enumerate(questions)),
         segments=tuple(
-            Segment(index=t, start_s=SEGMENT_S * t, end_s=SEGMENT_S * (t + 1), frames=tuple(paths))
+            Segment(
+                index=t,
+                start_s=SEGMENT_S * t,
+                end_s=SEGMENT_S * (t + 1),
+                frames=tuple(paths),
+                times_s=tuple(SEGMENT_S * t + 2.0 * i for i in range(len(paths))),
+            )
             for t, paths in enumerate(frames)
         ),
         relevance=relevance,
