@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import jsonschema
 import pytest
 from PIL import Image
 
+from streameval.adapters.chat_prompts import FRAME_LABEL
 from streameval.synth.dataset import DATASET_FILE, dataset_row, write_dataset
+from streameval.synth.filters import SilentShareBounds
 from streameval.synth.models import Action, Segment, SynthQuestion, Trajectory
 from streameval.synth.summary import REPORT_FILE, SUMMARY_FILE, Summary, write_stage5
 
@@ -120,6 +123,28 @@ def test_row_is_one_conversation_per_video_with_a_turn_per_step(tmp_path: Path) 
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [DATASET_FILE]
 
 
+def test_time_labels_precede_each_frame_when_asked(tmp_path: Path) -> None:
+    """The harness's frame label, each frame's time in the video: off by default."""
+    trajectory = make_trajectory(tmp_path / "frames")  # frames at 0 2 | 4 6 | 8 10 s
+    labelled = write_dataset([trajectory], tmp_path / "labelled", frame_label=FRAME_LABEL)
+    plain = write_dataset([trajectory], tmp_path / "plain")
+
+    (row,) = read_rows(labelled.path)
+    assert [m["content"] for m in row["messages"] if m["role"] == "user"] == [
+        "Frame at 0s:<image>Frame at 2s:<image>Questions about this live video:\n"
+        "1. What colour is the kettle?",
+        "Frame at 4s:<image>Frame at 6s:<image>",
+        "Frame at 8s:<image>Frame at 10s:<image>",
+    ]
+    (unlabelled,) = read_rows(plain.path)
+    assert "Frame at" not in plain.path.read_text()
+    assert row["images"] == unlabelled["images"]
+    assert [m for m in row["messages"] if m["role"] == "assistant"] == [
+        m for m in unlabelled["messages"] if m["role"] == "assistant"
+    ]
+    jsonschema.validate(row, SCHEMA)
+
+
 def test_no_turn_sees_a_frame_after_its_step(tmp_path: Path) -> None:
     """The images before assistant turn t are exactly the frames of segments 0..t."""
     trajectory = make_trajectory(
@@ -196,6 +221,10 @@ def test_write_dataset_refuses_a_media_tag_in_a_models_text(tmp_path: Path) -> N
 # ----------------------------------------------------------------------- summary and report
 
 
+# stage5_inputs' kept videos respond at 5 of their 9 steps: below the default bounds.
+BOUNDS = SilentShareBounds(min=0.4, max=0.95)
+
+
 def stage5_inputs(folder: Path) -> list[Trajectory]:
     """Three kept videos (one with a question answered twice, one with an unanswerable
     question), one all-Silent, one malformed, one duplicate."""
@@ -222,7 +251,7 @@ def stage5_inputs(folder: Path) -> list[Trajectory]:
 
 
 def test_summary_counts_are_exact(tmp_path: Path) -> None:
-    summary = write_stage5(stage5_inputs(tmp_path / "frames"), tmp_path / "out")
+    summary = write_stage5(stage5_inputs(tmp_path / "frames"), tmp_path / "out", bounds=BOUNDS)
 
     written = Summary.model_validate_json((tmp_path / "out" / SUMMARY_FILE).read_text())
     assert written == summary
@@ -267,7 +296,23 @@ def test_summary_counts_are_exact(tmp_path: Path) -> None:
         '{"count": 3, "total": 9, "mean": 3.0, "min": 2, "max": 4}'
     )
     # actions: kitchen S R S, street R R R S, garden S R
-    assert data["actions"] == {"steps": 9, "silent": 4, "respond": 5, "silent_share": 0.4444}
+    # Silent shares: kitchen 2/3, street 1/4, garden 1/2
+    assert data["actions"] == {
+        "steps": 9,
+        "silent": 4,
+        "respond": 5,
+        "silent_share": 0.4444,
+        "silent_share_min": 0.4,
+        "silent_share_max": 0.95,
+        "silent_share_per_trajectory": {
+            "count": 3,
+            "total": 1.417,
+            "mean": 0.4722,
+            "min": 0.25,
+            "max": 0.667,
+        },
+    }
+    assert (data["format"], data["refused"]) == ("streameval-synth-summary/2", None)
     # asked: kitchen q0 (1 response), street q0 (2) and q1 (1), garden q0 (1); kitchen's q1 left out
     assert data["questions"] == {
         "generated": 5,
@@ -310,6 +355,39 @@ def test_summary_of_nothing_kept(tmp_path: Path) -> None:
     assert ["Silent", "0", "0.0%"] in page.rows
 
 
+def test_a_dataset_out_of_bounds_is_refused_and_not_written(tmp_path: Path) -> None:
+    """Every step responds (a model that calls every segment relevant): the summary and
+    the report say so, train.jsonl is not written, and an earlier run's is removed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / DATASET_FILE).write_text('{"earlier": "run"}\n')
+    (out / "trajectories.jsonl").write_text("kept\n")
+    always = [
+        make_trajectory(tmp_path / "frames", video=name, relevance=((True, False), (True, True)))
+        for name in ("a", "b")
+    ]
+    summary = write_stage5(always, out)
+
+    refusal = (
+        "the dataset's Silent share is 0.0% (0 of 4 steps), below the minimum 0.6 "
+        "(--min-silent-share)"
+    )
+    assert (summary.refused, summary.dataset) == (refusal, None)
+    assert (summary.videos.kept, summary.actions.steps, summary.actions.silent_share) == (2, 4, 0.0)
+    assert (summary.actions.silent_share_min, summary.actions.silent_share_max) == (0.6, 0.95)
+    assert not (out / DATASET_FILE).exists()
+    assert (out / "trajectories.jsonl").read_text() == "kept\n"
+    assert Summary.model_validate_json((out / SUMMARY_FILE).read_text()) == summary
+    html = (out / REPORT_FILE).read_text(encoding="utf-8")
+    assert f"<strong>Refused, not written:</strong> {escape(refusal)}." in html
+    assert "<p>Silent share: 0.0% (bounds 60% to 95%)</p>" in html
+
+    # Bounds that admit it write it.
+    admitted = write_stage5(always, out, bounds=SilentShareBounds(min=0.0, max=0.95))
+    assert admitted.refused is None and admitted.dataset is not None
+    assert admitted.dataset.rows == len(read_rows(out / DATASET_FILE)) == 2
+
+
 class Page(HTMLParser):
     """The report's headings and table rows as text, and every element's tag."""
 
@@ -348,7 +426,7 @@ def test_report_shows_the_summary(tmp_path: Path) -> None:
     inputs = stage5_inputs(tmp_path / "frames")
     # A file name with markup in it must come out as text.
     inputs[4] = inputs[4].model_copy(update={"video": "/videos/<b>broken</b> & co.mp4"})
-    summary = write_stage5(inputs, tmp_path / "out")
+    summary = write_stage5(inputs, tmp_path / "out", bounds=BOUNDS)
 
     html = (tmp_path / "out" / REPORT_FILE).read_text(encoding="utf-8")
     page = Page()
@@ -374,6 +452,8 @@ def test_report_shows_the_summary(tmp_path: Path) -> None:
     assert ["DED (Dynamic Event Description)", "0", "0.0%"] in rows
     assert ["Silent", "4", "44.4%"] in rows
     assert ["respond", "5", "55.6%"] in rows
+    assert "<p>Silent share: 44.4% (bounds 40% to 95%)</p>" in html
+    assert ["Silent share per trajectory", "3", "1.417", "0.4722", "0.25", "0.667"] in rows
     assert ["video duration (s)", "3", "40.5", "13.5", "9.5", "17.5"] in rows
     assert ["steps per trajectory", "3", "9", "3.0", "2", "4"] in rows
     assert ["responses per asked question", "4", "5", "1.25", "1", "2"] in rows
