@@ -3,20 +3,26 @@ reason and detail, the order of the reasons and the exact counts."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from streameval.synth.filters import (
+    SilentShareBounds,
     audit,
     duplicate_key,
     is_silence_token,
     malformed,
     normalise,
     temporally_inconsistent,
+    video_identity,
 )
 from streameval.synth.models import Action, Segment, Trajectory
 from tests.test_synth_dataset import make_trajectory
+from tests.timeline_fixtures import write_video
 
 
 def replace_action(trajectory: Trajectory, step: int, action: Action) -> Trajectory:
@@ -127,6 +133,9 @@ def test_malformed_structure(tmp_path: Path) -> None:
         == "step 0: a Silent action with a question or a response"
     )
     assert malformed(replace_segment(base, 2, frames=())) == "step 2: no frame"
+    assert (
+        malformed(replace_segment(base, 1, times_s=(4.0,))) == "step 1: 1 frame times for 2 frames"
+    )
     assert malformed(base.model_copy(update={"segments": ()})) == "no segments"
 
 
@@ -164,6 +173,10 @@ def test_temporally_inconsistent(tmp_path: Path) -> None:
         "step 1: segment starts at 3s, before the last ends": replace_segment(base, 1, start_s=3.0),
         "step 2: segment ends at 8s, not after its start": replace_segment(base, 2, end_s=8.0),
         "step 1: segment numbered 2": replace_segment(base, 1, index=2),
+        # A frame labelled with a later time than its step's: its label would lie.
+        "step 1: frames at [8.0]s, outside its segment [4s, 8s)": replace_segment(
+            base, 1, times_s=(4.0, 8.0)
+        ),
     }
     for detail, trajectory in cases.items():
         assert malformed(trajectory) is None
@@ -216,3 +229,80 @@ def test_a_dropped_trajectory_does_not_hide_a_later_copy(tmp_path: Path) -> None
 def test_normalise() -> None:
     assert normalise("  The KETTLE, is red!\n") == "the kettle is red"
     assert normalise("Two-thirds") == "two thirds"
+
+
+def test_same_bytes_under_another_name_is_a_duplicate(tmp_path: Path) -> None:
+    """A real copy (not a link: its own inode) of a PyAV video is the same video."""
+    original, copy, other = tmp_path / "a.mp4", tmp_path / "copy of a.mp4", tmp_path / "b.mp4"
+    write_video(original, seconds=4)
+    shutil.copyfile(original, copy)
+    write_video(other, seconds=5)
+    assert os.stat(original).st_ino != os.stat(copy).st_ino
+    digest = hashlib.sha256(original.read_bytes()).hexdigest()
+    assert video_identity(str(copy)) == video_identity(str(original)) == f"sha256:{digest}"
+
+    base = make_trajectory(tmp_path / "frames")
+    named = [base.model_copy(update={"video": str(path)}) for path in (original, copy, other)]
+    result = audit(named)
+    assert [t.video for t in result.kept] == [str(original), str(other)]
+    assert [(d.video, d.reason, d.detail) for d in result.dropped] == [
+        (
+            str(copy),
+            "duplicate",
+            f"a near-identical trajectory of {original}, the same video, was kept before",
+        )
+    ]
+    assert result.counts()["duplicate"] == 1
+
+
+def test_a_video_no_longer_there_is_told_apart_by_its_path(tmp_path: Path) -> None:
+    assert video_identity("/videos/gone.mp4") == "path:/videos/gone.mp4"
+
+
+@pytest.mark.parametrize(
+    ("silent", "steps", "refused"),
+    [
+        (
+            0,
+            6,
+            "the dataset's Silent share is 0.0% (0 of 6 steps), below the minimum 0.6 "
+            "(--min-silent-share)",
+        ),
+        (
+            5,
+            9,
+            "the dataset's Silent share is 55.6% (5 of 9 steps), below the minimum 0.6 "
+            "(--min-silent-share)",
+        ),
+        (3, 5, None),  # 60%: the bounds are inclusive
+        (19, 20, None),  # 95%
+        (
+            20,
+            21,
+            "the dataset's Silent share is 95.2% (20 of 21 steps), above the maximum 0.95 "
+            "(--max-silent-share)",
+        ),
+    ],
+)
+def test_silent_share_bounds(tmp_path: Path, silent: int, steps: int, refused: str | None) -> None:
+    # One trajectory: Silent first, then a response at every step (relevant from there on).
+    relevance = tuple((step >= silent, False) for step in range(steps))
+    trajectory = make_trajectory(tmp_path, relevance=relevance, per_segment=1)
+    result = audit([trajectory], bounds=SilentShareBounds())
+    assert result.kept == (trajectory,)
+    assert result.refused == refused
+
+
+def test_bounds_are_over_the_kept_trajectories(tmp_path: Path) -> None:
+    """All respond (0% Silent) in one, a dropped all-Silent one does not make up for it;
+    without bounds nothing is refused."""
+    always = make_trajectory(tmp_path, video="always", relevance=((True, False), (False, True)))
+    never = make_trajectory(tmp_path, video="never", relevance=((False, False),) * 8)
+    result = audit([always, never], bounds=SilentShareBounds(min=0.5, max=1.0))
+    assert [d.reason for d in result.dropped] == ["no_relevant_segment"]
+    assert result.refused == (
+        "the dataset's Silent share is 0.0% (0 of 2 steps), below the minimum 0.5 "
+        "(--min-silent-share)"
+    )
+    assert audit([always, never]).refused is None
+    assert audit([never], bounds=SilentShareBounds()).refused is None  # no step kept
