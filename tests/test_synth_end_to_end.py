@@ -69,6 +69,9 @@ def test_a_folder_of_videos_becomes_trajectories_a_dataset_and_a_summary(tmp_pat
             "64",
             "--seed",
             "3",
+            # These short videos respond at 5 of their 7 steps.
+            "--min-silent-share",
+            "0.25",
             "--json",
             cwd=tmp_path,
         )
@@ -143,8 +146,98 @@ def test_a_folder_of_videos_becomes_trajectories_a_dataset_and_a_summary(tmp_pat
         "seed": 3,
         "max_width": 64,
         "max_images": 16,
+        "min_silent_share": 0.25,
+        "max_silent_share": 0.95,
+        "time_labels": False,
     }
     assert manifest["dataset_sha256"] == summary["dataset"]["sha256"]
+    assert manifest["refused"] is None
+    assert "Frame at" not in (out / "train.jsonl").read_text()
+
+
+def test_a_copy_under_another_name_is_one_video_and_labels_are_asked_for(tmp_path: Path) -> None:
+    """A byte-identical copy gets the same trajectory (same frames, same seed): one row."""
+    videos = tmp_path / "videos"
+    write_video(videos / "a.mp4", seconds=8)  # 4 segments: S R S S (75% Silent)
+    (videos / "b.mp4").write_bytes((videos / "a.mp4").read_bytes())
+    out = tmp_path / "out"
+    with FakeOpenAIServer(ScriptedModel(relevant={(2.0, 0)})) as server:
+        done = synth_on(
+            server,
+            out,
+            "--videos",
+            str(videos),
+            "--questions",
+            "2",
+            "--max-width",
+            "64",
+            "--time-labels",
+            cwd=tmp_path,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == [
+        "2 videos: 2 trajectories, 0 skipped",
+        f"dataset {out / 'train.jsonl'}: 1 conversations, 4 steps (1 videos dropped by the audit)",
+    ]
+    a, b = jsonl(out / "trajectories.jsonl")
+    assert {k: v for k, v in a.items() if k != "video"} == {
+        k: v for k, v in b.items() if k != "video"
+    }
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["videos"]["dropped_by_reason"]["duplicate"] == 1
+    assert summary["dropped"] == [
+        {
+            "video": str(videos / "b.mp4"),
+            "reason": "duplicate",
+            "detail": f"a near-identical trajectory of {videos / 'a.mp4'}, the same video, "
+            "was kept before",
+        }
+    ]
+    assert summary["actions"]["silent_share"] == 0.75
+    (row,) = jsonl(out / "train.jsonl")
+    assert [m["content"] for m in row["messages"] if m["role"] == "user"] == [
+        "Frame at 0s:<image>Questions about this live video:\n1. How many grey frames?",
+        "Frame at 2s:<image>",
+        "Frame at 4s:<image>",
+        "Frame at 6s:<image>",
+    ]
+    assert json.loads((out / "synth.json").read_text())["options"]["time_labels"] is True
+
+
+def test_a_dataset_that_always_responds_is_refused(tmp_path: Path) -> None:
+    """A model that calls every segment relevant: 0% Silent. One error line, exit 5, no
+    train.jsonl; the trajectories, the calls and the summary stay."""
+    videos = tmp_path / "videos"
+    write_video(videos / "a.mp4", seconds=6)  # 3 segments
+    out = tmp_path / "out"
+    everything = {(start, k) for start in (0.0, 2.0, 4.0) for k in (0, 1)}
+    with FakeOpenAIServer(ScriptedModel(relevant=everything)) as server:
+        done = synth_on(
+            server,
+            out,
+            "--videos",
+            str(videos),
+            "--questions",
+            "2",
+            "--max-width",
+            "64",
+            cwd=tmp_path,
+        )
+    assert done.returncode == 5
+    assert done.stderr.splitlines() == [
+        "error: dataset refused: the dataset's Silent share is 0.0% (0 of 3 steps), below the "
+        "minimum 0.6 (--min-silent-share); train.jsonl not written"
+    ]
+    assert done.stdout.splitlines()[1] == (
+        "dataset refused: Silent share 0.0% (0 videos dropped by the audit)"
+    )
+    assert not (out / "train.jsonl").exists()
+    assert len(jsonl(out / "trajectories.jsonl")) == 1
+    assert len(jsonl(out / "calls.jsonl")) == 2 + 3 * 2 + 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["dataset"], summary["actions"]["silent_share"]) == (None, 0.0)
+    manifest = json.loads((out / "synth.json").read_text())
+    assert manifest["refused"] == summary["refused"] and manifest["dataset_sha256"] is None
 
 
 def test_a_benchmarks_videos_each_once(tmp_path: Path) -> None:
@@ -240,6 +333,34 @@ def test_a_benchmarks_videos_each_once(tmp_path: Path) -> None:
                 "0",
             ],
             "error: --questions must be at least 1, got 0",
+        ),
+        (
+            [
+                "--videos",
+                "{tmp}",
+                "--model-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "--max-silent-share",
+                "1.5",
+            ],
+            "error: --max-silent-share is a share of the steps, from 0 to 1, got 1.5",
+        ),
+        (
+            [
+                "--videos",
+                "{tmp}",
+                "--model-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "--min-silent-share",
+                "0.8",
+                "--max-silent-share",
+                "0.7",
+            ],
+            "error: --min-silent-share 0.8 is above --max-silent-share 0.7",
         ),
     ],
 )
