@@ -227,6 +227,7 @@ async def test_each_stage_sends_its_frames_and_reads_its_reply(tmp_path: Path) -
 
     assert [s.index for s in trajectory.segments] == [0, 1, 2, 3]
     assert [(s.start_s, s.end_s) for s in trajectory.segments] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert [s.times_s for s in trajectory.segments] == [(0.0,), (2.0,), (4.0,), (6.0,)]
     assert trajectory.category == "TA" and trajectory.duration_s == 8.0
     assert [q.text for q in trajectory.questions] == QUESTIONS
     assert trajectory.relevance == ((False, False), (True, False), (False, True), (True, True))
