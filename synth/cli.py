@@ -52,11 +52,11 @@ def synth(
     limit: Annotated[int | None, typer.Option(help="At most this many videos.")] = None,
     min_silent_share: Annotated[
         float,
-        typer.Option("--min-silent-share", help="Refuse a dataset with fewer Silent steps."),
+        typer.Option("--min-silent-share", help="Refuse a dataset whose Silent share is lower."),
     ] = MIN_SILENT_SHARE,
     max_silent_share: Annotated[
         float,
-        typer.Option("--max-silent-share", help="Refuse a dataset with more Silent steps."),
+        typer.Option("--max-silent-share", help="Refuse a dataset whose Silent share is higher."),
     ] = MAX_SILENT_SHARE,
     time_labels: Annotated[
         bool,
