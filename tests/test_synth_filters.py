@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from streameval.core.frames import digest as digest_module
 from streameval.synth.filters import (
     SilentShareBounds,
     audit,
@@ -253,6 +254,28 @@ def test_same_bytes_under_another_name_is_a_duplicate(tmp_path: Path) -> None:
         )
     ]
     assert result.counts()["duplicate"] == 1
+
+
+def test_each_video_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest is remembered per version of the file (path, inode, size, times), as the
+    frame cache's is: a second audit reads no video again."""
+    monkeypatch.setattr(digest_module, "_digests", {})  # as in a new process
+    monkeypatch.setattr(digest_module, "DIGEST_SETTLED_NS", -(10**12))  # seconds-old files
+    read: list[str] = []
+    hash_file = digest_module.file_sha256
+
+    def counting(path: Path) -> str:
+        read.append(Path(path).name)
+        return hash_file(path)
+
+    monkeypatch.setattr(digest_module, "file_sha256", counting)
+    write_video(tmp_path / "a.mp4", seconds=4)
+    shutil.copyfile(tmp_path / "a.mp4", tmp_path / "b.mp4")
+    base = make_trajectory(tmp_path / "frames")
+    named = [base.model_copy(update={"video": str(tmp_path / name)}) for name in ("a.mp4", "b.mp4")]
+    first, second = audit(named), audit(named)
+    assert first == second and [d.reason for d in first.dropped] == ["duplicate"]
+    assert read == ["a.mp4", "b.mp4"]
 
 
 def test_a_video_no_longer_there_is_told_apart_by_its_path(tmp_path: Path) -> None:
