@@ -17,8 +17,8 @@ Category = Literal["IV", "MD", "TA", "AM", "DED"]
 SILENT = "Silent"  # the literal assistant turn of a step with nothing to say
 # The Silent share's default bounds (docs/synth.md). Lower: RealStreamEval's FAR verbosity
 # multiplier (seed 002, Eq. 4) is 1.0 only for an answer rate below 0.4, so a dataset that
-# responds at 40% of its steps or more teaches a penalised rate. Upper: ours (the paper
-# states none): past 95% a constant Silent is right on all but 1 step in 20 of the targets.
+# responds at more than 40% of its steps teaches a penalised rate (40% is the edge). Upper:
+# ours (the paper states none): past 95% a constant Silent is right on all but 1 step in 20.
 MIN_SILENT_SHARE = 0.6
 MAX_SILENT_SHARE = 0.95
 
