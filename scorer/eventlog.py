@@ -259,6 +259,7 @@ class SessionLog:
             images=len(frame_ids) if images is None and frame_ids else images,
             pixels=None,
             replayed_frames=None,
+            prefix_shared_images=None,
             input_tokens=input_tokens,
             output_tokens=None,
             started_ns=None,

@@ -254,6 +254,9 @@ class Workload(_Message):
     `frame_ids` lists every image occurrence submitted in this call, replays included. An
     `evict` record lists the frames a native adapter removed from its state to bound memory;
     its `input_tokens` are the tokens it re-prefilled to do so (0 when it did not).
+    `prefix_shared_images` (a `model_call`): how many images at the head of this call's
+    prompt the session's previous call had at the head of its own, with the same text before
+    each: the images a prefix cache could reuse (0 for a session's first call).
     """
 
     type: Literal["workload"] = "workload"
@@ -262,6 +265,7 @@ class Workload(_Message):
     images: int | None = None
     pixels: int | None = None
     replayed_frames: int | None = None
+    prefix_shared_images: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     started_ns: int | None = None
@@ -305,6 +309,7 @@ _COUNT_LIMITS = {
     "input_tokens": MAX_COUNT,
     "images": MAX_COUNT,
     "replayed_frames": MAX_COUNT,
+    "prefix_shared_images": MAX_COUNT,
     "pixels": MAX_PIXELS,
     "started_ns": MAX_NS,
     "ended_ns": MAX_NS,
