@@ -185,6 +185,13 @@ class VideoChatConfig(AdapterConfig):
                     chosen[i] = video[i]
         return chosen[0], chosen[1], chosen[2]
 
+    def most_images_per_call(self) -> int:
+        """The most images one call submits: a question's, or the largest proactive window."""
+        proactive = self.proactive_window_frames
+        if self.proactive_window == "append":
+            proactive = self.reanchor_frames
+        return max(self.qa_max_frames, proactive)
+
     def history_summary(self) -> str:
         """The history rules, declared in the hello so every result carries them."""
         if self.proactive_window == "append":
