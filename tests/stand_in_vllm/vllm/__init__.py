@@ -8,9 +8,9 @@ STAND_IN_VLLM_SCRIPT      comma-separated outcome of each `generate` call, in ca
                           (VLLMValidationError) | busy (queue full, 503) | hang (no output)
 STAND_IN_VLLM_REPLY       the text each call generates (default `A`)
 STAND_IN_VLLM_LOG         a file that gets one JSON line per engine built, per call (its
-                          prompt text and image count), per
-                          request abandoned (`closed`: its generator was cancelled or closed
-                          before the end) and per `abort`, each with `time.monotonic_ns()`
+                          prompt text and image count), per request abandoned (`closed`: its
+                          generator was cancelled or closed before the end) and per `abort`,
+                          each with `time.monotonic_ns()`
 STAND_IN_VLLM_DEAD_FILE   once this file exists the engine is dead: `check_health` raises
                           EngineDeadError, as vLLM's does once its engine core process is gone
 
