@@ -9,6 +9,9 @@ stand-in server (tests/openai_stand_in.py), and against the stand-in vLLM engine
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 
 from streameval.adapters.chat_prompts import (
@@ -21,16 +24,19 @@ from streameval.adapters.chat_prompts import (
 from streameval.adapters.config import AdapterConfigError, validate_config
 from streameval.adapters.openai_adapter import OpenAIAdapterConfig
 from streameval.adapters.proactive_window import next_window
+from streameval.adapters.sdk import Session
 from streameval.adapters.settings import config_settings
 from streameval.adapters.vllm_engine import VLLMEngineConfig, merge_engine_args
 from streameval.core.config import EndpointConfig, RunConfig
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.store import Store
 from streameval.events import EventKind
+from streameval.protocol import PREFIX_SHARE_FEATURE, RESUME_FEATURE, Workload
 from streameval.scorer.report import score_run
 from tests.openai_stand_in import FakeOpenAIServer, Reply, images, labels
 from tests.test_core_run import events_by_session, execute, run_config
 from tests.test_openai_adapter import adapter, of_kind, workloads
+from tests.test_protocol import CONDITIONS
 from tests.vllm_stand_in import log_entries
 
 
@@ -188,6 +194,22 @@ def test_the_vllm_image_limit_allows_the_largest_append_window():
     assert merge_engine_args(config, None)["limit_mm_per_prompt"] == {"image": 20}
     sliding = VLLMEngineConfig(model="m", reanchor_frames=20)  # unused while sliding
     assert merge_engine_args(sliding, None)["limit_mm_per_prompt"] == {"image": 16}
+
+
+def test_the_shared_prefix_goes_only_to_a_core_that_reads_it():
+    """An older Core refuses unknown fields: the SDK leaves the field out unless the Core
+    announced `prefix_share` (FEATURES_HEADER)."""
+    sent: list[dict] = []
+
+    async def send(text: str) -> None:
+        sent.append(json.loads(text))
+
+    for features in (frozenset({RESUME_FEATURE}), frozenset({PREFIX_SHARE_FEATURE})):
+        session = Session("run", "s", ["r"], CONDITIONS, send, core_features=features)
+        asyncio.run(session.workload(frame_ids=["f0"], images=1, prefix_shared_images=1))
+    assert [m.get("prefix_shared_images") for m in sent] == [None, 1]
+    assert "prefix_shared_images" not in sent[0]
+    assert "prefix_shared_images" not in Workload(kind="model_call").model_dump_json()
 
 
 # --------------------------------------------------------------------------- served runs
