@@ -240,6 +240,29 @@ def hf_messages(request: ChatRequest) -> list[dict[str, Any]]:
     return _with_system(request, content)
 
 
+def shared_images(previous: ChatRequest | None, request: ChatRequest) -> int:
+    """The images at the head of `request`'s prompt that `previous` (the session's last call;
+    None: there was none) had at the head of its own: what a prefix cache could reuse.
+
+    The messages put the system prompt first, then each image after its label, then the
+    prompt (`openai_messages`, `hf_messages`), so an image is shared when the system prompt
+    and every label and image up to and including it are the same in both. A video is one
+    part: all its images are shared, or none."""
+    if previous is None or previous.system != request.system:
+        return 0
+    if request.video is not None or previous.video is not None:
+        same = previous.video == request.video and previous.images == request.images
+        return len(request.images) if same else 0
+    shared = 0
+    before = zip(previous.labels(), previous.images, strict=True)
+    now = zip(request.labels(), request.images, strict=True)
+    for (label_before, image_before), (label, image) in zip(before, now, strict=False):
+        if label != label_before or image.frame_id != image_before.frame_id:
+            break
+        shared += 1
+    return shared
+
+
 def _with_system(request: ChatRequest, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     messages = [{"role": "user", "content": content}]
     if request.system:

@@ -21,6 +21,7 @@ from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.settings import with_config_settings
 from streameval.protocol import (
     MAX_HELLO_BYTES,
+    PREFIX_SHARE_FEATURE,
     AdapterConditions,
     Instruction,
     Question,
@@ -98,9 +99,15 @@ class Session:
     responder: Responder | None = None
     # Work started with `start_task` and not yet done.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    # The optional features the connected Core reads (FEATURES_HEADER).
+    core_features: frozenset[str] = frozenset()
 
     async def workload(self, kind: str = "model_call", **fields: Any) -> None:
-        """Record what the model actually did; `frame_ids` lists every submitted image."""
+        """Record what the model actually did; `frame_ids` lists every submitted image.
+        `prefix_shared_images` goes only to a Core that reads it (it refuses unknown
+        fields)."""
+        if PREFIX_SHARE_FEATURE not in self.core_features:
+            fields.pop("prefix_shared_images", None)
         await self.send(Workload(kind=kind, **fields).model_dump_json())
 
     def start_task(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -119,10 +126,11 @@ class Session:
             task.cancel("the connection to the Core ended")
         await asyncio.gather(*running, return_exceptions=True)
 
-    def reattach(self, send: Send) -> None:
+    def reattach(self, send: Send, core_features: frozenset[str]) -> None:
         """Go on over a new connection (a resumed session): what the session sends from
-        now on goes there, the open task's responder included."""
+        now on goes there, the open task's responder included, in what that Core reads."""
         self.send = send
+        self.core_features = core_features
         if self.responder is not None:
             self.responder = Responder(send, self.responder.task_id)
 

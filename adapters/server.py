@@ -145,9 +145,10 @@ class _Connection:
         self.session: Session | None = None
         self.released: asyncio.Event | None = None  # the shelf's mark while holding it
         self.ending: asyncio.Future[None] | None = None  # on_session_end, once called
-        features = (ws.request.headers.get(FEATURES_HEADER, "") if ws.request else "").split(",")
+        announced = ws.request.headers.get(FEATURES_HEADER, "") if ws.request else ""
+        self.features = frozenset(name.strip() for name in announced.split(","))
         # Declared only to a Core that reads the field (the hello refuses unknown fields).
-        self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in map(str.strip, features)
+        self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in self.features
 
     async def send(self, text: str) -> None:
         await send_message(self.ws, text)
@@ -259,7 +260,7 @@ class _Connection:
             kept = await self.shelf.resume(key)
         self.released = self.shelf.hold(key)
         if kept is not None:
-            kept.reattach(self.send)
+            kept.reattach(self.send, self.features)
             self.session = kept
         else:
             self.session = Session(
@@ -268,6 +269,7 @@ class _Connection:
                 record_ids=list(message.record_ids),
                 conditions=message.conditions,
                 send=self.send,
+                core_features=self.features,
             )
             await self.adapter.on_session_start(self.session)
         if message.resume is not None:

@@ -11,7 +11,10 @@ option differ in their adapter's identity without the adapter author doing anyth
 - a text longer than `LONG_VALUE_CHARS` (a long system prompt) is recorded as its SHA-256
   digest and length, so the hello stays small and a different text still differs;
 - a field marked `Field(..., json_schema_extra=NOT_IDENTITY)` is left out: it says where or
-  how the model is reached (`base_url`, timeouts, retries), not what it is shown or does.
+  how the model is reached (`base_url`, timeouts, retries), not what it is shown or does;
+- a field marked `Field(..., json_schema_extra=IDENTITY_UNLESS_DEFAULT)` is left out while
+  it holds its default: an option added to an adapter whose default does what the adapter
+  did before, so the runs made before it keep their identity.
 
 Settings the adapter declares itself win over the value of the same key here: they may be
 resolved further (a cache bound computed from the model's context).
@@ -37,6 +40,8 @@ REDACTED = "<redacted>"
 LONG_VALUE_CHARS = 512
 # `Field(json_schema_extra=NOT_IDENTITY)`: this option is not part of the adapter's identity.
 NOT_IDENTITY: dict[str, Any] = {"identity": False}
+# `Field(json_schema_extra=IDENTITY_UNLESS_DEFAULT)`: part of the identity once set otherwise.
+IDENTITY_UNLESS_DEFAULT: dict[str, Any] = {"identity": "unless_default"}
 
 _SECRET_WORDS = frozenset({"token", "secret", "secrets", "password", "passwd", "apikey"})
 
@@ -57,9 +62,13 @@ def config_settings(config: BaseModel) -> dict[str, Setting]:
 def _model_settings(model: BaseModel, prefix: str) -> Iterator[tuple[str, Setting]]:
     for name, field in type(model).model_fields.items():
         extra = field.json_schema_extra
-        if isinstance(extra, Mapping) and extra.get("identity") is False:
+        identity = extra.get("identity", True) if isinstance(extra, Mapping) else True
+        if identity is False:
             continue
-        yield from _value_settings(f"{prefix}{field.alias or name}", getattr(model, name))
+        value = getattr(model, name)
+        if identity == "unless_default" and value == field.get_default(call_default_factory=True):
+            continue
+        yield from _value_settings(f"{prefix}{field.alias or name}", value)
 
 
 def _value_settings(key: str, value: Any) -> Iterator[tuple[str, Setting]]:

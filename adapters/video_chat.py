@@ -2,10 +2,12 @@
 
 The adapter keeps the legal frames it has received. At a question it submits a history
 window of them as images in one chat request; for a proactive instruction it makes its own
-decision every `proactive_interval_s` of video time over a sliding window of the newest
-frames, and the model either responds or says WAIT (sent to the Core as an explicit silent
-decision). Every image submitted is reported in a `model_call` workload record, with the
-images that earlier calls of the session already submitted counted as replays.
+decision every `proactive_interval_s` of video time over a window of the newest frames
+(sliding, or growing by appending and restarted now and then: proactive_window.py), and the
+model either responds or says WAIT (sent to the Core as an explicit silent decision). Every
+image submitted is reported in a `model_call` workload record, with the images that earlier
+calls of the session already submitted counted as replays, and those at the head of the
+prompt that the session's previous call had there too as its shared prefix.
 
 Under logical pacing the Core waits for every decision, so calls run inside the hooks.
 Under wall-clock pacing nobody waits: a due decision runs as a background task while
@@ -37,8 +39,9 @@ from pydantic import Field, field_validator
 
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
+from streameval.adapters.proactive_window import Layout, next_window
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
-from streameval.adapters.settings import NOT_IDENTITY
+from streameval.adapters.settings import IDENTITY_UNLESS_DEFAULT, NOT_IDENTITY
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,
@@ -119,6 +122,23 @@ class VideoChatConfig(AdapterConfig):
         description="first retry delay, doubled each time",
         json_schema_extra=NOT_IDENTITY,
     )
+    # Proactive window layouts (adapters/proactive_window.py). Left out of the settings at
+    # their defaults, the sliding layout every run made before them used; `settings()`
+    # declares both in append mode.
+    proactive_window: Layout = Field(
+        "sliding",
+        description="sliding: the newest proactive_window_frames at every decision; append: "
+        "the last window plus the frames since, restarted at reanchor_frames (prefix caching)",
+        json_schema_extra=IDENTITY_UNLESS_DEFAULT,
+    )
+    reanchor_frames: int = Field(
+        16,
+        ge=2,
+        validate_default=True,
+        description="append: the most images a decision shows; a window that would grow "
+        "past it restarts from the newest proactive_window_frames",
+        json_schema_extra=IDENTITY_UNLESS_DEFAULT,
+    )
 
     @field_validator(
         "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"
@@ -126,6 +146,28 @@ class VideoChatConfig(AdapterConfig):
     @classmethod
     def _known_placeholders(cls, template: str | None, info) -> str | None:
         return None if template is None else prompts.check_template(info.field_name, template)
+
+    @field_validator("proactive_window")
+    @classmethod
+    def _append_needs_images(cls, layout: str, info) -> str:
+        if layout == "append" and info.data.get("input_mode") == "video":
+            # A grown video is a new multimodal item: nothing of the last one is a prefix.
+            raise ValueError(
+                "append needs input_mode: images (a video part is one item, so a grown "
+                "video shares no prefix with the last one)"
+            )
+        return layout
+
+    @field_validator("reanchor_frames")
+    @classmethod
+    def _reanchor_above_window(cls, reanchor: int, info) -> int:
+        start = info.data.get("proactive_window_frames")
+        if info.data.get("proactive_window") == "append" and start and reanchor <= start:
+            raise ValueError(
+                f"must exceed proactive_window_frames ({start}): an append window starts "
+                "with that many frames and grows up to reanchor_frames"
+            )
+        return reanchor
 
     def prompt_templates(self) -> tuple[str, str, str]:
         """(qa, open qa, proactive): as configured; in video mode the video wording for any
@@ -143,13 +185,27 @@ class VideoChatConfig(AdapterConfig):
                     chosen[i] = video[i]
         return chosen[0], chosen[1], chosen[2]
 
+    def most_images_per_call(self) -> int:
+        """The most images one call submits: a question's, or the largest proactive window."""
+        proactive = self.proactive_window_frames
+        if self.proactive_window == "append":
+            proactive = self.reanchor_frames
+        return max(self.qa_max_frames, proactive)
+
     def history_summary(self) -> str:
         """The history rules, declared in the hello so every result carries them."""
+        if self.proactive_window == "append":
+            window = (
+                f"a window that starts with the newest {self.proactive_window_frames} frames, "
+                f"grows by appending the frames received since, and restarts from the newest "
+                f"{self.proactive_window_frames} once it would exceed {self.reanchor_frames}"
+            )
+        else:
+            window = f"the newest {self.proactive_window_frames} frames"
         summary = (
             f"QA: {self.qa_frame_selection} {self.qa_max_frames} received frames; proactive: "
-            f"a decision every {self.proactive_interval_s:g}s over the newest "
-            f"{self.proactive_window_frames} frames; frames arriving during a call: "
-            f"{self.frames_during_call}"
+            f"a decision every {self.proactive_interval_s:g}s over {window}; frames arriving "
+            f"during a call: {self.frames_during_call}"
         )
         if self.input_mode == "video":
             summary += (
@@ -161,11 +217,16 @@ class VideoChatConfig(AdapterConfig):
     def settings(self) -> dict[str, str | int | float | bool]:
         """Execution settings declared in the hello (`AdapterConditions.settings`).
 
-        Images mode declares none: its requests are those of adapters that predate the
-        setting, and so is its identity. Video mode declares the mode and its parameters."""
+        Images mode with sliding proactive windows declares none: its requests are those of
+        adapters that predate these settings, and so is its identity. Append windows declare
+        the layout and its bound; video mode the mode and its parameters."""
+        declared: dict[str, str | int | float | bool] = {}
+        if self.proactive_window == "append":
+            declared["proactive_window"] = "append"
+            declared["reanchor_frames"] = self.reanchor_frames
         if self.input_mode == "images":
-            return {}
-        declared: dict[str, str | int | float | bool] = {
+            return declared
+        declared |= {
             "input_mode": "video",
             "video_encoding": "jpeg_frames",
             "video_fps_source": "frame_times",
@@ -216,6 +277,8 @@ class _StreamState:
     last_decision_t: float | None = None
     earlier: list[tuple[float, str]] = field(default_factory=list)
     background: asyncio.Task | None = None
+    window: list[prompts.PromptImage] = field(default_factory=list)  # the last decision's
+    last_request: prompts.ChatRequest | None = None  # the last call that reached the model
 
     @property
     def busy(self) -> bool:
@@ -362,6 +425,7 @@ class VideoChatAdapter(Adapter):
         state = _state(session)
         state.instruction = instruction
         state.last_decision_t = None
+        state.window = []
         if session.conditions.pacing == "wall_clock":
             self._start_due_decision(session, instruction.t)
 
@@ -415,7 +479,14 @@ class VideoChatAdapter(Adapter):
         assert state.instruction is not None
         state.last_decision_t = t
         config = self.config
-        images = state.frames[-config.proactive_window_frames :]
+        images = next_window(
+            config.proactive_window,
+            state.window,
+            state.frames,
+            config.proactive_window_frames,
+            config.reanchor_frames,
+        )
+        state.window = images
         prompt = prompts.proactive_prompt(
             config.prompt_templates()[2],
             t,
@@ -431,8 +502,11 @@ class VideoChatAdapter(Adapter):
 
     def _forget_unneeded(self, state: _StreamState) -> None:
         # "uniform" selection spreads over everything received, so it keeps every frame.
-        if self.config.qa_frame_selection == "recent":
-            keep = max(self.config.qa_max_frames, self.config.proactive_window_frames)
+        config = self.config
+        if config.qa_frame_selection == "recent":
+            keep = max(config.qa_max_frames, config.proactive_window_frames)
+            if config.proactive_window == "append":
+                keep = max(keep, config.reanchor_frames)
             del state.frames[:-keep]
 
     # ------------------------------------------------------------------ model calls
@@ -472,12 +546,12 @@ class VideoChatAdapter(Adapter):
                             await sink.add(piece)
             except ModelCallError as error:
                 if error.reached_model:
-                    await self._record_call(session, images, started, None)
+                    await self._record_call(session, request, started, None)
                 await self._after_failure(session, error, attempt, attempts, sink.committed)
                 sink.restart()
                 attempt += 1
                 continue
-            await self._record_call(session, images, started, usage)
+            await self._record_call(session, request, started, usage)
             return usage
 
     def _video_input(
@@ -514,20 +588,24 @@ class VideoChatAdapter(Adapter):
     async def _record_call(
         self,
         session: Session,
-        images: Sequence[prompts.PromptImage],
+        request: prompts.ChatRequest,
         started_ns: int,
         usage: Usage | None,
     ) -> None:
         state = _state(session)
+        images = request.images
         frame_ids = [image.frame_id for image in images]
         replayed = sum(1 for frame_id in frame_ids if frame_id in state.submitted)
         state.submitted.update(frame_ids)
+        shared = prompts.shared_images(state.last_request, request)
+        state.last_request = request
         await session.workload(
             kind="model_call",
             frame_ids=frame_ids,
             images=len(frame_ids),
             pixels=sum(image.pixels for image in images),
             replayed_frames=replayed,
+            prefix_shared_images=shared,
             input_tokens=usage.input_tokens if usage else None,
             output_tokens=usage.output_tokens if usage else None,
             started_ns=started_ns,

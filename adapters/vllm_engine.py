@@ -1,12 +1,13 @@
 """The `vllm` adapter: the same non-native streaming as `openai`, on an in-process vLLM engine.
 
 For a GPU host that should not run a separate `vllm serve`: the weights load into this
-process, prefix caching is on (the sliding windows of proactive decisions share their
-prompt heads), and calls skip HTTP. vLLM is an optional extra (`pip install
-'streameval[vllm]'`) imported only when this adapter is constructed. The prompt is built with
-the model's Hugging Face chat template, so models whose processor has one that accepts image
-parts work here (Qwen2/2.5/3-VL, InternVL-3.5-HF, LLaVA-OneVision); for the others, serve
-them with `vllm serve` and use the `openai` adapter.
+process, prefix caching is on (with `proactive_window: append` a decision's prompt starts
+with the whole last one's images, whose KV it reuses), and calls skip HTTP. vLLM is an
+optional extra (`pip install 'streameval[vllm]'`) imported only when this adapter is
+constructed. The prompt is built with the model's Hugging Face chat template, so models
+whose processor has one that accepts image parts work here (Qwen2/2.5/3-VL,
+InternVL-3.5-HF, LLaVA-OneVision); for the others, serve them with `vllm serve` and use the
+`openai` adapter.
 
 Start-up: the constructor only checks the options and builds vLLM's `AsyncEngineArgs` from
 them (a conflict or an unknown `engine_args` key is one error line, before the server
@@ -105,7 +106,9 @@ class VLLMEngineConfig(VideoChatConfig):
     )
     dtype: str = Field("auto", description="weights' dtype; auto: the checkpoint's")
     enable_prefix_caching: bool = Field(
-        True, description="sliding windows share the cache of their prompt heads"
+        True,
+        description="reuse the cache of prompt heads earlier calls had (with proactive_window: "
+        "append, a decision's images but the new ones)",
     )
     trust_remote_code: bool = Field(
         False,
@@ -164,7 +167,7 @@ def merge_engine_args(config: VLLMEngineConfig, known: set[str] | None) -> dict[
 
     One `AdapterConfigError` line for a key given both ways, for a key vLLM does not know
     (when `known` is given), and for an image limit below what a call submits."""
-    images = max(config.qa_max_frames, config.proactive_window_frames)
+    images = config.most_images_per_call()
     merged: dict[str, Any] = {name: getattr(config, name) for name in ENGINE_OPTIONS}
     merged["limit_mm_per_prompt"] = {"image": images}
     if config.input_mode == "video":
@@ -189,7 +192,8 @@ def merge_engine_args(config: VLLMEngineConfig, known: set[str] | None) -> dict[
         if not isinstance(given, int) or given < images:
             raise AdapterConfigError(
                 f"engine_args.limit_mm_per_prompt.image={given} is below the {images} images "
-                "a call submits (max of qa_max_frames and proactive_window_frames)"
+                "a call submits (max of qa_max_frames and proactive_window_frames, or "
+                "reanchor_frames with proactive_window: append)"
             )
         merged["limit_mm_per_prompt"] = {**merged["limit_mm_per_prompt"], **limits}
     merged.update(extra)

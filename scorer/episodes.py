@@ -83,6 +83,10 @@ class WorkloadTally:
     frame_ids: dict[str, set[str]] = field(default_factory=dict)
     input_tokens: int | None = None
     reprefill_tokens: int | None = 0  # None once an eviction did not say
+    # Model calls after a session's first: their images, and those of them at the head of
+    # the prompt that the previous call shared (both None once such a call did not say).
+    following_images: int | None = 0
+    prefix_shared_images: int | None = 0
 
     def add(self, payload: WorkloadPayload) -> None:
         kind = payload.kind
@@ -100,12 +104,21 @@ class WorkloadTally:
         tokens = valid_count(payload.input_tokens)
         if tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + tokens
+        if kind == "model_call" and self.events[kind] > 1:
+            self._add_following(count, valid_count(payload.prefix_shared_images))
         if kind == "evict":
             self.reprefill_tokens = (
                 None
                 if tokens is None or self.reprefill_tokens is None
                 else self.reprefill_tokens + tokens
             )
+
+    def _add_following(self, images: int | None, shared: int | None) -> None:
+        if images is None or shared is None or self.following_images is None:
+            self.following_images = self.prefix_shared_images = None
+            return
+        self.following_images += images
+        self.prefix_shared_images = (self.prefix_shared_images or 0) + min(shared, images)
 
 
 @dataclass(slots=True)

@@ -249,6 +249,7 @@ class SessionLog:
         kind: str = "model_call",
         images: int | None = None,
         input_tokens: int | None = None,
+        prefix_shared_images: int | None = None,
     ) -> None:
         self._add(
             EventKind.WORKLOAD,
@@ -259,6 +260,7 @@ class SessionLog:
             images=len(frame_ids) if images is None and frame_ids else images,
             pixels=None,
             replayed_frames=None,
+            prefix_shared_images=prefix_shared_images,
             input_tokens=input_tokens,
             output_tokens=None,
             started_ns=None,

@@ -327,6 +327,7 @@ class WorkloadPayload(EventPayload):
     images: int | None
     pixels: int | None
     replayed_frames: int | None
+    prefix_shared_images: int | None
     input_tokens: int | None
     output_tokens: int | None
     started_ns: int | None
@@ -477,6 +478,7 @@ _ADDED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], Callable[[dict[str, Any]],
         (("conditions", "settings"), lambda payload: {}),
     ),
     EventKind.FRAME_SENT: ((("source_t",), lambda payload: None),),
+    EventKind.WORKLOAD: ((("prefix_shared_images",), lambda payload: None),),
 }
 
 

@@ -51,6 +51,8 @@ INFO_SERVER_METRICS = "server_metrics_url"
 # fields (`Hello.resume`) only to a Core that announced the feature.
 FEATURES_HEADER = "Streameval-Features"
 RESUME_FEATURE = "resume"
+# The Core reads `Workload.prefix_shared_images`.
+PREFIX_SHARE_FEATURE = "prefix_share"
 
 
 class _Message(BaseModel):
@@ -248,20 +250,26 @@ class Silent(_Message):
     step: int | None = None
 
 
-class Workload(_Message):
+class Workload(_Extended):
     """What the adapter actually did with the model; every field is optional (missing = unknown).
 
     `frame_ids` lists every image occurrence submitted in this call, replays included. An
     `evict` record lists the frames a native adapter removed from its state to bound memory;
     its `input_tokens` are the tokens it re-prefilled to do so (0 when it did not).
+    `prefix_shared_images` (a `model_call`): how many images at the head of this call's
+    prompt the session's previous call had at the head of its own, with the same text before
+    each: the images a prefix cache could reuse (0 for a session's first call). Sent only
+    to a Core that announced PREFIX_SHARE_FEATURE (the SDK's `Session.workload` sees to it).
     """
 
+    _added_fields = ("prefix_shared_images",)
     type: Literal["workload"] = "workload"
     kind: Literal["model_call", "state_commit", "drop", "replay", "evict"]
     frame_ids: list[str] = Field(default_factory=list)
     images: int | None = None
     pixels: int | None = None
     replayed_frames: int | None = None
+    prefix_shared_images: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     started_ns: int | None = None
@@ -305,6 +313,7 @@ _COUNT_LIMITS = {
     "input_tokens": MAX_COUNT,
     "images": MAX_COUNT,
     "replayed_frames": MAX_COUNT,
+    "prefix_shared_images": MAX_COUNT,
     "pixels": MAX_PIXELS,
     "started_ns": MAX_NS,
     "ended_ns": MAX_NS,

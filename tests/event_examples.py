@@ -91,6 +91,7 @@ EXAMPLES: dict[EventKind, dict[str, Any]] = {
         "images": 1,
         "pixels": None,
         "replayed_frames": None,
+        "prefix_shared_images": None,
         "input_tokens": 850,
         "output_tokens": None,
         "started_ns": 2**62 + 1,

@@ -86,7 +86,8 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
         "image_max_pixels", "input_mode", "video_server_kwargs", "frame_label", "video_label",
         "system_prompt", "qa_prompt", "open_qa_prompt", "proactive_prompt", "wait_word",
         "max_tokens_qa", "max_tokens_proactive", "temperature", "seed", "mm_processor_kwargs",
-        "max_retries", "retry_backoff_s", "tensor_parallel_size", "gpu_memory_utilization",
+        "max_retries", "retry_backoff_s", "proactive_window", "reanchor_frames",
+        "tensor_parallel_size", "gpu_memory_utilization",
         "max_model_len", "dtype", "enable_prefix_caching", "trust_remote_code", "engine_args",
         "output_timeout_s", "health_interval_s",
     ]  # fmt: skip
@@ -101,6 +102,8 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
     assert shown["gpu_memory_utilization"] == ("float > 0, <= 1", 0.9, False)
     assert shown["max_model_len"] == ("int >= 1 or null", None, False)
     assert shown["qa_frame_selection"] == ("recent | uniform", "recent", False)
+    assert shown["proactive_window"] == ("sliding | append", "sliding", False)
+    assert shown["reanchor_frames"] == ("int >= 2", 16, False)
     assert shown["enable_prefix_caching"] == ("bool", True, False)
     assert shown["trust_remote_code"] == ("bool", False, False)
     assert shown["engine_args"] == ("mapping", {}, False)

@@ -24,6 +24,7 @@ from streameval.adapters.config import AdapterConfig
 from streameval.adapters.registry import build_adapter, load_adapter
 from streameval.adapters.sdk import Adapter
 from streameval.adapters.settings import (
+    IDENTITY_UNLESS_DEFAULT,
     LONG_VALUE_CHARS,
     NOT_IDENTITY,
     REDACTED,
@@ -281,6 +282,23 @@ def test_every_option_is_flattened_with_secrets_redacted_and_serving_left_out() 
         True,
         True,
     ]
+
+
+class Grown(Options):
+    """Options of a later adapter version: two options added, their defaults the old
+    behaviour."""
+
+    layout: Literal["old", "new"] = Field("old", json_schema_extra=IDENTITY_UNLESS_DEFAULT)
+    tags: dict[str, Any] = Field(default_factory=dict, json_schema_extra=IDENTITY_UNLESS_DEFAULT)
+
+
+def test_an_added_option_at_its_default_keeps_the_older_identity() -> None:
+    assert config_settings(Grown()) == config_settings(Options())
+    grown = config_settings(Grown(layout="new", tags={"a": 1}))
+    assert {k: v for k, v in grown.items() if k not in config_settings(Options())} == {
+        "layout": "new",
+        "tags.a": 1,
+    }
 
 
 def test_a_long_text_is_recorded_as_its_digest_and_length() -> None:

@@ -329,6 +329,7 @@ def test_workload_is_recorded_with_its_own_kind_field():
         "images": 1,
         "pixels": None,
         "replayed_frames": None,
+        "prefix_shared_images": None,
         "input_tokens": 9,
         "output_tokens": None,
         "started_ns": None,

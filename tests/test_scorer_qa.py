@@ -200,6 +200,31 @@ def test_a_duplicated_frame_is_delivered_twice_but_never_a_drop(
     assert result.dropped_frames == dropped
 
 
+@pytest.mark.parametrize(
+    ("shared", "expected"),
+    [
+        ((0, 2, 3, 0), (5, 9)),  # the first call has no previous one: left out
+        ((0, 2, 9, 0), (6, 9)),  # a count above its call's images is capped at them
+        ((0, 2, None, 0), (None, None)),  # a following call that did not say
+        ((None, 2, 3, 0), (5, 9)),
+    ],
+)
+def test_the_prefix_share_counts_the_calls_after_a_sessions_first(
+    shared: tuple[int | None, ...], expected: tuple[int | None, int | None]
+) -> None:
+    log = SessionLog("run", "q1").start()
+    for t in range(5):
+        log.frame(float(26 + t))
+    windows = [[0, 1], [0, 1, 2], [0, 1, 2, 3], [3, 4]]
+    for window, count in zip(windows, shared, strict=True):
+        log.workload([log.frame_id(i) for i in window], prefix_shared_images=count)
+    log.question(question())
+    log.respond("B")
+    log.finish()
+    result = evaluate_workload(assemble_one("q1", log.rows()), PAPER.submission_kinds)
+    assert (result.prefix_shared_images, result.following_images) == expected
+
+
 def test_evictions_are_counted_apart_from_drops_with_their_reprefill_tokens() -> None:
     rec = question()
     log = SessionLog("run", "q1").start()

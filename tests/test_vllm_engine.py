@@ -74,7 +74,8 @@ def tiny_model(tmp_path_factory) -> Path:
         (
             {"limit_mm_per_prompt": {"image": 2}},
             "engine_args.limit_mm_per_prompt.image=2 is below the 16 images a call submits "
-            "(max of qa_max_frames and proactive_window_frames)",
+            "(max of qa_max_frames and proactive_window_frames, or reanchor_frames with "
+            "proactive_window: append)",
         ),
         (
             {"pipeline_parallel_size": 2, "tensor_parallel_size": 2},

@@ -26,6 +26,7 @@ from streameval.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
+    PREFIX_SHARE_FEATURE,
     RESUME_FEATURE,
     WS_PATH,
 )
@@ -112,7 +113,7 @@ async def _connect(endpoint_url: str, timeout_s: float) -> AdapterConnection:
             ping_timeout=HEARTBEAT_TIMEOUT_S,
             close_timeout=2,
             # The optional features this Core reads (the adapter may then declare them).
-            additional_headers={FEATURES_HEADER: RESUME_FEATURE},
+            additional_headers={FEATURES_HEADER: f"{RESUME_FEATURE},{PREFIX_SHARE_FEATURE}"},
         )
     except InvalidStatus:
         raise

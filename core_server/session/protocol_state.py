@@ -250,7 +250,10 @@ class ProtocolState:
                 return Reaction(silent, Resolution(Awaited.DECISION, message.step))
             case Workload():
                 self._check_counts(message)
-                return Reaction(record(EventKind.WORKLOAD, **message.model_dump(exclude={"type"})))
+                # Every field, those an adapter's JSON leaves out while unset too.
+                fields = {name: getattr(message, name) for name in Workload.model_fields}
+                del fields["type"]
+                return Reaction(record(EventKind.WORKLOAD, **fields))
             case AdapterError():
                 return self._error(message, arrival)
             case SessionResumed():

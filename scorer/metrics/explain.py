@@ -171,7 +171,17 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
                 "clock (wall-clock pacing only)",
                 "evicted_frames": "frames a native adapter removed from its state to bound "
                 "its memory",
+                "prefix_shared_images": "images of model calls after a session's first that "
+                "the previous call had at the same place at its prompt's head",
+                "following_images": "images of the model calls after a session's first",
             },
+        ),
+        MetricHelp(
+            "prefix_share",
+            FRACTION,
+            "0-1; higher: more of each prompt's images a prefix cache can reuse",
+            "prefix-shared images / following images: the share of a call's images that "
+            "the session's previous call had at the head of its prompt",
         ),
         *_sums(
             TOKENS,

@@ -7,9 +7,14 @@ dropped frames = distinct delivered frames - unique submitted frames: a frame de
 nothing. Evicted frames are those a
 native adapter removed from its state to bound memory (`evict` records; they were submitted
 first, so they are not dropped), and re-prefill tokens what it recomputed to do so (also
-counted in input tokens). A count the adapter did not report is missing (None), never zero.
+counted in input tokens). Prefix-shared images are those at the head of a model call's
+prompt that the session's previous call had at the head of its own (the adapter's
+`prefix_shared_images`), over the calls that follow an earlier one; following images are
+all the images of those calls. A count the adapter did not report is missing (None), never
+zero.
 
-The family (`WORKLOAD`) reports each count's sum over the records that reported it.
+The family (`WORKLOAD`) reports each count's sum over the records that reported it, and the
+prefix share: prefix-shared images / following images, summed over the records.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from streameval.scorer.episodes import SessionTrace
 from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation, number
-from streameval.scorer.metrics.statistic import Statistic, Sum
+from streameval.scorer.metrics.statistic import Ratio, Statistic, Sum
 from streameval.scorer.profiles import ScoringProfile
 
 
@@ -35,6 +40,8 @@ class WorkloadResult:
     input_tokens: int | None
     evicted_frames: int | None
     reprefill_tokens: int | None
+    prefix_shared_images: int | None
+    following_images: int | None
     model_calls: int
 
 
@@ -61,6 +68,8 @@ def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) ->
         input_tokens=_input_tokens(trace),
         evicted_frames=None if tally.uncounted.get("evict") else tally.occurrences.get("evict", 0),
         reprefill_tokens=tally.reprefill_tokens,
+        prefix_shared_images=tally.prefix_shared_images,
+        following_images=tally.following_images,
         model_calls=tally.events.get("model_call", 0),
     )
 
@@ -93,6 +102,8 @@ _SUMMED = (
     "input_tokens",
     "evicted_frames",
     "reprefill_tokens",
+    "prefix_shared_images",
+    "following_images",
 )
 
 
@@ -112,7 +123,9 @@ class WorkloadFamily(MetricFamily[WorkloadResult]):
         return {"wl_n": 1.0, **counts}
 
     def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
-        return {name: Sum(f"wl_{name}", "wl_n", "records") for name in _SUMMED}
+        sums = {name: Sum(f"wl_{name}", "wl_n", "records") for name in _SUMMED}
+        share = Ratio("wl_prefix_shared_images", "wl_following_images", "images")
+        return {**sums, "prefix_share": share}
 
 
 WORKLOAD = WorkloadFamily()

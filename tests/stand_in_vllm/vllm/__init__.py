@@ -7,9 +7,10 @@ STAND_IN_VLLM_SCRIPT      comma-separated outcome of each `generate` call, in ca
                           every later call too) | rejected (ValueError) | invalid
                           (VLLMValidationError) | busy (queue full, 503) | hang (no output)
 STAND_IN_VLLM_REPLY       the text each call generates (default `A`)
-STAND_IN_VLLM_LOG         a file that gets one JSON line per engine built, per call, per
-                          request abandoned (`closed`: its generator was cancelled or closed
-                          before the end) and per `abort`, each with `time.monotonic_ns()`
+STAND_IN_VLLM_LOG         a file that gets one JSON line per engine built, per call (its
+                          prompt text and image count), per request abandoned (`closed`: its
+                          generator was cancelled or closed before the end) and per `abort`,
+                          each with `time.monotonic_ns()`
 STAND_IN_VLLM_DEAD_FILE   once this file exists the engine is dead: `check_health` raises
                           EngineDeadError, as vLLM's does once its engine core process is gone
 
@@ -184,6 +185,7 @@ class AsyncLLM:
         images = list(data.get("image") or [])
         video = data.get("video")
         entry = {"event": "call", "call": call, "outcome": outcome, "images": len(images)}
+        entry["prompt"] = prompt["prompt"]
         entry.update(request_id=request_id, ns=time.monotonic_ns())
         if video is not None:
             frames, metadata = video
