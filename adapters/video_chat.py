@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
-from streameval.adapters.settings import NOT_IDENTITY
+from streameval.adapters.settings import NOT_IDENTITY, RECORDED_IF_CHANGED
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,
@@ -106,6 +106,35 @@ class VideoChatConfig(AdapterConfig):
     max_tokens_proactive: int = Field(64, ge=1, description="proactive response length limit")
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
     seed: int | None = Field(0, description="sampling seed (null: none sent)")
+    # Added after runs were recorded: unset, nothing is sent and the backend's default holds,
+    # as before (RECORDED_IF_CHANGED keeps those runs' identity).
+    top_p: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="nucleus sampling: the smallest set of tokens with this probability mass "
+        "(null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    top_k: int | None = Field(
+        None,
+        ge=1,
+        description="sample among the k likeliest tokens (vLLM's extra sampling parameter; "
+        "null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0,
+        description="penalty on tokens already in the prompt or the reply, as Hugging Face's "
+        "(vLLM's extra sampling parameter; null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="texts that end a reply (the backend's `stop`; not part of the reply)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
     mm_processor_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="per-request multimodal processor options (vLLM)"
     )
@@ -119,6 +148,25 @@ class VideoChatConfig(AdapterConfig):
         description="first retry delay, doubled each time",
         json_schema_extra=NOT_IDENTITY,
     )
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, words: list[str]) -> list[str]:
+        if any(not word for word in words):
+            raise ValueError("a stop text must not be empty")
+        return words
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling options that are set, by their name in vLLM's `SamplingParams` and
+        in the OpenAI-compatible body (vLLM's server takes `top_k` and `repetition_penalty`
+        there as extra sampling parameters); unset ones are left to the backend."""
+        chosen: dict[str, Any] = {"temperature": self.temperature}
+        for name in ("seed", "top_p", "top_k", "repetition_penalty"):
+            if getattr(self, name) is not None:
+                chosen[name] = getattr(self, name)
+        if self.stop:
+            chosen["stop"] = list(self.stop)
+        return chosen
 
     @field_validator(
         "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"
