@@ -193,9 +193,7 @@ class TransformersAdapterConfig(AdapterConfig):
     @field_validator("stop_words")
     @classmethod
     def _no_empty_stop_word(cls, words: list[str]) -> list[str]:
-        if any(not word for word in words):
-            raise ValueError("a stop word must not be empty")
-        return words
+        return prompts.check_stop_words(words)
 
     @field_validator("chunk_label")
     @classmethod

@@ -152,9 +152,7 @@ class VideoChatConfig(AdapterConfig):
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, words: list[str]) -> list[str]:
-        if any(not word for word in words):
-            raise ValueError("a stop text must not be empty")
-        return words
+        return prompts.check_stop_words(words)
 
     def sampling(self) -> dict[str, Any]:
         """The sampling options that are set, by their name in vLLM's `SamplingParams` and

@@ -86,7 +86,8 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
         "image_max_pixels", "input_mode", "video_server_kwargs", "frame_label", "video_label",
         "system_prompt", "qa_prompt", "open_qa_prompt", "proactive_prompt", "wait_word",
         "max_tokens_qa", "max_tokens_proactive", "temperature", "seed", "top_p", "top_k",
-        "repetition_penalty", "stop", "mm_processor_kwargs", "max_retries", "retry_backoff_s", "tensor_parallel_size", "gpu_memory_utilization",
+        "repetition_penalty", "stop", "mm_processor_kwargs", "max_retries", "retry_backoff_s",
+        "tensor_parallel_size", "gpu_memory_utilization",
         "max_model_len", "dtype", "enable_prefix_caching", "trust_remote_code", "engine_args",
         "output_timeout_s", "health_interval_s",
     ]  # fmt: skip
