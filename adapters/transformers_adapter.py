@@ -49,7 +49,7 @@ from streameval.protocol import (
 )
 
 if TYPE_CHECKING:
-    from streameval.adapters.hf.decoding import TokenChooser
+    from streameval.adapters.hf.decoding import Decoding, TokenChooser
     from streameval.adapters.hf.model import EncodedFrame
     from streameval.adapters.hf.stream import StreamState
 
@@ -232,7 +232,7 @@ class TransformersAdapterConfig(AdapterConfig):
             wait_word=self.wait_word,
         )
 
-    def decoding(self):
+    def decoding(self) -> Decoding:
         from streameval.adapters.hf.decoding import Decoding
 
         return Decoding(

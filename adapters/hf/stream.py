@@ -122,7 +122,7 @@ class StreamState:
 
     def append(
         self, ids: list[int], visuals: EncodedFrame | list[EncodedFrame] | None = None
-    ) -> int:
+    ) -> torch.Tensor:
         """Run `ids` on top of the cache (with the pixels behind their placeholders) and
         return the next-token logits, vision placeholders masked out (-inf): a generated one
         would have no pixels behind it."""
