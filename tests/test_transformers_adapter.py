@@ -974,3 +974,6 @@ def test_a_video_mode_run_through_the_core(tiny_model, tmp_path):
     # frame alone, committed before the question.
     qa = [c["frame_ids"] for c in workloads(events["t:qa:1"], "state_commit") if c["images"]]
     assert [len(chunk) for chunk in qa] == [2] * 6 + [1]
+    # Proactive: no question, so every chunk is a whole pair of frames.
+    proactive = workloads(events["t:pro:1"], "state_commit")
+    assert {len(c["frame_ids"]) for c in proactive if c["images"]} == {2}
