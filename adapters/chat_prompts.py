@@ -85,6 +85,13 @@ _SAMPLE = {
 }
 
 
+def check_stop_words(words: list[str]) -> list[str]:
+    """Refuse an empty stop text: every reply would end before it began."""
+    if any(not word for word in words):
+        raise ValueError("a stop word must not be empty")
+    return words
+
+
 def check_template(option: str, template: str) -> str:
     """Refuse placeholders the adapter will not fill, before any session starts."""
     allowed = PLACEHOLDERS[option]

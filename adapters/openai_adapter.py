@@ -103,12 +103,10 @@ class OpenAIAdapter(VideoChatAdapter):
             "model": config.model,
             "messages": openai_messages(request),
             "max_tokens": request.max_tokens,
-            "temperature": config.temperature,
+            **config.sampling(),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if config.seed is not None:
-            body["seed"] = config.seed
         if config.mm_processor_kwargs:
             body["mm_processor_kwargs"] = config.mm_processor_kwargs
         if request.video is not None and config.video_server_kwargs:

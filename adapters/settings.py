@@ -12,9 +12,9 @@ option differ in their adapter's identity without the adapter author doing anyth
   digest and length, so the hello stays small and a different text still differs;
 - a field marked `Field(..., json_schema_extra=NOT_IDENTITY)` is left out: it says where or
   how the model is reached (`base_url`, timeouts, retries), not what it is shown or does;
-- a field marked `Field(..., json_schema_extra=IDENTITY_UNLESS_DEFAULT)` is left out while
-  it holds its default: an option added to an adapter whose default does what the adapter
-  did before, so the runs made before it keep their identity.
+- a field marked `Field(..., json_schema_extra=RECORDED_IF_CHANGED)` is left out at its
+  default: an option added after runs were recorded, whose default is the behaviour before
+  it existed (greedy decoding, no penalty), so those runs keep their identity.
 
 Settings the adapter declares itself win over the value of the same key here: they may be
 resolved further (a cache bound computed from the model's context).
@@ -40,8 +40,8 @@ REDACTED = "<redacted>"
 LONG_VALUE_CHARS = 512
 # `Field(json_schema_extra=NOT_IDENTITY)`: this option is not part of the adapter's identity.
 NOT_IDENTITY: dict[str, Any] = {"identity": False}
-# `Field(json_schema_extra=IDENTITY_UNLESS_DEFAULT)`: part of the identity once set otherwise.
-IDENTITY_UNLESS_DEFAULT: dict[str, Any] = {"identity": "unless_default"}
+# `Field(json_schema_extra=RECORDED_IF_CHANGED)`: recorded only when set away from its default.
+RECORDED_IF_CHANGED: dict[str, Any] = {"identity": "if_changed"}
 
 _SECRET_WORDS = frozenset({"token", "secret", "secrets", "password", "passwd", "apikey"})
 
@@ -62,11 +62,11 @@ def config_settings(config: BaseModel) -> dict[str, Setting]:
 def _model_settings(model: BaseModel, prefix: str) -> Iterator[tuple[str, Setting]]:
     for name, field in type(model).model_fields.items():
         extra = field.json_schema_extra
-        identity = extra.get("identity", True) if isinstance(extra, Mapping) else True
+        identity = extra.get("identity") if isinstance(extra, Mapping) else None
+        value = getattr(model, name)
         if identity is False:
             continue
-        value = getattr(model, name)
-        if identity == "unless_default" and value == field.get_default(call_default_factory=True):
+        if identity == "if_changed" and value == field.get_default(call_default_factory=True):
             continue
         yield from _value_settings(f"{prefix}{field.alias or name}", value)
 

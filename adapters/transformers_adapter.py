@@ -8,7 +8,8 @@ decision step is appended and generation continues from the cache, and the answe
 wait word) stays in context. At every `step` of a proactive task the model itself decides:
 its text is held back while it could still be the wait word, then either a `silent`
 decision or a streamed answer goes out (polled initiation; under the `realstream` profile
-this is RealStreamEval's frame-level multi-turn protocol). Decoding is greedy.
+this is RealStreamEval's frame-level multi-turn protocol). Decoding is greedy unless the
+options ask for sampling or a repetition penalty (adapters/hf/decoding.py).
 
 Options: `TransformersAdapterConfig` (`streameval adapter serve transformers -A
 model=/models/Qwen2-VL-7B-Instruct -A visual_tokens=128`). Torch and transformers are
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
@@ -38,6 +39,7 @@ from streameval.adapters.hf.chat import (
 )
 from streameval.adapters.hf.text import IncrementalText
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.settings import RECORDED_IF_CHANGED
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,
@@ -47,6 +49,7 @@ from streameval.protocol import (
 )
 
 if TYPE_CHECKING:
+    from streameval.adapters.hf.decoding import Decoding, TokenChooser
     from streameval.adapters.hf.model import EncodedFrame
     from streameval.adapters.hf.stream import StreamState
 
@@ -72,6 +75,39 @@ class TransformersAdapterConfig(AdapterConfig):
     attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2")
     max_tokens_qa: int = Field(32, ge=1, description="answer length limit")
     max_tokens_proactive: int = Field(64, ge=1, description="decision length limit")
+    # Decoding, added after runs were recorded: the defaults are the greedy decoding of those
+    # runs, left out of the settings at their default (RECORDED_IF_CHANGED).
+    temperature: float = Field(
+        0.0,
+        ge=0,
+        description="sampling temperature; 0 = greedy",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="sampling: keep the smallest set of tokens with this probability mass",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    top_k: int | None = Field(
+        None,
+        ge=1,
+        description="sampling: keep the k likeliest tokens (null: all)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    repetition_penalty: float = Field(
+        1.0,
+        gt=0,
+        description="Hugging Face's repetition penalty over the token ids in the session's "
+        "cache and the reply so far; 1 = none",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    seed: int = Field(
+        0,
+        description="sampling: seed of each session's generator (a rerun draws the same)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
     context_tokens: int | None = Field(
         None, ge=1, description="context budget; default: the model's maximum"
     )
@@ -134,22 +170,30 @@ class TransformersAdapterConfig(AdapterConfig):
     )
     decide_at: Literal["step", "chunk"] = Field(
         "step",
-        description="video mode: step = the model decides at every step (a partial chunk is "
-        "committed first); chunk = once per committed chunk, at the first step after it; "
-        "other steps are silent decisions without a model call (how chunk-trained "
-        "streaming models run)",
+        description="video mode (its default: chunk): step = the model decides at every step "
+        "(pending frames are committed first, in whole temporal patches); chunk = once per "
+        "committed chunk, at the first step after it; other steps are silent decisions "
+        "without a model call (how chunk-trained streaming models run)",
     )
     chunk_label: str | None = Field(
         "Time={start:.1f}-{end:.1f}s",
         description="video mode: text before a chunk ({start}, {end}: its span in seconds)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _decide_at_follows_the_mode(cls, values: object) -> object:
+        """Unset, `decide_at` is `chunk` in video mode (decisions follow the chunks, no
+        frame is padded for a step) and `step` in images mode, as the settings record."""
+        if isinstance(values, dict) and "decide_at" not in values:
+            video = values.get("input_mode") == "video"
+            return {**values, "decide_at": "chunk" if video else "step"}
+        return values
+
     @field_validator("stop_words")
     @classmethod
     def _no_empty_stop_word(cls, words: list[str]) -> list[str]:
-        if any(not word for word in words):
-            raise ValueError("a stop word must not be empty")
-        return words
+        return prompts.check_stop_words(words)
 
     @field_validator("chunk_label")
     @classmethod
@@ -188,6 +232,17 @@ class TransformersAdapterConfig(AdapterConfig):
             wait_word=self.wait_word,
         )
 
+    def decoding(self) -> Decoding:
+        from streameval.adapters.hf.decoding import Decoding
+
+        return Decoding(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            repetition_penalty=self.repetition_penalty,
+            seed=self.seed,
+        )
+
 
 class TransformersAdapter(Adapter):
     name = "transformers"
@@ -209,6 +264,7 @@ class TransformersAdapter(Adapter):
         except ModelLoadError as exc:
             raise AdapterConfigError(f"transformers config: model: {exc}") from None
         self.chat = config.chat_format()
+        self.decoding = config.decoding()
         self.context_tokens = config.context_tokens or self.vlm.max_context
         self.cache_max_tokens = config.cache_max_tokens or (
             self.context_tokens - config.reserve_tokens
@@ -324,10 +380,14 @@ class TransformersAdapter(Adapter):
     # ------------------------------------------------------------------ hooks
 
     async def on_session_start(self, session: Session) -> None:
+        from streameval.adapters.hf.decoding import TokenChooser
         from streameval.adapters.hf.stream import StreamState
 
         reprefill = self.config.cache_policy == "reprefill"
-        session.state["stream"] = StreamState(self.vlm, reprefill=reprefill)
+        session.state["stream"] = StreamState(
+            self.vlm, reprefill=reprefill, track_ids=self.decoding.penalised
+        )
+        session.state["chooser"] = TokenChooser(self.decoding, self.vlm.device)
         session.state["frames"] = 0
         await self._commit_text(session, self.chat.preamble())
 
@@ -345,11 +405,16 @@ class TransformersAdapter(Adapter):
         first = session.state.get("frames", 0) == 0
         return self._first_chunk if first else self.config.chunk_frames
 
-    async def _flush_chunk(self, session: Session) -> None:
-        """Video mode: commit the buffered frames (a partial chunk too) as one video block."""
-        pending = session.state.pop("pending", None)
-        if pending:
-            await self._commit_frames(session, pending)
+    async def _flush_chunk(self, session: Session, pad: bool = False) -> None:
+        """Video mode: commit the buffered frames (a partial chunk too) as one video block,
+        in whole temporal patches: an odd last frame waits for its partner rather than be
+        committed alone and repeated. `pad` (a question, which must see every delivered
+        frame): it goes too, repeated as the video processors repeat it."""
+        pending: list[Frame] = session.state.get("pending", [])
+        count = len(pending) if pad else len(pending) - len(pending) % self.vlm.temporal_patch
+        if count:
+            session.state["pending"] = pending[count:]
+            await self._commit_frames(session, pending[:count])
 
     async def _commit_frames(self, session: Session, frames: list[Frame]) -> None:
         """One frame block: a frame (image mode) or a chunk of frames (video mode)."""
@@ -466,12 +531,14 @@ class TransformersAdapter(Adapter):
         step: int | None,
         kind: Literal["pinned", "turn"],
     ) -> None:
-        """Append `prompt`, generate greedily from the cache, keep the answer in context.
+        """Append `prompt`, generate from the cache (greedy unless the decoding options say
+        otherwise), keep the answer in context.
 
         `step` set: a proactive decision, which may come out as the wait word. `kind`: the
         cache segment the decision becomes (`turn`: evicted with the frame before it).
         """
-        await self._flush_chunk(session)  # the model sees every delivered frame
+        # The model sees every delivered frame; at a step, an odd last one waits (video mode).
+        await self._flush_chunk(session, pad=step is None)
         stream: StreamState = session.state["stream"]
         budget = self.config.max_tokens_qa if step is None else self.config.max_tokens_proactive
         need = len(prompt) + budget + len(self._after_answer)
@@ -489,7 +556,7 @@ class TransformersAdapter(Adapter):
         text = IncrementalText(self.vlm.detokenize)
         speaker = _Speaker(respond, None if step is None else self.config.wait_word)
         stream.begin(kind)
-        token = await asyncio.to_thread(stream.append, prompt)
+        token = await asyncio.to_thread(_next_token, session, prompt)
         generated = 0
         unfed: list[int] = []
         while token not in self.vlm.stop_ids:
@@ -498,7 +565,7 @@ class TransformersAdapter(Adapter):
             if generated == limit or text.text.endswith(self._stop_words):
                 unfed = [token]
                 break
-            token = await asyncio.to_thread(stream.append, [token])
+            token = await asyncio.to_thread(_next_token, session, [token])
         await speaker.finish(text.text, generated, step)
         # The answer (its last token too) and the turn change go into the cache, so the
         # model sees what it said, or that it waited, at the next decision.
@@ -511,6 +578,13 @@ class TransformersAdapter(Adapter):
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )
+
+
+def _next_token(session: Session, ids: list[int]) -> int:
+    """Run `ids` on top of the session's cache and choose the token that follows."""
+    stream: StreamState = session.state["stream"]
+    chooser: TokenChooser = session.state["chooser"]
+    return chooser.choose(stream.append(ids), stream.in_context())
 
 
 class _Speaker:

@@ -41,7 +41,7 @@ from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.proactive_window import Layout, next_window
 from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
-from streameval.adapters.settings import IDENTITY_UNLESS_DEFAULT, NOT_IDENTITY
+from streameval.adapters.settings import NOT_IDENTITY, RECORDED_IF_CHANGED
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,
@@ -109,6 +109,35 @@ class VideoChatConfig(AdapterConfig):
     max_tokens_proactive: int = Field(64, ge=1, description="proactive response length limit")
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
     seed: int | None = Field(0, description="sampling seed (null: none sent)")
+    # Added after runs were recorded: unset, nothing is sent and the backend's default holds,
+    # as before (RECORDED_IF_CHANGED keeps those runs' identity).
+    top_p: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="nucleus sampling: the smallest set of tokens with this probability mass "
+        "(null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    top_k: int | None = Field(
+        None,
+        ge=1,
+        description="sample among the k likeliest tokens (vLLM's extra sampling parameter; "
+        "null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0,
+        description="penalty on tokens already in the prompt or the reply, as Hugging Face's "
+        "(vLLM's extra sampling parameter; null: not sent)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="texts that end a reply (the backend's `stop`; not part of the reply)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
     mm_processor_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="per-request multimodal processor options (vLLM)"
     )
@@ -129,7 +158,7 @@ class VideoChatConfig(AdapterConfig):
         "sliding",
         description="sliding: the newest proactive_window_frames at every decision; append: "
         "the last window plus the frames since, restarted at reanchor_frames (prefix caching)",
-        json_schema_extra=IDENTITY_UNLESS_DEFAULT,
+        json_schema_extra=RECORDED_IF_CHANGED,
     )
     reanchor_frames: int = Field(
         16,
@@ -137,8 +166,25 @@ class VideoChatConfig(AdapterConfig):
         validate_default=True,
         description="append: the most images a decision shows; a window that would grow "
         "past it restarts from the newest proactive_window_frames",
-        json_schema_extra=IDENTITY_UNLESS_DEFAULT,
+        json_schema_extra=RECORDED_IF_CHANGED,
     )
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, words: list[str]) -> list[str]:
+        return prompts.check_stop_words(words)
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling options that are set, by their name in vLLM's `SamplingParams` and
+        in the OpenAI-compatible body (vLLM's server takes `top_k` and `repetition_penalty`
+        there as extra sampling parameters); unset ones are left to the backend."""
+        chosen: dict[str, Any] = {"temperature": self.temperature}
+        for name in ("seed", "top_p", "top_k", "repetition_penalty"):
+            if getattr(self, name) is not None:
+                chosen[name] = getattr(self, name)
+        if self.stop:
+            chosen["stop"] = list(self.stop)
+        return chosen
 
     @field_validator(
         "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"

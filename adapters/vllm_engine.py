@@ -329,9 +329,7 @@ class VLLMEngineAdapter(VideoChatAdapter):
             message = f"could not build the prompt: {describe_error(exc)}"
             raise ModelCallError(message, retryable=False, reached_model=False) from None
         sampling = self._vllm.SamplingParams(
-            max_tokens=request.max_tokens,
-            temperature=self.config.temperature,
-            seed=self.config.seed,
+            max_tokens=request.max_tokens, **self.config.sampling()
         )
         request_id = f"se-{next(self._request_ids)}"
         outputs = engine.generate(prompt, sampling, request_id)

@@ -24,9 +24,9 @@ from streameval.adapters.config import AdapterConfig
 from streameval.adapters.registry import build_adapter, load_adapter
 from streameval.adapters.sdk import Adapter
 from streameval.adapters.settings import (
-    IDENTITY_UNLESS_DEFAULT,
     LONG_VALUE_CHARS,
     NOT_IDENTITY,
+    RECORDED_IF_CHANGED,
     REDACTED,
     config_settings,
     is_secret_name,
@@ -288,8 +288,8 @@ class Grown(Options):
     """Options of a later adapter version: two options added, their defaults the old
     behaviour."""
 
-    layout: Literal["old", "new"] = Field("old", json_schema_extra=IDENTITY_UNLESS_DEFAULT)
-    tags: dict[str, Any] = Field(default_factory=dict, json_schema_extra=IDENTITY_UNLESS_DEFAULT)
+    layout: Literal["old", "new"] = Field("old", json_schema_extra=RECORDED_IF_CHANGED)
+    tags: dict[str, Any] = Field(default_factory=dict, json_schema_extra=RECORDED_IF_CHANGED)
 
 
 def test_an_added_option_at_its_default_keeps_the_older_identity() -> None:

@@ -950,7 +950,8 @@ def test_a_stop_word_ends_the_reply_and_dots_are_silence_when_they_are_the_wait_
 
 def test_a_video_mode_run_through_the_core(tiny_model, tmp_path):
     """Served in video mode: every delivered frame is committed, in chunks of two until a
-    question or decision needs the pending one, and the run finishes."""
+    question needs the odd one still pending, and the run finishes; decisions follow the
+    chunks (decide_at's default in video mode), so a step never commits a frame alone."""
     options = {
         "model": str(tiny_model),
         "max_tokens_qa": 4,
@@ -973,3 +974,6 @@ def test_a_video_mode_run_through_the_core(tiny_model, tmp_path):
     # frame alone, committed before the question.
     qa = [c["frame_ids"] for c in workloads(events["t:qa:1"], "state_commit") if c["images"]]
     assert [len(chunk) for chunk in qa] == [2] * 6 + [1]
+    # Proactive: no question, so every chunk is a whole pair of frames.
+    proactive = workloads(events["t:pro:1"], "state_commit")
+    assert {len(c["frame_ids"]) for c in proactive if c["images"]} == {2}

@@ -506,3 +506,24 @@ def test_video_mode_submits_the_window_as_one_video_with_its_fps(engine):
     assert (metadata["fps"], metadata["total_num_frames"]) == (1.0, 3)
     assert metadata["frames_indices"] == [0, 1, 2]
     assert entry["mm_processor_kwargs"] == {"fps": 1.0, "do_sample_frames": False}
+
+
+def test_sampling_params_carry_the_generation_options(engine):
+    """Set options reach vLLM's SamplingParams; unset ones keep vLLM's defaults (greedy at
+    the adapter's temperature 0, no penalty), as before the options existed."""
+    adapter, log = engine(max_tokens_qa=4)
+    assert errors(ask(adapter)) == []
+    options = {"top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "stop": ["\n"]}
+    adapter, _ = engine(max_tokens_qa=4, temperature=0.7, seed=3, **options)
+    assert errors(ask(adapter)) == []
+    default, chosen = log_entries(log, "call")  # one log, both adapters' calls
+    assert default["sampling"] == {
+        "max_tokens": 4,
+        "temperature": 0.0,
+        "seed": 0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "repetition_penalty": 1.0,
+        "stop": None,
+    }
+    assert chosen["sampling"] == {"max_tokens": 4, "temperature": 0.7, "seed": 3, **options}

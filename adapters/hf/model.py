@@ -80,6 +80,7 @@ class VisionLanguageModel:
         self._vision_end: int = config.vision_end_token_id
         self._merge = int(image_processor.merge_size)
         self.max_context: int = config.get_text_config().max_position_embeddings
+        self.vocab_size: int = config.get_text_config().vocab_size
         # Placeholders stand for pixels: a generated one would have no image behind it.
         placeholders = [self.image_token_id, self._vision_start, self._vision_end]
         self.video_token_id: int | None = getattr(config, "video_token_id", None)

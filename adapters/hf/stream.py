@@ -10,8 +10,10 @@ The cache holds the conversation as a list of segments, in order, each a run of 
 The eviction unit is a frame block together with the step decisions that followed it (a
 decision with no frame block before it is a unit of its own), oldest first. A unit is
 balanced ChatML (each decision closes and reopens the user turn), so what stays is a
-well-formed conversation. Memory is bounded by the cache: a segment keeps its token ids (and,
-when re-prefill needs them, its frames' pixel tensors) only while its slots are in the cache.
+well-formed conversation. Memory is bounded by the cache: a segment keeps its token ids (when
+re-prefill or a repetition penalty needs them) and its frames' pixel tensors (re-prefill) only
+while its slots are in the cache. With `track_ids` the state counts every token id in the
+cache (`in_context`), the context a repetition penalty reads (adapters/hf/decoding.py).
 
 Two ways to make room (`StreamState.make_room`):
 
@@ -48,7 +50,7 @@ class Segment:
     end: int = 0  # the position after it
     slots: int = 0  # cache slots (tokens)
     frame_ids: tuple[str, ...] = ()
-    ids: list[int] = field(default_factory=list)  # kept for re-prefill only
+    ids: list[int] = field(default_factory=list)  # kept for re-prefill or the context's ids
     visuals: list[EncodedFrame] = field(default_factory=list)  # kept for re-prefill only
 
 
@@ -66,16 +68,26 @@ class StreamState:
     """A session's KV cache, its segments and the next RoPE position.
 
     `reprefill` keeps every kept segment's token ids and frame tensors so the cache can be
-    rebuilt; otherwise nothing but counts is kept per segment.
+    rebuilt; `track_ids` keeps their token ids and counts each id in the cache. Otherwise
+    nothing but counts of slots is kept per segment.
     """
 
     def __init__(
-        self, vlm: VisionLanguageModel, reprefill: bool = False, max_position: int | None = None
+        self,
+        vlm: VisionLanguageModel,
+        reprefill: bool = False,
+        max_position: int | None = None,
+        track_ids: bool = False,
     ) -> None:
         self._vlm = vlm
         self._cache = vlm.new_cache()
         self._next_position = 0
         self._reprefill = reprefill
+        self._keep_ids = reprefill or track_ids
+        # How often each token id is in the cache (a repetition penalty's context).
+        self._id_counts = (
+            torch.zeros(vlm.vocab_size, dtype=torch.int32, device=vlm.device) if track_ids else None
+        )
         self.max_position = vlm.max_context if max_position is None else max_position
         self.segments: list[Segment] = []
         self.repositions = 0  # times the gaps were closed in place
@@ -93,15 +105,27 @@ class StreamState:
     def cache(self):
         return self._cache
 
+    def in_context(self) -> torch.Tensor | None:
+        """A boolean mask over the vocabulary: the token ids now in the cache (None unless
+        `track_ids`)."""
+        return None if self._id_counts is None else self._id_counts > 0
+
+    def _count(self, ids: list[int], sign: int) -> None:
+        if self._id_counts is not None and ids:
+            index = torch.tensor(ids, device=self._id_counts.device)
+            ones = torch.full((len(ids),), sign, dtype=torch.int32, device=index.device)
+            self._id_counts.index_add_(0, index, ones)
+
     def begin(self, kind: SegmentKind, frame_ids: tuple[str, ...] = ()) -> None:
         """Start a segment: the next appends extend it."""
         self.segments.append(Segment(kind, self._next_position, self._next_position, 0, frame_ids))
 
     def append(
         self, ids: list[int], visuals: EncodedFrame | list[EncodedFrame] | None = None
-    ) -> int:
+    ) -> torch.Tensor:
         """Run `ids` on top of the cache (with the pixels behind their placeholders) and
-        return the greedy next token, never a vision placeholder."""
+        return the next-token logits, vision placeholders masked out (-inf): a generated one
+        would have no pixels behind it."""
         if not self.segments:
             self.begin("pinned")
         if self._next_position + len(ids) > self.max_position and self._has_gaps():
@@ -112,13 +136,15 @@ class StreamState:
         )
         segment.end = self._next_position
         segment.slots += len(ids)
-        if self._reprefill:
+        if self._keep_ids:
             segment.ids.extend(ids)
+            self._count(ids, 1)
+        if self._reprefill:
             if isinstance(visuals, EncodedFrame):
                 segment.visuals.append(visuals)
             elif visuals:
                 segment.visuals.extend(visuals)
-        return int(logits.index_fill(0, self._vlm.unspeakable, -torch.inf).argmax())
+        return logits.index_fill(0, self._vlm.unspeakable, -torch.inf)
 
     # ------------------------------------------------------------------ eviction
 
@@ -154,6 +180,8 @@ class StreamState:
             return None
         evicted = [self.segments[i] for i in chosen]
         frame_ids = [frame_id for segment in evicted for frame_id in segment.frame_ids]
+        for segment in evicted:
+            self._count(segment.ids, -1)
         gone = set(chosen)
         if self._reprefill:
             self.segments = [s for i, s in enumerate(self.segments) if i not in gone]

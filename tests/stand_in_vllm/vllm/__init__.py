@@ -94,12 +94,24 @@ class AsyncEngineArgs(EngineArgs):
 
 
 class SamplingParams:
+    # vLLM's keywords and defaults for what the adapter may set; a call logs them all.
     def __init__(
-        self, max_tokens: int | None = 16, temperature: float = 1.0, seed: int | None = None, **kw
+        self,
+        max_tokens: int | None = 16,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
+        stop: str | list[str] | None = None,
     ):
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.seed = seed
+        self.top_p = top_p
+        self.top_k = top_k
+        self.repetition_penalty = repetition_penalty
+        self.stop = stop
 
 
 @dataclass
@@ -186,6 +198,7 @@ class AsyncLLM:
         video = data.get("video")
         entry = {"event": "call", "call": call, "outcome": outcome, "images": len(images)}
         entry["prompt"] = prompt["prompt"]
+        entry["sampling"] = vars(sampling_params)
         entry.update(request_id=request_id, ns=time.monotonic_ns())
         if video is not None:
             frames, metadata = video
