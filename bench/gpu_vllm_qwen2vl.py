@@ -10,15 +10,18 @@ Qwen2-VL processor needs); never run by the test suite. Measured per backend: lo
 adapter's `/healthz`), TTFT p50 as the Core measures it (question sent -> first token), the
 run's wall time and the sessions that finished. The tiny model (hidden size 32, head size 8)
 answers noise; it measures the plumbing, not accuracy. A head size of 8 may not be supported
-by every attention backend: pass `--attention-backend` (VLLM_ATTENTION_BACKEND, e.g.
-TRITON_ATTN or FLEX_ATTENTION) if the default refuses it.
+by every attention backend: pass `--attention-backend` (e.g. TRITON_ATTN or FLEX_ATTENTION)
+if the default refuses it. It goes to `vllm serve --attention-backend` and to the in-process
+adapter as the engine argument `attention_backend` (`-A engine_args=...`): current vLLM
+reads only those (`AttentionConfig.backend`, vllm/config/attention.py, wired in
+vllm/engine/arg_utils.py); the VLLM_ATTENTION_BACKEND environment variable it once read is
+ignored (vllm-project/vllm issue 50292).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -120,11 +123,8 @@ def ttft_p50_ms(store_url: str, run_id: str) -> float | None:
 
 def measure(name: str, server: list[str], health: str, adapter_url: str, work: Path, args):
     """Start `server`, time its load, run the Core through `adapter_url`, stop it."""
-    env = dict(os.environ)
-    if args.attention_backend:
-        env["VLLM_ATTENTION_BACKEND"] = args.attention_backend
     log = open(work / f"{name}.log", "w")  # noqa: SIM115 (closed below)
-    process = subprocess.Popen(server, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(server, stdout=log, stderr=subprocess.STDOUT)
     try:
         load_s = wait_healthy(health, process, args.load_timeout)
         store_url = f"sqlite:///{work / f'{name}.db'}"
@@ -159,7 +159,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     parser.add_argument("--load-timeout", type=float, default=900.0, help="seconds per load")
-    parser.add_argument("--attention-backend", help="VLLM_ATTENTION_BACKEND for both engines")
+    parser.add_argument(
+        "--attention-backend", help="vLLM's attention backend for both engines (e.g. TRITON_ATTN)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, dbs)")
     parser.add_argument("--write", action="store_true", help="put the table into BENCHMARKS.md")
     args = parser.parse_args()
@@ -189,6 +191,8 @@ def main() -> None:
         json.dumps({"image": images, "video": 1}),
         "--trust-remote-code",
     ]
+    if args.attention_backend:
+        serve += ["--attention-backend", args.attention_backend]
     adapter_port = free_port()
     openai_adapter = [
         sys.executable,
@@ -235,6 +239,9 @@ def main() -> None:
         "-A",
         f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
     ]
+    if args.attention_backend:
+        backend = {"attention_backend": args.attention_backend}
+        in_process += ["-A", f"engine_args={json.dumps(backend)}"]
     rows.append(
         measure(
             "in-process vllm",
@@ -273,7 +280,8 @@ def table(rows: list[dict], args) -> str:
         version = "?"
     lines = [
         f"{date.today()}, {gpu}, vLLM {version}, Python {platform.python_version()}; "
-        f"{args.sessions} synthetic sessions, {args.concurrency} in flight, logical pacing; "
+        f"{args.sessions} synthetic sessions, {args.concurrency} in flight, logical pacing, "
+        f"attention backend {args.attention_backend or 'chosen by vLLM'}; "
         "a tiny random Qwen2-VL (plumbing, not accuracy):",
         "",
         "| backend | load (s) | TTFT p50 (ms) | run wall (s) | sessions ok |",
