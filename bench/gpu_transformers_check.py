@@ -356,6 +356,7 @@ class Report:
     kv_bytes_per_token: int
     kv_bytes_first_quarter: int
     kv_bytes_last_quarter: int
+    kv_bytes_max: int  # the largest sample of the whole run
     kv_bytes_bound: int  # context_tokens x bytes per token
     allocated_first_quarter: int | None
     allocated_last_quarter: int | None
@@ -377,14 +378,13 @@ def kv_bytes_per_token(model: Path, dtype: str) -> int:
     return 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * element
 
 
-def build_report(size: Size, model: Path, summary, events, sampler, load_s, wall_s) -> Report:
+def build_report(size: Size, model: Path, summary, events, samples, load_s, wall_s) -> Report:
     sessions = sessions_of(events)
     proactive = next(s for s in sessions.values() if s.record_id == PROACTIVE_ID)
     questions = [s for s in sessions.values() if s.record_id != PROACTIVE_ID]
     every = list(sessions.values())
     first, last = _quarters(proactive.frames)
     per_token = kv_bytes_per_token(model, size.dtype)
-    samples = sampler.samples
     wall = sum(s.finished_ns - s.first_frame_ns for s in every)
     ttfts = [t for s in questions for t in s.ttft_ns]
     return Report(
@@ -407,6 +407,7 @@ def build_report(size: Size, model: Path, summary, events, sampler, load_s, wall
         kv_bytes_per_token=per_token,
         kv_bytes_first_quarter=_largest(samples, "kv_cache_bytes", first) or 0,
         kv_bytes_last_quarter=_largest(samples, "kv_cache_bytes", last) or 0,
+        kv_bytes_max=max((m["kv_cache_bytes"] for _, m in samples), default=0),
         kv_bytes_bound=size.context_tokens * per_token,
         allocated_first_quarter=_largest(samples, "device_allocated_bytes", first),
         allocated_last_quarter=_largest(samples, "device_allocated_bytes", last),
@@ -427,11 +428,12 @@ async def execute(executor: RunExecutor):
     return await executor.execute(await executor.prepare())
 
 
-def run_check(size: Size, work: Path) -> Report:
-    """Build the model folder and the video, serve the adapter, run the Core, report."""
+def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None = None):
+    """Build the model folder and the video (kept in `videos`), serve the adapter, run the
+    Core, report. `sample_s`: the /info polling interval, default the size's."""
     started = time.perf_counter()
     model = write_model(work / "model", size)
-    video = cached_video(OUT, seconds=size.seconds, width=size.side, height=size.side, fps=1)
+    video = cached_video(videos, seconds=size.seconds, width=size.side, height=size.side, fps=1)
     benchmark = write_benchmark(work, video, size)
     loading = time.perf_counter()
     with AdapterProcess(
@@ -450,11 +452,11 @@ def run_check(size: Size, work: Path) -> Report:
         )
         info = adapter.url.replace("ws://", "http://").removesuffix("/ws") + "/info"
         with Store(f"sqlite:///{work / 'check.db'}") as store:
-            with InfoSampler(info, size.sample_s) as sampler:
+            with InfoSampler(info, sample_s or size.sample_s) as sampler:
                 summary = asyncio.run(execute(RunExecutor(config, store)))
             events = list(store.iter_events(summary.run_id))
     wall_s = time.perf_counter() - started
-    return build_report(size, model, summary, events, sampler, load_s, wall_s)
+    return build_report(size, model, summary, events, sampler.samples, load_s, wall_s)
 
 
 def _bytes(value: int | None) -> str:

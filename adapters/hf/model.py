@@ -357,8 +357,10 @@ def _rope_index_function(model):
 
 def _random_model(source: str, dtype: str, device: str, extra: dict):
     """The model of `source`'s config.json with initialised weights, built directly on
-    `device` (no copy from the CPU: a 7B model takes seconds on a GPU)."""
+    `device` (no copy from the CPU: a 7B model takes seconds on a GPU). Seeded, so every
+    load on a device builds the same weights and a check's generated tokens repeat."""
     config = AutoConfig.from_pretrained(source)
+    torch.manual_seed(0)
     declared = getattr(config, "dtype", None) or "float32"  # "auto": the config's
     chosen = declared if dtype == "auto" else dtype
     with torch.device(device):
