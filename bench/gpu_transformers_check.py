@@ -3,6 +3,7 @@
     python bench/gpu_transformers_check.py                  # --size full on CUDA, else tiny
     python bench/gpu_transformers_check.py --size tiny      # the CPU path (CI runs it)
     python bench/gpu_transformers_check.py --write          # the table into BENCHMARKS.md
+    python bench/gpu_transformers_check.py --seconds 600    # a shorter stream
 
 `--size full` builds Qwen2.5-VL-7B-Instruct's published architecture (QWEN25_VL_7B below)
 with random weights, in bfloat16, directly on the GPU (the adapter's `random_weights`
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -70,6 +72,7 @@ from streameval.events import EventKind  # noqa: E402
 OUT = REPO / "bench" / "out"
 SECTION = "The transformers adapter on a GPU: 30 minutes of video through a 7B model"
 PROACTIVE_ID = "check:pro"
+BUDGET_S = 480  # what `--size full` is sized to take, loading included
 
 # Qwen/Qwen2.5-VL-7B-Instruct on the Hugging Face Hub, config.json: the published
 # architecture, as data. Its token ids (151643 and up) are replaced by the offline
@@ -164,7 +167,7 @@ def write_model(directory: Path, size: Size) -> Path:
     )
 
     tokenizer = build_tokenizer()
-    if size is FULL:
+    if size.name == FULL.name:
         config = transformers.Qwen2_5_VLConfig(**QWEN25_VL_7B, **special_token_ids(tokenizer))
     else:
         config = tiny_config(tokenizer, "qwen2_5_vl")
@@ -468,9 +471,12 @@ def _bytes(value: int | None) -> str:
 def table(report: Report, size: Size) -> str:
     r = report
     cache = size.context_tokens - size.reserve_tokens
+    default = SIZES[size.name].seconds
+    seconds = "" if size.seconds == default else f" --seconds {size.seconds}"
     return "\n".join(
         [
-            f"`python bench/gpu_transformers_check.py --size {size.name}` ({date.today()}, "
+            f"`python bench/gpu_transformers_check.py --size {size.name}{seconds}` "
+            f"({date.today()}, "
             f"{r.device}, Python {platform.python_version()}): {r.model}; a {size.seconds} s "
             f"{size.side}x{size.side} video at 1 fps, one proactive session over all of it "
             f"and {size.questions} questions ({size.qa_history_s:g} s of video each), "
@@ -503,10 +509,13 @@ def default_size() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), help="default: full on CUDA, else tiny")
+    parser.add_argument("--seconds", type=int, help="of video; default 1800 (full), 40 (tiny)")
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     parser.add_argument("--write", action="store_true", help="put the table in BENCHMARKS.md")
     args = parser.parse_args()
     size = SIZES[args.size or default_size()]
+    if args.seconds:
+        size = dataclasses.replace(size, seconds=args.seconds)
     if size.device == "cuda":
         import torch
 
@@ -519,6 +528,11 @@ def main() -> None:
         args.json.write_text(report.to_json())
     text = table(report, size)
     print(text)
+    if size.name == FULL.name and report.wall_s > BUDGET_S:
+        print(
+            f"note: {report.wall_s:.0f} s, over the {BUDGET_S} s the check is sized for",
+            file=sys.stderr,
+        )
     if args.write:
         update_subsection(SECTION, INTRO, SUBSECTIONS[size.name], text)
 
