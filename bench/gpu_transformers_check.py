@@ -45,16 +45,19 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+
+import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+from bench.bench_long_stream import execute, stream_config  # noqa: E402
 from bench.make_video import cached_video  # noqa: E402
 from bench.report import update_subsection  # noqa: E402
 from streameval.core.benchmark.records import (  # noqa: E402
@@ -63,11 +66,11 @@ from streameval.core.benchmark.records import (  # noqa: E402
     QARecord,
     Trigger,
 )
-from streameval.core.config import EndpointConfig, RunConfig  # noqa: E402
 from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
+from tests.recording import Sampler  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 SECTION = "The transformers adapter on a GPU: 30 minutes of video through a 7B model"
@@ -235,32 +238,9 @@ def adapter_options(model: Path, size: Size) -> dict:
     }
 
 
-class InfoSampler:
-    """The adapter's `GET /info` memory every `interval_s`, with the monotonic time read."""
-
-    def __init__(self, url: str, interval_s: float) -> None:
-        self.url = url
-        self.interval_s = interval_s
-        self.samples: list[tuple[int, dict]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import httpx
-
-        with httpx.Client(timeout=10) as client:
-            while not self._stop.is_set():
-                memory = client.get(self.url).json()["memory"]
-                self.samples.append((time.monotonic_ns(), memory))
-                self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> InfoSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+def memory_reader(client, url: str) -> Callable[[], dict]:
+    """The `memory` of the adapter's `GET /info` at `url`."""
+    return lambda: client.get(url).json()["memory"]
 
 
 @dataclass
@@ -427,10 +407,6 @@ def device_name(device: str) -> str:
     return f"{platform.machine()} CPU, {os.cpu_count()} cores"
 
 
-async def execute(executor: RunExecutor):
-    return await executor.execute(await executor.prepare())
-
-
 def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None = None):
     """Build the model folder and the video (kept in `videos`), serve the adapter, run the
     Core, report. `sample_s`: the /info polling interval, default the size's."""
@@ -443,19 +419,10 @@ def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None
         "transformers", startup_timeout_s=size.startup_s, options=adapter_options(model, size)
     ) as adapter:
         load_s = time.perf_counter() - loading
-        config = RunConfig(
-            benchmark=str(benchmark),
-            endpoints=[EndpointConfig(url=adapter.url, concurrency=1)],
-            cache_dir=str(work / "cache"),
-            pacing="logical",
-            profile="trace",
-            fps=1.0,
-            qa_history_s=size.qa_history_s,
-            response_timeout_s=600,
-        )
+        config = stream_config(benchmark, adapter.url, work, qa_history_s=size.qa_history_s)
         info = adapter.url.replace("ws://", "http://").removesuffix("/ws") + "/info"
-        with Store(f"sqlite:///{work / 'check.db'}") as store:
-            with InfoSampler(info, sample_s or size.sample_s) as sampler:
+        with Store(f"sqlite:///{work / 'check.db'}") as store, httpx.Client(timeout=10) as client:
+            with Sampler(memory_reader(client, info), sample_s or size.sample_s) as sampler:
                 summary = asyncio.run(execute(RunExecutor(config, store)))
             events = list(store.iter_events(summary.run_id))
     wall_s = time.perf_counter() - started
@@ -548,8 +515,8 @@ session over all of it with a decision at every frame (at most 4 tokens: about `
 the end of turn) and 3 open questions (60 s of video each, at most 16 tokens), one session at
 a time, logical pacing, `trace` profile; 128 visual tokens a frame and an 8,192-token context
 (7,168 before a frame, `evict-oldest`), so every session passes through the cache many times.
-Sized to take under 8 minutes on one H100 (an estimate until measured). The GPU command, on a
-CUDA host with `pip install 'streameval[transformers]'`:
+Sized to take under 8 minutes on one H100 (an estimate until measured). The GPU command, in a
+checkout on a CUDA host after `pip install -e '.[transformers]'`:
 
 ```bash
 python bench/gpu_transformers_check.py --size full --write
