@@ -1,7 +1,7 @@
 """The `transformers` adapter on a GPU: a 30-minute stream through a full-size VideoLLM.
 
     python bench/gpu_transformers_check.py                  # --size full on CUDA, else tiny
-    python bench/gpu_transformers_check.py --size tiny      # the CPU path (CI runs it)
+    python bench/gpu_transformers_check.py --size tiny      # the CPU path (the suite runs it)
     python bench/gpu_transformers_check.py --write          # the table into BENCHMARKS.md
     python bench/gpu_transformers_check.py --seconds 600    # a shorter stream
 
@@ -24,8 +24,8 @@ memory, not accuracy):
 - TTFT as the Core measures it: question sent -> first token received;
 - KV-cache memory over the proactive session: the adapter's `GET /info` (`memory`: the
   live caches' tokens and key/value bytes, read off the tensors, and the device's allocated
-  bytes) polled every `--sample-s`; the largest values in the session's first and last
-  quarter show whether it stays flat once the cache is full;
+  bytes) polled every half second (tiny: every 50 ms); the largest values in the first and
+  the last quarter of the session's frames show whether it stays flat once the cache is full;
 - harness wait: per session, the time from its first frame sent to its end (the Core's
   clock; the video's decode before it is left out) not covered by any of the adapter's
   workload intervals (`state_commit`, `model_call`, `evict`; the same host's monotonic
@@ -250,7 +250,8 @@ class SessionTrace:
     record_id: str
     first_frame_ns: int = 0  # the first frame sent (the video's decode comes before)
     finished_ns: int = 0
-    frames: list[tuple[int, int]] = field(default_factory=list)  # state_commit intervals
+    frames: list[tuple[int, int]] = field(default_factory=list)  # a frame's state_commit
+    texts: list[tuple[int, int]] = field(default_factory=list)  # preamble, instruction
     calls: list[tuple[int, int]] = field(default_factory=list)  # model_call intervals
     evictions: list[tuple[int, int]] = field(default_factory=list)
     evicted_frames: int = 0
@@ -260,7 +261,7 @@ class SessionTrace:
     def model_ns(self) -> int:
         """The union of the adapter's intervals: time the model was working."""
         total, reached = 0, 0
-        for start, end in sorted(self.frames + self.calls + self.evictions):
+        for start, end in sorted(self.frames + self.texts + self.calls + self.evictions):
             total += max(0, end - max(start, reached))
             reached = max(reached, end)
         return total
@@ -286,8 +287,8 @@ def sessions_of(events) -> dict[str, SessionTrace]:
             session.answers += 1
         elif event.kind == EventKind.WORKLOAD:
             interval = (payload.started_ns, payload.ended_ns)
-            if payload.kind == "state_commit" and payload.images:
-                session.frames.append(interval)
+            if payload.kind == "state_commit":
+                (session.frames if payload.images else session.texts).append(interval)
             elif payload.kind == "model_call":
                 session.calls.append(interval)
             elif payload.kind == "evict":
@@ -320,6 +321,8 @@ def _largest(samples: list[tuple[int, dict]], key: str, span: tuple[int, int]) -
 
 @dataclass
 class Report:
+    """What one check measured (the module's docstring defines each figure)."""
+
     size: str
     model: str
     device: str
@@ -425,6 +428,12 @@ def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None
             with Sampler(memory_reader(client, info), sample_s or size.sample_s) as sampler:
                 summary = asyncio.run(execute(RunExecutor(config, store)))
             events = list(store.iter_events(summary.run_id))
+    if summary.failed:
+        first = summary.failures[0]
+        raise SystemExit(
+            f"{summary.failed} of {summary.total} sessions failed; {first.session_id} at "
+            f"{first.stage}: {first.reason}"
+        )
     wall_s = time.perf_counter() - started
     return build_report(size, model, summary, events, sampler.samples, load_s, wall_s)
 
