@@ -153,6 +153,54 @@ def engine_flags(args) -> dict:
     }
 
 
+# The chat adapters' default qa_max_frames (>= proactive_window_frames).
+IMAGES = 16
+
+
+def serve_command(model: Path, port: int, flags: dict, attention_backend: str | None):
+    """`vllm serve` of the tiny model; the attention backend as its `--attention-backend`."""
+    command = [
+        "vllm",
+        "serve",
+        str(model),
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_NAME,
+        "--max-model-len",
+        str(flags["max_model_len"]),
+        "--gpu-memory-utilization",
+        str(flags["gpu_memory_utilization"]),
+        "--enable-prefix-caching",
+        "--limit-mm-per-prompt",
+        json.dumps({"image": IMAGES, "video": 1}),
+        "--trust-remote-code",
+    ]
+    return command + (["--attention-backend", attention_backend] if attention_backend else [])
+
+
+def in_process_command(model: Path, port: int, flags: dict, attention_backend: str | None):
+    """The `vllm` adapter serving the tiny model; the attention backend as the engine
+    argument `attention_backend`."""
+    command = [
+        sys.executable,
+        "-m",
+        "streameval.adapters",
+        "vllm",
+        "--port",
+        str(port),
+        "-A",
+        f"model={model}",
+        "-A",
+        f"max_model_len={flags['max_model_len']}",
+        "-A",
+        f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
+    ]
+    if attention_backend:
+        command += ["-A", f"engine_args={json.dumps({'attention_backend': attention_backend})}"]
+    return command
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=8, help="synthetic records to run")
@@ -171,28 +219,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gpu-vllm-"))
     model = build_model(work / SERVED_NAME)
     flags = engine_flags(args)
-    images = 16  # the chat adapters' default qa_max_frames (>= proactive_window_frames)
 
     port = free_port()
-    serve = [
-        "vllm",
-        "serve",
-        str(model),
-        "--port",
-        str(port),
-        "--served-model-name",
-        SERVED_NAME,
-        "--max-model-len",
-        str(flags["max_model_len"]),
-        "--gpu-memory-utilization",
-        str(flags["gpu_memory_utilization"]),
-        "--enable-prefix-caching",
-        "--limit-mm-per-prompt",
-        json.dumps({"image": images, "video": 1}),
-        "--trust-remote-code",
-    ]
-    if args.attention_backend:
-        serve += ["--attention-backend", args.attention_backend]
+    serve = serve_command(model, port, flags, args.attention_backend)
     adapter_port = free_port()
     openai_adapter = [
         sys.executable,
@@ -225,23 +254,7 @@ def main() -> None:
         adapter.wait(timeout=30)
 
     in_process_port = free_port()
-    in_process = [
-        sys.executable,
-        "-m",
-        "streameval.adapters",
-        "vllm",
-        "--port",
-        str(in_process_port),
-        "-A",
-        f"model={model}",
-        "-A",
-        f"max_model_len={flags['max_model_len']}",
-        "-A",
-        f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
-    ]
-    if args.attention_backend:
-        backend = {"attention_backend": args.attention_backend}
-        in_process += ["-A", f"engine_args={json.dumps(backend)}"]
+    in_process = in_process_command(model, in_process_port, flags, args.attention_backend)
     rows.append(
         measure(
             "in-process vllm",
