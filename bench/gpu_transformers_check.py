@@ -134,7 +134,10 @@ class Size:
     visual_tokens: int
     context_tokens: int
     reserve_tokens: int
-    max_tokens_proactive: int  # about "<silent>" and the end of turn in Qwen's vocabulary
+    # Random weights never end a reply early: every decision runs to this limit (a trained
+    # model's "<silent>" and end of turn are about 5 tokens; 2 keeps --size full inside 8
+    # minutes).
+    max_tokens_proactive: int
     max_tokens_qa: int
     questions: int
     qa_history_s: float  # video before each question
@@ -145,13 +148,13 @@ class Size:
 FULL = Size(
     "full", "Qwen2.5-VL-7B-Instruct architecture, random weights, bfloat16", "cuda",
     "bfloat16", seconds=1800, side=448, visual_tokens=128, context_tokens=8192,
-    reserve_tokens=1024, max_tokens_proactive=4, max_tokens_qa=16, questions=3,
+    reserve_tokens=1024, max_tokens_proactive=2, max_tokens_qa=16, questions=3,
     qa_history_s=60.0, sample_s=0.5, startup_s=600.0,
 )  # fmt: skip
 TINY = Size(
     "tiny", "tiny random Qwen2.5-VL (tests/tiny_qwen2vl.py), float32", "cpu", "float32",
     seconds=40, side=224, visual_tokens=64, context_tokens=360, reserve_tokens=60,
-    max_tokens_proactive=4, max_tokens_qa=8, questions=2, qa_history_s=10.0, sample_s=0.05,
+    max_tokens_proactive=2, max_tokens_qa=8, questions=2, qa_history_s=10.0, sample_s=0.05,
     startup_s=120.0,
 )  # fmt: skip
 SIZES = {size.name: size for size in (FULL, TINY)}
@@ -520,12 +523,14 @@ under the real Core on a full-size model and reports what a long native session 
 Qwen/Qwen2.5-VL-7B-Instruct, written into the script) built with random weights in bfloat16
 directly on the GPU (the adapter's `random_weights` option: no checkpoint, no download, only
 torch and transformers); a 30-minute 448x448 synthetic video at 1 fps (PyAV); one proactive
-session over all of it with a decision at every frame (at most 4 tokens: about `<silent>` and
-the end of turn) and 3 open questions (60 s of video each, at most 16 tokens), one session at
-a time, logical pacing, `trace` profile; 128 visual tokens a frame and an 8,192-token context
-(7,168 before a frame, `evict-oldest`), so every session passes through the cache many times.
-Sized to take under 8 minutes on one H100 (an estimate until measured). The GPU command, in a
-checkout on a CUDA host after `pip install -e '.[transformers]'`:
+session over all of it with a decision at every frame (2 tokens: random weights never end a
+reply early) and 3 open questions (60 s of video each, 16 tokens), one session at a time,
+logical pacing, `trace` profile; 128 visual tokens a frame and an 8,192-token context (7,168
+before a frame, `evict-oldest`), so every session passes through the cache many times. Sized
+for under 8 minutes on one H100: about 2,000 frames, each a prefill and a decision of three
+forward passes, at an estimated 25 ms a pass (eager transformers), about 200 s of model time;
+not measured yet. `--seconds` shortens the stream. The GPU command, in a checkout on a CUDA
+host after `pip install -e '.[transformers]'`:
 
 ```bash
 python bench/gpu_transformers_check.py --size full --write
