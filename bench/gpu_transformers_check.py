@@ -367,7 +367,7 @@ def kv_bytes_per_token(model: Path, dtype: str) -> int:
     return 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * element
 
 
-def build_report(size: Size, model: Path, summary, events, samples, load_s, wall_s) -> Report:
+def build_report(size: Size, device: str, model: Path, summary, events, samples, load_s, wall_s):
     sessions = sessions_of(events)
     proactive = next(s for s in sessions.values() if s.record_id == PROACTIVE_ID)
     questions = [s for s in sessions.values() if s.record_id != PROACTIVE_ID]
@@ -379,7 +379,7 @@ def build_report(size: Size, model: Path, summary, events, samples, load_s, wall
     return Report(
         size=size.name,
         model=size.model,
-        device=device_name(size.device),
+        device=device,
         load_s=round(load_s, 1),
         wall_s=round(wall_s, 1),
         sessions=summary.total,
@@ -410,13 +410,22 @@ def device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(torch.device(device))
-    return f"{platform.machine()} CPU, {os.cpu_count()} cores"
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+        if line.startswith("model name")
+    ]
+    load = os.getloadavg()[0]
+    model = names[0] if names else platform.machine()
+    return f"{model}, {os.cpu_count()} cores (load average {load:.1f} before the check)"
 
 
 def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None = None):
     """Build the model folder and the video (kept in `videos`), serve the adapter, run the
     Core, report. `sample_s`: the /info polling interval, default the size's."""
     started = time.perf_counter()
+    device = device_name(size.device)  # before the check loads the machine
     model = write_model(work / "model", size)
     video = cached_video(videos, seconds=size.seconds, width=size.side, height=size.side, fps=1)
     benchmark = write_benchmark(work, video, size)
@@ -438,7 +447,7 @@ def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None
             f"{first.stage}: {first.reason}"
         )
     wall_s = time.perf_counter() - started
-    return build_report(size, model, summary, events, sampler.samples, load_s, wall_s)
+    return build_report(size, device, model, summary, events, sampler.samples, load_s, wall_s)
 
 
 def _bytes(value: int | None) -> str:
