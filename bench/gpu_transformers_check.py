@@ -421,7 +421,7 @@ def device_name(device: str) -> str:
     return f"{model}, {os.cpu_count()} cores (load average {load:.1f} before the check)"
 
 
-def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None = None):
+def run_check(size: Size, work: Path, videos: Path = OUT, sample_s: float | None = None) -> Report:
     """Build the model folder and the video (kept in `videos`), serve the adapter, run the
     Core, report. `sample_s`: the /info polling interval, default the size's."""
     started = time.perf_counter()
