@@ -34,6 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from streameval.core.launch.adapter_process import adapter_command  # noqa: E402
+
 SECTION = "vLLM on a GPU: tiny Qwen2-VL through `vllm serve` and in process"
 SERVED_NAME = "tiny-qwen2-vl"
 
@@ -182,23 +184,14 @@ def serve_command(model: Path, port: int, flags: dict, attention_backend: str | 
 def in_process_command(model: Path, port: int, flags: dict, attention_backend: str | None):
     """The `vllm` adapter serving the tiny model; the attention backend as the engine
     argument `attention_backend`."""
-    command = [
-        sys.executable,
-        "-m",
-        "streameval.adapters",
-        "vllm",
-        "--port",
-        str(port),
-        "-A",
+    options = [
         f"model={model}",
-        "-A",
         f"max_model_len={flags['max_model_len']}",
-        "-A",
         f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
     ]
     if attention_backend:
-        command += ["-A", f"engine_args={json.dumps({'attention_backend': attention_backend})}"]
-    return command
+        options.append(f"engine_args={json.dumps({'attention_backend': attention_backend})}")
+    return adapter_command("vllm", "127.0.0.1", port, None, options)
 
 
 def main() -> None:
@@ -223,18 +216,13 @@ def main() -> None:
     port = free_port()
     serve = serve_command(model, port, flags, args.attention_backend)
     adapter_port = free_port()
-    openai_adapter = [
-        sys.executable,
-        "-m",
-        "streameval.adapters",
+    openai_adapter = adapter_command(
         "openai",
-        "--port",
-        str(adapter_port),
-        "-A",
-        f"base_url=http://127.0.0.1:{port}/v1",
-        "-A",
-        f"model={SERVED_NAME}",
-    ]
+        "127.0.0.1",
+        adapter_port,
+        None,
+        [f"base_url=http://127.0.0.1:{port}/v1", f"model={SERVED_NAME}"],
+    )
     rows = []
     # vllm serve first (its own /health), with the openai adapter in front of it.
     adapter = subprocess.Popen(openai_adapter, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
