@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -72,6 +72,11 @@ class TransformersAdapterConfig(AdapterConfig):
         "auto", description="weights' dtype; auto: the checkpoint's"
     )
     device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    random_weights: bool = Field(
+        False,
+        description="build the model from the directory's config.json with random weights, "
+        "reading no weights (speed checks of a full-size model; its answers are noise)",
+    )
     attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2")
     max_tokens_qa: int = Field(32, ge=1, description="answer length limit")
     max_tokens_proactive: int = Field(64, ge=1, description="decision length limit")
@@ -260,6 +265,7 @@ class TransformersAdapter(Adapter):
                 config.dtype,
                 config.device,
                 config.attn_implementation,
+                config.random_weights,
             )
         except ModelLoadError as exc:
             raise AdapterConfigError(f"transformers config: model: {exc}") from None
@@ -376,6 +382,10 @@ class TransformersAdapter(Adapter):
         from streameval.adapters.hf.model import device_identity
 
         return device_identity(self.vlm.device)
+
+    def info(self) -> dict[str, Any]:
+        # GET /info: the sessions' KV caches now, how a long stream is seen to stay flat.
+        return {**super().info(), "memory": self.vlm.memory()}
 
     # ------------------------------------------------------------------ hooks
 

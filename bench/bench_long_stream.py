@@ -91,15 +91,7 @@ def measure(policy: str, seconds: int, context: int, model: Path, work: Path) ->
         "instruction_prompt": "{instruction} Or say {wait}.\n",
     }
     with AdapterProcess("transformers", options=options) as adapter:
-        config = RunConfig(
-            benchmark=str(benchmark),
-            endpoints=[EndpointConfig(url=adapter.url, concurrency=1)],
-            cache_dir=str(work / "cache"),
-            pacing="logical",
-            profile="trace",
-            fps=1.0,
-            response_timeout_s=600,
-        )
+        config = stream_config(benchmark, adapter.url, work)
         with Store(f"sqlite:///{work / f'{policy}.db'}") as store:
             started = time.perf_counter()
             with RssSampler(adapter.process.pid, interval_s=0.5) as sampler:
@@ -122,6 +114,21 @@ def measure(policy: str, seconds: int, context: int, model: Path, work: Path) ->
         rss_start_mib=warm[0] / 2**20,
         rss_end_mib=warm[-1] / 2**20,
         rss_max_growth_mib=(max(warm) - warm[0]) / 2**20,
+    )
+
+
+def stream_config(benchmark: Path, url: str, work: Path, **more) -> RunConfig:
+    """The Core's run: one session at a time on `url`, logical pacing, the `trace` profile
+    at 1 fps, a frame cache under `work`; `more`: further RunConfig fields."""
+    return RunConfig(
+        benchmark=str(benchmark),
+        endpoints=[EndpointConfig(url=url, concurrency=1)],
+        cache_dir=str(work / "cache"),
+        pacing="logical",
+        profile="trace",
+        fps=1.0,
+        response_timeout_s=600,
+        **more,
     )
 
 

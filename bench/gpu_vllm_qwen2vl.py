@@ -10,15 +10,18 @@ Qwen2-VL processor needs); never run by the test suite. Measured per backend: lo
 adapter's `/healthz`), TTFT p50 as the Core measures it (question sent -> first token), the
 run's wall time and the sessions that finished. The tiny model (hidden size 32, head size 8)
 answers noise; it measures the plumbing, not accuracy. A head size of 8 may not be supported
-by every attention backend: pass `--attention-backend` (VLLM_ATTENTION_BACKEND, e.g.
-TRITON_ATTN or FLEX_ATTENTION) if the default refuses it.
+by every attention backend: pass `--attention-backend` (e.g. TRITON_ATTN or FLEX_ATTENTION)
+if the default refuses it. It goes to `vllm serve --attention-backend` and to the in-process
+adapter as the engine argument `attention_backend` (`-A engine_args=...`): current vLLM
+reads only those (`AttentionConfig.backend`, vllm/config/attention.py, wired in
+vllm/engine/arg_utils.py); the VLLM_ATTENTION_BACKEND environment variable it once read is
+ignored (vllm-project/vllm issue 50292).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -30,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from streameval.core.launch.adapter_process import adapter_command  # noqa: E402
 
 SECTION = "vLLM on a GPU: tiny Qwen2-VL through `vllm serve` and in process"
 SERVED_NAME = "tiny-qwen2-vl"
@@ -120,11 +125,8 @@ def ttft_p50_ms(store_url: str, run_id: str) -> float | None:
 
 def measure(name: str, server: list[str], health: str, adapter_url: str, work: Path, args):
     """Start `server`, time its load, run the Core through `adapter_url`, stop it."""
-    env = dict(os.environ)
-    if args.attention_backend:
-        env["VLLM_ATTENTION_BACKEND"] = args.attention_backend
     log = open(work / f"{name}.log", "w")  # noqa: SIM115 (closed below)
-    process = subprocess.Popen(server, stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(server, stdout=log, stderr=subprocess.STDOUT)
     try:
         load_s = wait_healthy(health, process, args.load_timeout)
         store_url = f"sqlite:///{work / f'{name}.db'}"
@@ -153,26 +155,13 @@ def engine_flags(args) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=8, help="synthetic records to run")
-    parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    parser.add_argument("--load-timeout", type=float, default=900.0, help="seconds per load")
-    parser.add_argument("--attention-backend", help="VLLM_ATTENTION_BACKEND for both engines")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, dbs)")
-    parser.add_argument("--write", action="store_true", help="put the table into BENCHMARKS.md")
-    args = parser.parse_args()
-    if shutil.which("vllm") is None:
-        raise SystemExit("the `vllm` command is not installed: pip install 'streameval[vllm]'")
+# The chat adapters' default qa_max_frames (>= proactive_window_frames).
+IMAGES = 16
 
-    work = Path(tempfile.mkdtemp(prefix="gpu-vllm-"))
-    model = build_model(work / SERVED_NAME)
-    flags = engine_flags(args)
-    images = 16  # the chat adapters' default qa_max_frames (>= proactive_window_frames)
 
-    port = free_port()
-    serve = [
+def serve_command(model: Path, port: int, flags: dict, attention_backend: str | None):
+    """`vllm serve` of the tiny model; the attention backend as its `--attention-backend`."""
+    command = [
         "vllm",
         "serve",
         str(model),
@@ -186,22 +175,54 @@ def main() -> None:
         str(flags["gpu_memory_utilization"]),
         "--enable-prefix-caching",
         "--limit-mm-per-prompt",
-        json.dumps({"image": images, "video": 1}),
+        json.dumps({"image": IMAGES, "video": 1}),
         "--trust-remote-code",
     ]
-    adapter_port = free_port()
-    openai_adapter = [
-        sys.executable,
-        "-m",
-        "streameval.adapters",
-        "openai",
-        "--port",
-        str(adapter_port),
-        "-A",
-        f"base_url=http://127.0.0.1:{port}/v1",
-        "-A",
-        f"model={SERVED_NAME}",
+    return command + (["--attention-backend", attention_backend] if attention_backend else [])
+
+
+def in_process_command(model: Path, port: int, flags: dict, attention_backend: str | None):
+    """The `vllm` adapter serving the tiny model; the attention backend as the engine
+    argument `attention_backend`."""
+    options = [
+        f"model={model}",
+        f"max_model_len={flags['max_model_len']}",
+        f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
     ]
+    if attention_backend:
+        options.append(f"engine_args={json.dumps({'attention_backend': attention_backend})}")
+    return adapter_command("vllm", "127.0.0.1", port, None, options)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=8, help="synthetic records to run")
+    parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
+    parser.add_argument("--load-timeout", type=float, default=900.0, help="seconds per load")
+    parser.add_argument(
+        "--attention-backend", help="vLLM's attention backend for both engines (e.g. TRITON_ATTN)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, dbs)")
+    parser.add_argument("--write", action="store_true", help="put the table into BENCHMARKS.md")
+    args = parser.parse_args()
+    if shutil.which("vllm") is None:
+        raise SystemExit("the `vllm` command is not installed: pip install 'streameval[vllm]'")
+
+    work = Path(tempfile.mkdtemp(prefix="gpu-vllm-"))
+    model = build_model(work / SERVED_NAME)
+    flags = engine_flags(args)
+
+    port = free_port()
+    serve = serve_command(model, port, flags, args.attention_backend)
+    adapter_port = free_port()
+    openai_adapter = adapter_command(
+        "openai",
+        "127.0.0.1",
+        adapter_port,
+        None,
+        [f"base_url=http://127.0.0.1:{port}/v1", f"model={SERVED_NAME}"],
+    )
     rows = []
     # vllm serve first (its own /health), with the openai adapter in front of it.
     adapter = subprocess.Popen(openai_adapter, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -221,20 +242,7 @@ def main() -> None:
         adapter.wait(timeout=30)
 
     in_process_port = free_port()
-    in_process = [
-        sys.executable,
-        "-m",
-        "streameval.adapters",
-        "vllm",
-        "--port",
-        str(in_process_port),
-        "-A",
-        f"model={model}",
-        "-A",
-        f"max_model_len={flags['max_model_len']}",
-        "-A",
-        f"gpu_memory_utilization={flags['gpu_memory_utilization']}",
-    ]
+    in_process = in_process_command(model, in_process_port, flags, args.attention_backend)
     rows.append(
         measure(
             "in-process vllm",
@@ -273,7 +281,8 @@ def table(rows: list[dict], args) -> str:
         version = "?"
     lines = [
         f"{date.today()}, {gpu}, vLLM {version}, Python {platform.python_version()}; "
-        f"{args.sessions} synthetic sessions, {args.concurrency} in flight, logical pacing; "
+        f"{args.sessions} synthetic sessions, {args.concurrency} in flight, logical pacing, "
+        f"attention backend {args.attention_backend or 'chosen by vLLM'}; "
         "a tiny random Qwen2-VL (plumbing, not accuracy):",
         "",
         "| backend | load (s) | TTFT p50 (ms) | run wall (s) | sessions ok |",

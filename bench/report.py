@@ -19,3 +19,15 @@ def update_section(title: str, body: str, path: Path = BENCHMARKS) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)
+
+
+def update_subsection(title: str, intro: str, part: str, body: str, path: Path = BENCHMARKS):
+    """Replace the `### part` of the `## title` section (or append it), keeping its other
+    parts; the section opens with `intro`. For a benchmark whose runs write separate parts."""
+    text = path.read_text() if path.exists() else HEADER
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    parts = re.split(r"^### (.*)\n", found.group(1) if found else "", flags=re.M)[1:]
+    kept = dict(zip(parts[::2], (p.strip() for p in parts[1::2]), strict=True))
+    kept[part] = body.strip()
+    sections = "".join(f"\n\n### {name}\n\n{content}" for name, content in kept.items())
+    update_section(title, intro.strip() + sections, path)

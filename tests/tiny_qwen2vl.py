@@ -89,18 +89,27 @@ FAMILIES = {
 }
 
 
-def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -> Path:
-    """Write config, random weights, tokenizer and image processor to `directory`."""
-    import torch
+def special_token_ids(tokenizer) -> dict[str, int]:
+    """The config's token ids as the offline tokenizer numbers them."""
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+    }
+
+
+def tiny_config(tokenizer, family: str = "qwen2_vl"):
+    """The family's configuration at the tiny sizes, over `tokenizer`'s vocabulary."""
     import transformers
 
     spec = FAMILIES[family]
-    config_class, model_class = (getattr(transformers, name) for name in spec["classes"])
-    tokenizer = build_tokenizer()
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-    endoftext, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
-    patch = spec["patch"]
-    config = config_class(
+    config_class = getattr(transformers, spec["classes"][0])
+    ids = special_token_ids(tokenizer)
+    return config_class(
         text_config={
             "vocab_size": len(tokenizer),
             "hidden_size": 32,
@@ -111,26 +120,22 @@ def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -
             "head_dim": 8,
             "max_position_embeddings": 4096,
             "rope_scaling": spec["rope"],
-            "bos_token_id": endoftext,
-            "eos_token_id": im_end,
-            "pad_token_id": endoftext,
+            "bos_token_id": ids["bos_token_id"],
+            "eos_token_id": ids["eos_token_id"],
+            "pad_token_id": ids["bos_token_id"],
         },
         vision_config={
             **spec["vision"],
-            "patch_size": patch,
+            "patch_size": spec["patch"],
             "temporal_patch_size": 2,
             "spatial_merge_size": 2,
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        bos_token_id=endoftext,
-        eos_token_id=im_end,
+        **ids,
     )
-    torch.manual_seed(seed)
-    model_class(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+
+
+def write_image_processor(directory: Path, patch: int) -> None:
+    """preprocessor_config.json for `patch`-pixel patches."""
     side = patch * 2  # one visual token per 2x2 merged patches
     processor = {
         **IMAGE_PROCESSOR,
@@ -139,6 +144,20 @@ def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -
         "max_pixels": 1280 * side * side,
     }
     (directory / "preprocessor_config.json").write_text(json.dumps(processor))
+
+
+def build_tiny_model(directory: Path, family: str = "qwen2_vl", seed: int = 0) -> Path:
+    """Write config, random weights, tokenizer and image processor to `directory`."""
+    import torch
+    import transformers
+
+    spec = FAMILIES[family]
+    model_class = getattr(transformers, spec["classes"][1])
+    tokenizer = build_tokenizer()
+    torch.manual_seed(seed)
+    model_class(tiny_config(tokenizer, family)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    write_image_processor(directory, spec["patch"])
     return directory
 
 

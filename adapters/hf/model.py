@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import (
+    AutoConfig,
     AutoImageProcessor,
     AutoModelForImageTextToText,
     AutoTokenizer,
@@ -73,6 +75,10 @@ class VisionLanguageModel:
         self.image_processor = image_processor
         self.device = device
         self.lock = threading.Lock()
+        # Every session's cache while it lives, for `memory()`; its own lock, as `/info`
+        # reads it while a forward pass holds `lock`.
+        self._caches: weakref.WeakSet[DynamicCache] = weakref.WeakSet()
+        self._caches_lock = threading.Lock()
         self._rope_index = _rope_index_function(model)  # refuses unsupported models first
         config = model.config
         self.image_token_id: int = config.image_token_id
@@ -104,7 +110,11 @@ class VisionLanguageModel:
         dtype: str,
         device: str,
         attn_implementation: str | None,
+        random_weights: bool = False,
     ) -> VisionLanguageModel:
+        """`random_weights`: build the architecture of the directory's config.json on
+        `device` with freshly initialised weights instead of reading any (a speed check of a
+        full-size model without its checkpoint: bench/gpu_transformers_check.py)."""
         source = str(Path(path).expanduser())  # a Hugging Face id passes through unchanged
         if path.startswith(("/", ".", "~")) and not Path(source).is_dir():
             raise ModelLoadError(f"directory {path!r} does not exist")
@@ -114,9 +124,12 @@ class VisionLanguageModel:
         try:
             tokenizer = AutoTokenizer.from_pretrained(source)
             image_processor = _image_processor(source, visual_tokens)
-            model = AutoModelForImageTextToText.from_pretrained(
-                source, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra
-            )
+            if random_weights:
+                model = _random_model(source, dtype, device, extra)
+            else:
+                model = AutoModelForImageTextToText.from_pretrained(
+                    source, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra
+                )
         except (OSError, ValueError, KeyError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise ModelLoadError(f"cannot load {path!r}: {reason}") from None
@@ -195,7 +208,26 @@ class VisionLanguageModel:
         )
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.model.config)
+        cache = DynamicCache(config=self.model.config)
+        with self._caches_lock:
+            self._caches.add(cache)
+        return cache
+
+    def memory(self) -> dict[str, int | None]:
+        """What the live sessions' caches hold now: their tokens and the bytes of their
+        keys and values (read off the tensors), and the device's allocated bytes (weights
+        included; None on the CPU)."""
+        with self._caches_lock:
+            caches = list(self._caches)
+        layers = [layer for cache in caches for layer in _cache_layers(cache)]
+        tensors = [t for layer in layers for t in (layer.keys, layer.values)]
+        on_cuda = self.device.startswith("cuda")
+        return {
+            "sessions": len(caches),
+            "kv_cache_tokens": sum(cache.get_seq_length() for cache in caches),
+            "kv_cache_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "device_allocated_bytes": torch.cuda.memory_allocated(self.device) if on_cuda else None,
+        }
 
     def forward(
         self,
@@ -322,6 +354,20 @@ def _rope_index_function(model):
         return rope_index(input_ids, **extra)[0]
 
     return positions
+
+
+def _random_model(source: str, dtype: str, device: str, extra: dict):
+    """The model of `source`'s config.json with initialised weights, built directly on
+    `device` (no copy from the CPU: a 7B model takes seconds on a GPU). Seeded, so every
+    load on a device builds the same weights and a check's generated tokens repeat."""
+    config = AutoConfig.from_pretrained(source)
+    torch.manual_seed(0)
+    declared = getattr(config, "dtype", None) or "float32"  # "auto": the config's
+    chosen = declared if dtype == "auto" else dtype
+    with torch.device(device):
+        return AutoModelForImageTextToText.from_config(
+            config, dtype=getattr(torch, chosen) if isinstance(chosen, str) else chosen, **extra
+        )
 
 
 def _cache_layers(cache) -> list:
