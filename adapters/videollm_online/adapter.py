@@ -1,0 +1,264 @@
+"""The `videollm-online` adapter: VideoLLM-online deciding at every frame whether to speak.
+
+Each delivered frame is encoded (SigLIP, CLS + 3x3 pooled patches, the connector) and run
+on top of the session's KV cache (a `state_commit`); the same forward pass gives the
+probability of the frame interval token `,`, which is the model's decision: silent when it
+is the argmax and at least `interval_threshold` (the release's
+frame_token_interval_threshold), else it speaks. The decision
+is reported at the Core's next `step` (polled initiation: under the `realstream` profile a
+step follows every frame, so every frame's decision is recorded): a `silent`, or the
+Assistant turn generated greedily and streamed token by token (a `model_call`). A question
+is a user turn answered at once; an instruction is a user turn the model answers when its
+frames say so. stream.py lays out the format.
+
+Options: `VideoLLMOnlineConfig` (`streameval adapter serve videollm-online -A
+model=/models/videollm-online-8b-v1plus -A llm=/models/Meta-Llama-3-8B-Instruct -A
+vision=/models/siglip-large-patch16-384`). Torch and transformers are imported by the
+constructor only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from streameval.adapters import chat_prompts as prompts
+from streameval.adapters.config import AdapterConfig, AdapterConfigError
+from streameval.adapters.errors import ModelLoadError
+from streameval.adapters.hf.text import IncrementalText
+from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.videollm_online.stream import ASSISTANT, LiveStream, user_turn
+from streameval.protocol import AdapterConditions, AdapterError, Instruction, Question, Step
+
+# models/arguments_live.py, LiveTrainingArguments.system_prompt.
+SYSTEM_PROMPT = (
+    "A multimodal AI assistant is helping users with some activities. Below is their "
+    "conversation, interleaved with the list of video frames received by the assistant."
+)
+
+
+class VideoLLMOnlineConfig(AdapterConfig):
+    """Defaults are VideoLLM-online-8B-v1+'s (models/arguments_live.py LiveOnePlus...,
+    demo/inference.py)."""
+
+    model: str = Field(description="the checkpoint: a directory with the PEFT LoRA adapter")
+    llm: str | None = Field(
+        None,
+        description="the base LLM (a directory, or an id in the local Hugging Face cache); "
+        "default: adapter_config.json's base_model_name_or_path",
+    )
+    vision: str = Field(
+        "google/siglip-large-patch16-384",
+        description="the SigLIP frame encoder (a directory, or an id in the local cache)",
+    )
+    model_name: str = Field("", description="declared model name; default: the last path part")
+    model_version: str = Field("", description="a revision or date, recorded with results")
+    frame_cls: bool = Field(True, description="a frame's tokens start with SigLIP's CLS")
+    frame_pooled: int = Field(
+        3, ge=0, description="the patch grid average-pooled to NxN tokens (0: none)"
+    )
+    frame_interval: str = Field(",", min_length=1, description="the frame interval token")
+    interval_threshold: float = Field(
+        0.725,
+        ge=0,
+        le=1,
+        description="speak when the interval token's probability is below it (or not the "
+        "argmax); the demo's 0.725",
+    )
+    frame_fps: float = Field(
+        2, gt=0, description="the frame rate the model was trained at (run the Core at it)"
+    )
+    system_prompt: str = Field(SYSTEM_PROMPT, description="the system turn")
+    qa_prompt: str = Field(
+        "{question}\n{options}", description="a multiple-choice user turn ({question}, {options})"
+    )
+    open_qa_prompt: str = Field("{question}", description="a question without options")
+    max_tokens: int = Field(
+        100, ge=1, description="answer length limit (the demo's 100-token output buffer)"
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on a GPU (the release's), float32 on a CPU"
+    )
+    device: str = Field("auto", description="'auto' = cuda when available, else cpu")
+    context_tokens: int | None = Field(
+        None, ge=1, description="the cache bound; default: the LLM's maximum positions"
+    )
+    reserve_tokens: int = Field(
+        256, ge=0, description="kept free for turns: frames stop at context - reserve"
+    )
+
+    @field_validator("qa_prompt", "open_qa_prompt")
+    @classmethod
+    def _known_placeholders(cls, template: str, info) -> str:
+        return prompts.check_template(info.field_name, template)
+
+
+class VideoLLMOnlineAdapter(Adapter):
+    name = "videollm-online"
+    version = "1"
+    Config = VideoLLMOnlineConfig
+
+    def __init__(self, config: VideoLLMOnlineConfig) -> None:
+        from streameval.adapters.videollm_online.model import FrameLayout, LiveModel
+
+        self.config = config
+        layout = FrameLayout(config.frame_cls, config.frame_pooled)
+        if layout.tokens == 0:
+            raise AdapterConfigError(
+                "videollm-online config: frame_cls false and frame_pooled 0 "
+                "leave a frame no tokens"
+            )
+        try:
+            self.model = LiveModel.load(
+                config.model, config.llm, config.vision, layout, config.dtype, config.device
+            )
+            self.interval_id = self.model.token_id(config.frame_interval)
+        except ModelLoadError as exc:
+            raise AdapterConfigError(f"videollm-online config: model: {exc}") from None
+        self.context_tokens = config.context_tokens or self.model.max_context
+        self.frame_limit = self.context_tokens - config.reserve_tokens
+        if self.frame_limit < 1:
+            raise AdapterConfigError(
+                f"videollm-online config: reserve_tokens {config.reserve_tokens} leaves no "
+                f"room in a context of {self.context_tokens} tokens"
+            )
+        self.conditions = AdapterConditions(
+            state="native",
+            initiation="polled",
+            boundary="model+adapter",
+            deployment="in-process",
+            model_name=config.model_name or Path(config.model).name,
+            model_version=config.model_version,
+            history=self._history(layout.tokens),
+            settings={
+                "frame_tokens": layout.tokens,
+                "frame_resolution": self.model.resolution,
+                "context_tokens": self.context_tokens,
+                "cache_max_tokens": self.frame_limit,
+            },
+        )
+
+    def _history(self, frame_tokens: int) -> str:
+        config = self.config
+        return (
+            f"every delivered frame as {frame_tokens} tokens (SigLIP at "
+            f"{self.model.resolution}x{self.model.resolution}) in one KV cache with every "
+            f"turn, as the model's own stream format; a decision per frame (speak when the "
+            f"interval token {config.frame_interval!r} is below "
+            f"{config.interval_threshold} or not the argmax); trained at "
+            f"{config.frame_fps:g} fps; frames past {self.frame_limit} cached tokens are "
+            "dropped (no eviction)"
+        )
+
+    def gpu_identity(self) -> str | None:
+        from streameval.adapters.hf.model import device_identity
+
+        return device_identity(self.model.device)
+
+    # ------------------------------------------------------------------ hooks
+
+    async def on_session_start(self, session: Session) -> None:
+        session.state["stream"] = LiveStream(
+            self.model, self.config.system_prompt, self.interval_id
+        )
+
+    async def on_frame(self, session: Session, frame: Frame) -> None:
+        stream: LiveStream = session.state["stream"]
+        started = time.monotonic_ns()
+        incoming = len(stream.frame_prefix()) + self.model.layout.tokens
+        if stream.length + incoming > self.frame_limit:
+            await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
+            session.state["speak"] = False  # nothing new to decide on
+            return
+        threshold = self.config.interval_threshold
+        embeds = await asyncio.to_thread(self.model.encode_frame, frame.rgb())
+        decision = await asyncio.to_thread(stream.add_frame, embeds, threshold)
+        session.state["speak"] = decision.speak
+        await session.workload(
+            kind="state_commit",
+            frame_ids=[frame.frame_id],
+            images=1,
+            pixels=self.model.resolution**2,
+            input_tokens=decision.tokens,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
+        # A frame's decision is reported once, at the step after it; a step with no new
+        # frame (after a turn) is silent.
+        if not session.state.pop("speak", False):
+            await respond.silent(step.step)
+            return
+        await self._answer(session, respond, ASSISTANT, step.step)
+
+    async def on_question(self, session: Session, question: Question, respond: Responder):
+        session.state.pop("speak", None)  # the frame list closes for the user's turn
+        config = self.config
+        text = prompts.qa_prompt(
+            config.qa_prompt, config.open_qa_prompt, question.t, question.text, question.options
+        )
+        await self._answer(session, respond, user_turn(text) + ASSISTANT, None)
+
+    async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
+        session.state.pop("speak", None)
+        stream: LiveStream = session.state["stream"]
+        started = time.monotonic_ns()
+        tokens = await asyncio.to_thread(stream.add_user, instruction.text)
+        await session.workload(
+            kind="state_commit",
+            images=0,
+            input_tokens=tokens,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def on_session_end(self, session: Session) -> None:
+        session.state.pop("stream", None)  # frees the cache
+
+    # ------------------------------------------------------------------ generation
+
+    async def _answer(
+        self, session: Session, respond: Responder, turn: str, step: int | None
+    ) -> None:
+        """Generate the Assistant turn greedily from the cache, streaming one delta per token;
+        at a step, a turn ended before its first token is a silent decision."""
+        stream: LiveStream = session.state["stream"]
+        room = self.context_tokens - stream.length - len(stream.turn_prefix(turn)) - 2
+        limit = min(self.config.max_tokens, room)
+        if limit < 1:
+            full = f"the context of {self.context_tokens} tokens is full"
+            await session.send(
+                AdapterError(code="context_full", message=full, fatal=True).model_dump_json()
+            )
+            return
+        started = time.monotonic_ns()
+        text = IncrementalText(self.model.detokenize)
+        token, fed = await asyncio.to_thread(stream.open_turn, turn)
+        response: ResponseStream | None = None  # opened by the first generated token
+        generated, last = 0, None
+        while token != self.model.eos_id:
+            generated += 1
+            response = response or respond.stream()
+            await response.token(text.push(token))
+            if generated == limit:
+                last = token
+                break
+            token = await asyncio.to_thread(stream.feed, token)
+        stream.close_turn(last)
+        if response is None and step is not None:
+            await respond.silent(step)  # the model ended the turn at once: nothing said
+        else:
+            await (response or respond.stream()).finish(output_tokens=generated)
+        await session.workload(
+            kind="model_call",
+            images=0,
+            input_tokens=fed,
+            output_tokens=generated,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )

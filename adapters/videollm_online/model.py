@@ -1,0 +1,170 @@
+"""VideoLLM-online's network for inference: a Llama decoder, a SigLIP frame encoder and the
+MLP connector between them (showlab/videollm-online, models/live_llama, vision_live.py).
+
+A frame becomes `1 + p*p` embeddings (v1+: the encoder's pooled "CLS" output and its patch
+grid average-pooled to 3x3), mapped by the connector (Linear, GELU, Linear) into the LLM's
+embedding space, and run through the decoder on top of the session's cache like any tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM, SiglipVisionModel
+from transformers.utils import logging as hf_logging
+
+from streameval.adapters.errors import ModelLoadError
+from streameval.adapters.hf.model import resolve_device
+from streameval.adapters.videollm_online.checkpoint import merge_lora, read_checkpoint
+
+
+@dataclass(frozen=True)
+class FrameLayout:
+    """Which vision outputs become a frame's tokens (the release: CLS and a 3x3 pool)."""
+
+    cls_token: bool
+    pooled: int  # side of the average-pooled patch grid; 0 for none
+
+    @property
+    def tokens(self) -> int:
+        return int(self.cls_token) + self.pooled * self.pooled
+
+
+class LiveModel:
+    def __init__(self, llm, tokenizer, vision, connector, layout: FrameLayout, device: str):
+        self.llm, self.tokenizer, self.vision = llm, tokenizer, vision
+        self.connector, self.layout, self.device = connector, layout, device
+        self.resolution = int(vision.config.image_size)
+        self.max_context = int(llm.config.max_position_embeddings)
+        self.eos_id = int(tokenizer.eos_token_id)
+        # transformers 5 renamed `past_key_values` to `cache`.
+        forward = inspect.signature(llm.forward).parameters
+        self._cache_keyword = "cache" if "cache" in forward else "past_key_values"
+
+    @classmethod
+    def load(
+        cls,
+        checkpoint: str,
+        llm: str | None,
+        vision: str,
+        layout: FrameLayout,
+        dtype: str,
+        device: str,
+    ) -> LiveModel:
+        live = read_checkpoint(Path(checkpoint).expanduser())
+        base = llm or live.base_model
+        if not base:
+            raise ModelLoadError("no base LLM: set `llm` (adapter_config.json names none)")
+        device = resolve_device(device)
+        torch_dtype = _dtype(dtype, device)
+        hf_logging.disable_progress_bar()  # the adapter's output is its log, not a terminal
+        try:
+            # local_files_only: a directory, or an id already in the Hugging Face cache.
+            tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+            model = LlamaForCausalLM.from_pretrained(
+                base, dtype=torch_dtype, local_files_only=True
+            )
+            encoder = SiglipVisionModel.from_pretrained(
+                vision, dtype=torch_dtype, local_files_only=True
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise ModelLoadError(f"cannot load the base model or encoder: {reason}") from None
+        merge_lora(model, live)
+        connector = _connector(encoder.config.hidden_size, model.config.hidden_size)
+        try:
+            connector.load_state_dict(live.connector)
+        except RuntimeError as exc:
+            reason = str(exc).splitlines()[0]
+            raise ModelLoadError(f"the connector does not fit the models: {reason}") from None
+        connector.to(torch_dtype)
+        parts = (model, encoder, connector)
+        model, encoder, connector = (part.to(device).eval() for part in parts)
+        return cls(model, tokenizer, encoder, connector, layout, device)
+
+    # ------------------------------------------------------------------ text
+
+    def tokenize(self, text: str) -> list[int]:
+        # Special tokens written in the text (the BOS) are parsed as such.
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def detokenize(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_id(self, token: str) -> int:
+        ids = self.tokenize(token)
+        if len(ids) != 1:
+            raise ModelLoadError(f"{token!r} is {len(ids)} tokens; the frame interval must be one")
+        return ids[0]
+
+    # ------------------------------------------------------------------ frames
+
+    @torch.no_grad()
+    def encode_frame(self, rgb: np.ndarray) -> torch.Tensor:
+        """One frame as `layout.tokens` LLM embeddings."""
+        pixels = torch.from_numpy(letterbox(rgb, self.resolution)).permute(2, 0, 1)[None]
+        # SigLIP's normalisation: rescale to [0, 1], then mean 0.5 and std 0.5.
+        pixels = (pixels.float() / 255 - 0.5) / 0.5
+        out = self.vision(pixel_values=pixels.to(self.device, self.vision.dtype))
+        tokens = []
+        if self.layout.cls_token:
+            tokens.append(out.pooler_output[:, None])
+        if self.layout.pooled:
+            hidden = out.last_hidden_state
+            side = int(hidden.shape[1] ** 0.5)
+            grid = hidden.reshape(1, side, side, -1).permute(0, 3, 1, 2)
+            pooled = torch.nn.functional.adaptive_avg_pool2d(grid, self.layout.pooled)
+            tokens.append(pooled.flatten(2).permute(0, 2, 1))
+        return self.connector(torch.cat(tokens, dim=1))[0]
+
+    # ------------------------------------------------------------------ the decoder
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
+    @torch.no_grad()
+    def append(
+        self, cache: DynamicCache, ids: list[int], frame: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Run `ids` (then a frame's embeddings) on top of the cache; the next token's logits."""
+        parts = []
+        if ids:
+            parts.append(self.llm.get_input_embeddings()(torch.tensor(ids, device=self.device)))
+        if frame is not None:
+            parts.append(frame)
+        embeds = torch.cat(parts)[None]
+        cached = {self._cache_keyword: cache}
+        out = self.llm(inputs_embeds=embeds, use_cache=True, logits_to_keep=1, **cached)
+        return out.logits[0, -1].float()
+
+
+def letterbox(rgb: np.ndarray, side: int) -> np.ndarray:
+    """The release's frame preparation (data/utils.py `ffmpeg_once`): the longer side scaled
+    to `side` (bicubic), the shorter padded with black, centred."""
+    height, width = rgb.shape[:2]
+    scale = side / max(height, width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    image = Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC)
+    canvas = Image.new("RGB", (side, side))
+    canvas.paste(image, ((side - size[0]) // 2, (side - size[1]) // 2))
+    return np.asarray(canvas)
+
+
+def _connector(vision_size: int, hidden_size: int) -> torch.nn.Sequential:
+    # The release's GELUActivation is the exact (erf) GELU.
+    return torch.nn.Sequential(
+        torch.nn.Linear(vision_size, hidden_size),
+        torch.nn.GELU(),
+        torch.nn.Linear(hidden_size, hidden_size),
+    )
+
+
+def _dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":  # the release runs in bfloat16 on a GPU; a CPU computes in float32
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, dtype)
