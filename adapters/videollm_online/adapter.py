@@ -8,8 +8,8 @@ frame_token_interval_threshold), else it speaks. The decision
 is reported at the Core's next `step` (polled initiation: under the `realstream` profile a
 step follows every frame, so every frame's decision is recorded): a `silent`, or the
 Assistant turn generated greedily and streamed token by token (a `model_call`). A question
-is a user turn answered at once; an instruction is a user turn the model answers when its
-frames say so. stream.py lays out the format.
+is a user turn answered at once; an instruction is a user turn answered at the next step,
+as the release's demo answers every query, then the frames decide again. stream.py lays out the format.
 
 Options: `VideoLLMOnlineConfig` (`streameval adapter serve videollm-online -A
 model=/models/videollm-online-8b-v1plus -A llm=/models/Meta-Llama-3-8B-Instruct -A
@@ -189,8 +189,8 @@ class VideoLLMOnlineAdapter(Adapter):
         )
 
     async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
-        # A frame's decision is reported once, at the step after it; a step with no new
-        # frame (after a turn) is silent.
+        # A frame's decision (or an instruction's due answer) is reported once, at the step
+        # after it; a step with nothing new since the last decision is silent.
         if not session.state.pop("speak", False):
             await respond.silent(step.step)
             return
@@ -205,7 +205,8 @@ class VideoLLMOnlineAdapter(Adapter):
         await self._answer(session, respond, user_turn(text) + ASSISTANT, None)
 
     async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):
-        session.state.pop("speak", None)
+        # The release's demo answers every user turn at once: the next step speaks.
+        session.state["speak"] = True
         stream: LiveStream = session.state["stream"]
         started = time.monotonic_ns()
         tokens = await asyncio.to_thread(stream.add_user, instruction.text)

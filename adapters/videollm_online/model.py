@@ -152,7 +152,7 @@ def letterbox(rgb: np.ndarray, side: int) -> np.ndarray:
     image = Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC)
     canvas = Image.new("RGB", (side, side))
     canvas.paste(image, ((side - size[0]) // 2, (side - size[1]) // 2))
-    return np.asarray(canvas)
+    return np.array(canvas)  # writable, for torch.from_numpy
 
 
 def _connector(vision_size: int, hidden_size: int) -> torch.nn.Sequential:

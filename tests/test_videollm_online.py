@@ -1,0 +1,200 @@
+"""The videollm-online adapter on a tiny random checkpoint in the released layout: loading
+(the LoRA merged, the connector read), and real runs through the Core where every frame's
+speak-or-stay-silent decision is recorded at the step after it.
+
+The tiny tokenizer is byte-level (one token per byte, one per special marker), so every
+token count below is exact. Its text is random: the tests assert structure and counts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.model_stack import require_model_stack
+
+# No hub access, here and in the adapter processes (set before huggingface_hub reads it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+require_model_stack()
+pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import LlamaForCausalLM  # noqa: E402
+
+from streameval.adapters.config import AdapterConfigError  # noqa: E402
+from streameval.adapters.registry import load_adapter  # noqa: E402
+from streameval.adapters.videollm_online.adapter import SYSTEM_PROMPT  # noqa: E402
+from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.events import EventKind  # noqa: E402
+from tests.test_transformers_adapter import (  # noqa: E402
+    assert_one_decision_per_step,
+    run_core,
+    workloads,
+)
+from tests.timeline_fixtures import PROACTIVE  # noqa: E402
+from tests.tiny_videollm_online import (  # noqa: E402
+    ALPHA,
+    RANK,
+    TinyVideoLLMOnline,
+    adapted_modules,
+    build_tiny_videollm_online,
+)
+
+FRAME_TOKENS = 10  # CLS + 3x3 pooled patches
+# Fed with the first frame: <|begin_of_text|>, the system prompt, "\n" and "\n[".
+FIRST_FRAME = 1 + len(SYSTEM_PROMPT.encode()) + 3 + FRAME_TOKENS
+AFTER_SILENCE = 1 + FRAME_TOKENS  # the "," the model chose, then the frame
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> TinyVideoLLMOnline:
+    return build_tiny_videollm_online(tmp_path_factory.mktemp("videollm-online"))
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory) -> TinyVideoLLMOnline:
+    """A checkpoint whose interval token has probability about 0.92 after every frame."""
+    return build_tiny_videollm_online(tmp_path_factory.mktemp("quiet"), interval_logit=8.0)
+
+
+def loaded(tiny: TinyVideoLLMOnline, **options):
+    options = {"model": str(tiny.checkpoint), "vision": str(tiny.vision), **options}
+    return load_adapter("videollm-online", options)
+
+
+def test_the_checkpoint_loads_its_lora_merged_and_its_connector(tiny):
+    adapter = loaded(tiny)
+    base = dict(LlamaForCausalLM.from_pretrained(tiny.llm).named_modules())
+    merged = dict(adapter.model.llm.named_modules())
+    saved = load_file(str(tiny.checkpoint / "adapter_model.safetensors"))
+    for name in adapted_modules():
+        key = f"base_model.model.{name}"
+        delta = saved[f"{key}.lora_B.weight"] @ saved[f"{key}.lora_A.weight"] * (ALPHA / RANK)
+        assert torch.allclose(merged[name].weight, base[name].weight + delta, atol=1e-6)
+    connector = adapter.model.connector.state_dict()
+    for name, tensor in connector.items():
+        assert torch.equal(tensor, saved[f"base_model.model.connector.{name}"])
+    # The base LLM is the one adapter_config.json names; a frame is 10 LLM embeddings.
+    assert adapter.model.encode_frame(torch.zeros(48, 64, 3, dtype=torch.uint8).numpy()).shape == (
+        FRAME_TOKENS,
+        32,
+    )
+    settings = adapter.conditions.settings
+    assert (settings["frame_tokens"], settings["interval_threshold"]) == (FRAME_TOKENS, 0.725)
+    assert adapter.conditions.state == "native" and adapter.conditions.initiation == "polled"
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("/nonexistent/checkpoint", "directory '/nonexistent/checkpoint' does not exist"),
+        ("llm", "no adapter_config.json"),
+    ],
+)
+def test_a_bad_checkpoint_is_one_clear_error(tiny, model, message):
+    path = str(tiny.llm) if model == "llm" else model
+    with pytest.raises(AdapterConfigError, match=f"videollm-online config: model: .*{message}"):
+        loaded(tiny, model=path)
+
+
+# ------------------------------------------------------------------ real runs
+
+
+def serve(tiny: TinyVideoLLMOnline, **options) -> AdapterProcess:
+    """`streameval adapter serve videollm-online -A model=<checkpoint> ...` as its own process;
+    the default encoder id resolves in the checkpoint's Hugging Face cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_CACHE", str(tiny.hub))
+        process = AdapterProcess(
+            "videollm-online", options={"model": str(tiny.checkpoint), **options}
+        )
+        return process.start()
+
+
+def decisions(session) -> tuple[int, int, int]:
+    """(steps, silent decisions, responses at steps) of a session's events."""
+    steps = silent = spoken = 0
+    at_step = False
+    for event in session:
+        if event.kind == EventKind.STEP_SENT:
+            steps, at_step = steps + 1, True
+        elif event.kind == EventKind.QUESTION_SENT:
+            at_step = False
+        elif event.kind == EventKind.SILENT:
+            silent += 1
+        elif event.kind == EventKind.RESPONSE_FINAL and at_step:
+            spoken += 1
+    return steps, silent, spoken
+
+
+def check_every_frame_decided(events) -> None:
+    """Every frame committed in order, a step after each (but the last of QA, where the
+    question comes), and exactly one decision per step."""
+    for session_id, session in events.items():
+        frames = [e.payload.frame_id for e in session if e.kind == EventKind.FRAME_SENT]
+        commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
+        assert commits == [[frame_id] for frame_id in frames]
+        steps = [e.payload.step for e in session if e.kind == EventKind.STEP_SENT]
+        assert steps == list(range(len(steps)))
+        assert len(steps) == len(frames) - (session_id == "t:qa:1")
+        assert_one_decision_per_step(session, steps)
+
+
+def test_a_realstream_run_records_a_decision_at_every_frame(tiny, tmp_path):
+    """The default threshold (0.725) over a random model: each frame decided at its step."""
+    with serve(tiny, max_tokens=4) as process:
+        events = run_core(process.url, "realstream", tmp_path)
+    check_every_frame_decided(events)
+    hello = next(e for e in events["t:qa:1"] if e.kind == EventKind.ADAPTER_HELLO)
+    assert hello.payload.conditions.model_name == "checkpoint"
+    assert hello.payload.conditions.settings["frame_tokens"] == FRAME_TOKENS
+    qa, pro = events["t:qa:1"], events["t:pro:1"]
+    # QA at 0.5 fps to the question at 17 s: 9 frames, 8 steps, then the answer.
+    steps, silent, spoken = decisions(qa)
+    assert (steps, silent + spoken) == (8, 8)
+    final = [e.payload for e in qa if e.kind == EventKind.RESPONSE_FINAL][-1]
+    assert 1 <= final.output_tokens <= 4
+    calls = workloads(qa, "model_call")
+    assert len(calls) == spoken + 1 and calls[-1]["output_tokens"] == final.output_tokens
+    # Proactive: 9 frames from 0 s to 16 s, a decision after each.
+    steps, silent, spoken = decisions(pro)
+    assert (steps, silent + spoken) == (9, 9)
+    assert len(workloads(pro, "model_call")) == spoken
+    instruction = [c for c in workloads(pro, "state_commit") if c["images"] == 0]
+    assert [c["input_tokens"] for c in instruction] == [
+        len(f"]\nUser: {PROACTIVE.instruction}".encode())
+    ]
+
+
+@pytest.mark.parametrize(("threshold", "speaks"), [(0.0, False), (1.0, True)])
+def test_the_threshold_decides_between_silence_and_speech(quiet, tmp_path, threshold, speaks):
+    """The interval token is the argmax after every frame (p about 0.92): at threshold 0
+    the model stays silent at every frame; at threshold 1 no probability reaches it and it
+    speaks at every frame. Either way the instruction (a user turn, at 4 s, before that
+    frame's step) is answered at its step, as the release's demo answers every query."""
+    limit = 2
+    with serve(quiet, max_tokens=limit, interval_threshold=threshold) as process:
+        events = run_core(process.url, "realstream", tmp_path)
+    check_every_frame_decided(events)
+    qa, pro = events["t:qa:1"], events["t:pro:1"]
+    assert decisions(qa) == ((8, 0, 8) if speaks else (8, 8, 0))
+    assert decisions(pro) == ((9, 0, 9) if speaks else (9, 8, 1))
+    assert len(workloads(qa, "model_call")) == (8 if speaks else 0) + 1  # and the question
+    assert len(workloads(pro, "model_call")) == (9 if speaks else 1)
+    if speaks:
+        return
+    # The context, read off the tokens each commit fed: the first frame carries the system
+    # prompt; a frame after a silent one the "," the model chose; the instruction closes
+    # the frame list; the frame after its answer carries the answer's end (its last token
+    # too when the limit cut it), <|eot_id|> and "\n[".
+    (answer,) = workloads(pro, "model_call")
+    cut = answer["output_tokens"] == limit
+    after_answer = (2 if cut else 1) + 2 + FRAME_TOKENS
+    instruction = len(f"]\nUser: {PROACTIVE.instruction}".encode())
+    tokens = [c["input_tokens"] for c in workloads(pro, "state_commit")]
+    assert tokens == [FIRST_FRAME, AFTER_SILENCE, AFTER_SILENCE, instruction, after_answer] + [
+        AFTER_SILENCE
+    ] * 5
