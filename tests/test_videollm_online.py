@@ -9,7 +9,6 @@ token count below is exact. Its text is random: the tests assert structure and c
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -195,6 +194,8 @@ def test_the_threshold_decides_between_silence_and_speech(quiet, tmp_path, thres
     after_answer = (2 if cut else 1) + 2 + FRAME_TOKENS
     instruction = len(f"]\nUser: {PROACTIVE.instruction}".encode())
     tokens = [c["input_tokens"] for c in workloads(pro, "state_commit")]
-    assert tokens == [FIRST_FRAME, AFTER_SILENCE, AFTER_SILENCE, instruction, after_answer] + [
-        AFTER_SILENCE
-    ] * 5
+    assert (
+        tokens
+        == [FIRST_FRAME, AFTER_SILENCE, AFTER_SILENCE, instruction, after_answer]
+        + [AFTER_SILENCE] * 5
+    )

@@ -9,7 +9,8 @@ is reported at the Core's next `step` (polled initiation: under the `realstream`
 step follows every frame, so every frame's decision is recorded): a `silent`, or the
 Assistant turn generated greedily and streamed token by token (a `model_call`). A question
 is a user turn answered at once; an instruction is a user turn answered at the next step,
-as the release's demo answers every query, then the frames decide again. stream.py lays out the format.
+as the release's demo answers every query, then the frames decide again. stream.py lays
+out the format.
 
 Options: `VideoLLMOnlineConfig` (`streameval adapter serve videollm-online -A
 model=/models/videollm-online-8b-v1plus -A llm=/models/Meta-Llama-3-8B-Instruct -A
@@ -109,8 +110,7 @@ class VideoLLMOnlineAdapter(Adapter):
         layout = FrameLayout(config.frame_cls, config.frame_pooled)
         if layout.tokens == 0:
             raise AdapterConfigError(
-                "videollm-online config: frame_cls false and frame_pooled 0 "
-                "leave a frame no tokens"
+                "videollm-online config: frame_cls false and frame_pooled 0 leave a frame no tokens"
             )
         try:
             self.model = LiveModel.load(

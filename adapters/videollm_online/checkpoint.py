@@ -38,9 +38,22 @@ class LiveCheckpoint:
     connector: dict[str, torch.Tensor]  # the connector's state dict ("0.weight", ...)
 
 
+def checkpoint_directory(source: str) -> Path:
+    """A directory, or a Hugging Face id already in the local cache (never downloaded)."""
+    path = Path(source).expanduser()
+    if path.is_dir() or source.startswith(("/", ".", "~")):
+        if not path.is_dir():
+            raise ModelLoadError(f"directory {source!r} does not exist")
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception:  # noqa: BLE001 - any failure means the same thing here
+        raise ModelLoadError(f"{source!r} is neither a directory nor in the local cache") from None
+
+
 def read_checkpoint(directory: Path) -> LiveCheckpoint:
-    if not directory.is_dir():
-        raise ModelLoadError(f"directory {str(directory)!r} does not exist")
     config = _adapter_config(directory)
     weights = _weights(directory)
     lora: dict[str, dict[str, torch.Tensor]] = {}

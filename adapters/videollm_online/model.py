@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,7 +19,11 @@ from transformers.utils import logging as hf_logging
 
 from streameval.adapters.errors import ModelLoadError
 from streameval.adapters.hf.model import resolve_device
-from streameval.adapters.videollm_online.checkpoint import merge_lora, read_checkpoint
+from streameval.adapters.videollm_online.checkpoint import (
+    checkpoint_directory,
+    merge_lora,
+    read_checkpoint,
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class LiveModel:
         dtype: str,
         device: str,
     ) -> LiveModel:
-        live = read_checkpoint(Path(checkpoint).expanduser())
+        live = read_checkpoint(checkpoint_directory(checkpoint))
         base = llm or live.base_model
         if not base:
             raise ModelLoadError("no base LLM: set `llm` (adapter_config.json names none)")
@@ -66,9 +69,7 @@ class LiveModel:
         try:
             # local_files_only: a directory, or an id already in the Hugging Face cache.
             tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-            model = LlamaForCausalLM.from_pretrained(
-                base, dtype=torch_dtype, local_files_only=True
-            )
+            model = LlamaForCausalLM.from_pretrained(base, dtype=torch_dtype, local_files_only=True)
             encoder = SiglipVisionModel.from_pretrained(
                 vision, dtype=torch_dtype, local_files_only=True
             )

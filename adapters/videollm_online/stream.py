@@ -78,7 +78,11 @@ class LiveStream:
         return self.unfed + self.model.tokenize(self._opening() + text)
 
     def _opening(self) -> str:
-        return f"{self.model.tokenizer.bos_token}{self.system_prompt}\n" if self.last == "start" else ""
+        return (
+            f"{self.model.tokenizer.bos_token}{self.system_prompt}\n"
+            if self.last == "start"
+            else ""
+        )
 
     def add_frame(self, embeds: torch.Tensor, threshold: float) -> FrameDecision:
         """Feed a frame; decide as the release does: below `threshold` the interval token's
