@@ -8,6 +8,7 @@ token count below is exact. Its text is random: the tests assert structure and c
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -25,11 +26,17 @@ from transformers import LlamaForCausalLM  # noqa: E402
 
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
+from streameval.adapters.sdk import Responder  # noqa: E402
 from streameval.adapters.videollm_online.adapter import SYSTEM_PROMPT  # noqa: E402
+from streameval.adapters.videollm_online.stream import LiveStream  # noqa: E402
 from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
+from streameval.protocol import Question  # noqa: E402
+from tests.recording import Wire  # noqa: E402
 from tests.test_transformers_adapter import (  # noqa: E402
     assert_one_decision_per_step,
+    jpeg_frame,
+    new_session,
     run_core,
     workloads,
 )
@@ -199,3 +206,64 @@ def test_the_threshold_decides_between_silence_and_speech(quiet, tmp_path, thres
         == [FIRST_FRAME, AFTER_SILENCE, AFTER_SILENCE, instruction, after_answer]
         + [AFTER_SILENCE] * 5
     )
+
+
+# ------------------------------------------------------------------ in process
+
+
+def test_appending_frame_by_frame_equals_one_pass_over_the_conversation(tiny):
+    """The cache after two frames and a user turn, fed one input at a time, is the cache of
+    the whole conversation in one forward pass: the format's tokens, the frames' embeddings."""
+    model = loaded(tiny).model
+    stream = LiveStream(model, "sys", model.token_id(","))
+    frames = [model.encode_frame(jpeg_frame(index).rgb()) for index in range(2)]
+    for embeds in frames:
+        stream.add_frame(embeds, threshold=0.0)
+    stream.add_user("hi")
+    embed = model.llm.get_input_embeddings()
+
+    def text(value: str) -> torch.Tensor:
+        return embed(torch.tensor(model.tokenize(value)))
+
+    whole = torch.cat(
+        [text("<|begin_of_text|>sys\n\n["), frames[0], text(","), frames[1], text("]\nUser: hi")]
+    )
+    assert stream.length == whole.shape[0] == 1 + 6 + 10 + 1 + 10 + 10
+    fresh = model.new_cache()
+    with torch.no_grad():
+        model.llm(inputs_embeds=whole[None], use_cache=True, **{model._cache_keyword: fresh})
+    probe = model.tokenize("x")
+    assert torch.allclose(model.append(stream.cache, probe), model.append(fresh, probe), atol=1e-5)
+
+
+def test_frames_past_the_bound_are_dropped_and_a_turn_without_room_is_fatal(tiny):
+    reserve = 5
+    bounded = loaded(tiny, context_tokens=FIRST_FRAME + AFTER_SILENCE + reserve,
+                     reserve_tokens=reserve)  # fmt: skip
+    assert bounded.conditions.settings["cache_max_tokens"] == FIRST_FRAME + AFTER_SILENCE
+    wire = Wire()
+    session = new_session(wire)
+    question = Question(task_id="q", t=4.0, text="Which?", options=["A. one", "B. two"])
+
+    async def go() -> None:
+        await bounded.on_session_start(session)
+        for index in range(3):
+            await bounded.on_frame(session, jpeg_frame(index))
+        await bounded.on_question(session, question, Responder(wire.send, "q"))
+
+    asyncio.run(go())
+    records = [(m["kind"], m["frame_ids"], m["input_tokens"]) for m in wire.of("workload")]
+    assert records == [
+        ("state_commit", ["f0"], FIRST_FRAME),
+        ("state_commit", ["f1"], AFTER_SILENCE),
+        ("drop", ["f2"], None),
+    ]
+    # "]\nUser: Which?\nA. one\nB. two\nAssistant:" does not leave one answer token.
+    assert wire.of("error") == [
+        {
+            "type": "error",
+            "code": "context_full",
+            "message": f"the context of {bounded.context_tokens} tokens is full",
+            "fatal": True,
+        }
+    ]

@@ -70,9 +70,7 @@ class LiveModel:
             # local_files_only: a directory, or an id already in the Hugging Face cache.
             tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
             model = LlamaForCausalLM.from_pretrained(base, dtype=torch_dtype, local_files_only=True)
-            encoder = SiglipVisionModel.from_pretrained(
-                vision, dtype=torch_dtype, local_files_only=True
-            )
+            encoder = _vision_encoder(vision, torch_dtype)
         except (OSError, ValueError, KeyError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise ModelLoadError(f"cannot load the base model or encoder: {reason}") from None
@@ -154,6 +152,17 @@ def letterbox(rgb: np.ndarray, side: int) -> np.ndarray:
     canvas = Image.new("RGB", (side, side))
     canvas.paste(image, ((side - size[0]) // 2, (side - size[1]) // 2))
     return np.array(canvas)  # writable, for torch.from_numpy
+
+
+def _vision_encoder(source: str, dtype: torch.dtype) -> SiglipVisionModel:
+    """The vision half of a SigLIP checkpoint. The release's encoder is a whole SigLIP (text
+    tower too), whose unused half transformers would list weight by weight: not logged."""
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return SiglipVisionModel.from_pretrained(source, dtype=dtype, local_files_only=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def _connector(vision_size: int, hidden_size: int) -> torch.nn.Sequential:
