@@ -9,6 +9,7 @@ token count below is exact. Its text is random: the tests assert structure and c
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -30,9 +31,11 @@ from streameval.adapters.sdk import Responder  # noqa: E402
 from streameval.adapters.videollm_online.adapter import SYSTEM_PROMPT  # noqa: E402
 from streameval.adapters.videollm_online.stream import LiveStream  # noqa: E402
 from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
+from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import Question  # noqa: E402
 from tests.recording import Wire  # noqa: E402
+from tests.test_cli import streameval  # noqa: E402
 from tests.test_transformers_adapter import (  # noqa: E402
     assert_one_decision_per_step,
     jpeg_frame,
@@ -173,6 +176,45 @@ def test_a_realstream_run_records_a_decision_at_every_frame(tiny, tmp_path):
     assert [c["input_tokens"] for c in instruction] == [
         len(f"]\nUser: {PROACTIVE.instruction}".encode())
     ]
+
+
+def test_the_synthetic_benchmark_runs_to_the_end_with_a_decision_per_frame(tiny, tmp_path):
+    """The Done-when: `streameval adapter serve videollm-online -A model=<checkpoint>` serves
+    the whole synthetic benchmark (QA and proactive) through `streameval run` under the
+    frame-level protocol, and every step gets its decision."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    with serve(tiny, max_tokens=4) as process:
+        ran = streameval(
+            "run", "--adapter-url", process.url, "--benchmark", "synthetic",
+            "--profile", "realstream", "--cache-dir", str(tmp_path / "cache"),
+            "--store", store, "--json",
+        )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert (summary["sessions"], summary["finished"], summary["failed"]) == (20, 20, 0)
+    events: dict[str, list] = {}
+    with Store(store) as opened:
+        for event in opened.iter_events(summary["run_id"]):
+            events.setdefault(event.session_id, []).append(event)
+    proactive = {
+        session_id
+        for session_id, session in events.items()
+        if any(e.kind == EventKind.INSTRUCTION_SENT for e in session)
+    }
+    assert (len(proactive), len(events)) == (4, 20)
+    for session_id, session in events.items():
+        frames = [e.payload.frame_id for e in session if e.kind == EventKind.FRAME_SENT]
+        commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
+        assert commits == [[frame_id] for frame_id in frames]
+        steps = [e.payload.step for e in session if e.kind == EventKind.STEP_SENT]
+        assert_one_decision_per_step(session, steps)
+        if session_id in proactive:
+            assert len(steps) == len(frames)  # a decision after every frame
+            continue
+        # QA: a decision after every frame but the last, where the question comes; answered.
+        assert len(steps) == len(frames) - 1
+        kinds = [e.kind for e in session]
+        assert EventKind.RESPONSE_FINAL in kinds[kinds.index(EventKind.QUESTION_SENT) :]
 
 
 @pytest.mark.parametrize(("threshold", "speaks"), [(0.0, False), (1.0, True)])
