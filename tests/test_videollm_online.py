@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 
 import pytest
 
@@ -22,10 +23,11 @@ require_model_stack()
 pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
 
 import torch  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import LlamaForCausalLM  # noqa: E402
 
 from streameval.adapters.config import AdapterConfigError  # noqa: E402
+from streameval.adapters.errors import ModelLoadError  # noqa: E402
 from streameval.adapters.registry import load_adapter  # noqa: E402
 from streameval.adapters.sdk import Responder  # noqa: E402
 from streameval.adapters.videollm_online.adapter import SYSTEM_PROMPT  # noqa: E402
@@ -70,8 +72,11 @@ def quiet(tmp_path_factory) -> TinyVideoLLMOnline:
 
 
 def loaded(tiny: TinyVideoLLMOnline, **options):
+    """The adapter built and started (its weights read), in this process."""
     options = {"model": str(tiny.checkpoint), "vision": str(tiny.vision), **options}
-    return load_adapter("videollm-online", options)
+    adapter = load_adapter("videollm-online", options)
+    asyncio.run(adapter.start())
+    return adapter
 
 
 def test_the_checkpoint_loads_its_lora_merged_and_its_connector(tiny):
@@ -101,12 +106,25 @@ def test_the_checkpoint_loads_its_lora_merged_and_its_connector(tiny):
     [
         ("/nonexistent/checkpoint", "directory '/nonexistent/checkpoint' does not exist"),
         ("llm", "no adapter_config.json"),
+        ("nobody/videollm", "'nobody/videollm' is neither a directory nor in the local cache"),
     ],
 )
 def test_a_bad_checkpoint_is_one_clear_error(tiny, model, message):
     path = str(tiny.llm) if model == "llm" else model
     with pytest.raises(AdapterConfigError, match=f"videollm-online config: model: .*{message}"):
-        loaded(tiny, model=path)
+        load_adapter("videollm-online", {"model": path, "vision": str(tiny.vision)})
+
+
+def test_weights_that_do_not_fit_fail_the_load_with_the_reason(tiny, tmp_path):
+    """Read by `start`: the server then reports `failed: REASON` on /healthz."""
+    shutil.copytree(tiny.checkpoint, tmp_path / "checkpoint")
+    weights = tmp_path / "checkpoint" / "adapter_model.safetensors"
+    save_file({k: v for k, v in load_file(str(weights)).items() if "connector" not in k}, weights)
+    adapter = load_adapter(
+        "videollm-online", {"model": str(tmp_path / "checkpoint"), "vision": str(tiny.vision)}
+    )
+    with pytest.raises(ModelLoadError, match="the adapter holds no connector weights"):
+        asyncio.run(adapter.start())
 
 
 # ------------------------------------------------------------------ real runs
@@ -256,8 +274,9 @@ def test_the_threshold_decides_between_silence_and_speech(quiet, tmp_path, thres
 def test_appending_frame_by_frame_equals_one_pass_over_the_conversation(tiny):
     """The cache after two frames and a user turn, fed one input at a time, is the cache of
     the whole conversation in one forward pass: the format's tokens, the frames' embeddings."""
-    model = loaded(tiny).model
-    stream = LiveStream(model, "sys", model.token_id(","))
+    adapter = loaded(tiny)
+    model = adapter.model
+    stream = LiveStream(model, "sys", adapter.interval_id)
     frames = [model.encode_frame(jpeg_frame(index).rgb()) for index in range(2)]
     for embeds in frames:
         stream.add_frame(embeds, threshold=0.0)

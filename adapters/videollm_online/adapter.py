@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
@@ -31,9 +31,19 @@ from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.errors import ModelLoadError
 from streameval.adapters.hf.text import IncrementalText
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.sdk import (
+    Adapter,
+    Frame,
+    Responder,
+    ResponseStream,
+    Session,
+    load_in_thread,
+)
 from streameval.adapters.videollm_online.stream import ASSISTANT, LiveStream, user_turn
 from streameval.protocol import AdapterConditions, AdapterError, Instruction, Question, Step
+
+if TYPE_CHECKING:
+    from streameval.adapters.videollm_online.model import LiveModel
 
 # models/arguments_live.py, LiveTrainingArguments.system_prompt.
 SYSTEM_PROMPT = (
@@ -104,28 +114,30 @@ class VideoLLMOnlineAdapter(Adapter):
     Config = VideoLLMOnlineConfig
 
     def __init__(self, config: VideoLLMOnlineConfig) -> None:
-        from streameval.adapters.videollm_online.model import FrameLayout, LiveModel
+        from streameval.adapters.videollm_online.model import FrameLayout, LiveSources
 
         self.config = config
-        layout = FrameLayout(config.frame_cls, config.frame_pooled)
-        if layout.tokens == 0:
+        self.layout = FrameLayout(config.frame_cls, config.frame_pooled)
+        if self.layout.tokens == 0:
             raise AdapterConfigError(
                 "videollm-online config: frame_cls false and frame_pooled 0 leave a frame no tokens"
             )
+        # What can be wrong with the options is found here, in one line; the weights are
+        # read by `start`, while the server already answers /healthz.
         try:
-            self.model = LiveModel.load(
-                config.model, config.llm, config.vision, layout, config.dtype, config.device
-            )
-            self.interval_id = self.model.token_id(config.frame_interval)
+            self.sources = LiveSources.resolve(config.model, config.llm, config.vision)
+            self.interval_id = self.sources.single_token(config.frame_interval)
         except ModelLoadError as exc:
             raise AdapterConfigError(f"videollm-online config: model: {exc}") from None
-        self.context_tokens = config.context_tokens or self.model.max_context
+        self.model: LiveModel | None = None
+        self.context_tokens = config.context_tokens or self.sources.max_context
         self.frame_limit = self.context_tokens - config.reserve_tokens
         if self.frame_limit < 1:
             raise AdapterConfigError(
                 f"videollm-online config: reserve_tokens {config.reserve_tokens} leaves no "
                 f"room in a context of {self.context_tokens} tokens"
             )
+        resolution = self.sources.resolution
         self.conditions = AdapterConditions(
             state="native",
             initiation="polled",
@@ -133,20 +145,30 @@ class VideoLLMOnlineAdapter(Adapter):
             deployment="in-process",
             model_name=config.model_name or Path(config.model).name,
             model_version=config.model_version,
-            history=self._history(layout.tokens),
+            history=self._history(self.layout.tokens),
             settings={
-                "frame_tokens": layout.tokens,
-                "frame_resolution": self.model.resolution,
+                "frame_tokens": self.layout.tokens,
+                "frame_resolution": resolution,
                 "context_tokens": self.context_tokens,
                 "cache_max_tokens": self.frame_limit,
             },
         )
 
+    async def start(self) -> None:
+        from streameval.adapters.videollm_online.model import LiveModel
+
+        config = self.config
+
+        def load() -> LiveModel:
+            return LiveModel.load(self.sources, self.layout, config.dtype, config.device)
+
+        self.model = await load_in_thread(load, "videollm-online-load")
+
     def _history(self, frame_tokens: int) -> str:
         config = self.config
         return (
             f"every delivered frame as {frame_tokens} tokens (SigLIP at "
-            f"{self.model.resolution}x{self.model.resolution}) in one KV cache with every "
+            f"{self.sources.resolution}x{self.sources.resolution}) in one KV cache with every "
             f"turn, as the model's own stream format; a decision per frame (speak when the "
             f"interval token {config.frame_interval!r} is below "
             f"{config.interval_threshold} or not the argmax); trained at "
@@ -157,7 +179,7 @@ class VideoLLMOnlineAdapter(Adapter):
     def gpu_identity(self) -> str | None:
         from streameval.adapters.hf.model import device_identity
 
-        return device_identity(self.model.device)
+        return None if self.model is None else device_identity(self.model.device)
 
     # ------------------------------------------------------------------ hooks
 
@@ -169,7 +191,7 @@ class VideoLLMOnlineAdapter(Adapter):
     async def on_frame(self, session: Session, frame: Frame) -> None:
         stream: LiveStream = session.state["stream"]
         started = time.monotonic_ns()
-        incoming = len(stream.frame_prefix()) + self.model.layout.tokens
+        incoming = len(stream.frame_prefix()) + self.layout.tokens
         if stream.length + incoming > self.frame_limit:
             await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
             session.state["speak"] = False  # nothing new to decide on
@@ -182,7 +204,7 @@ class VideoLLMOnlineAdapter(Adapter):
             kind="state_commit",
             frame_ids=[frame.frame_id],
             images=1,
-            pixels=self.model.resolution**2,
+            pixels=self.sources.resolution**2,
             input_tokens=decision.tokens,
             started_ns=started,
             ended_ns=time.monotonic_ns(),

@@ -32,13 +32,12 @@ _SAVED_COPY = ("modules_to_save.default.", "modules_to_save.")
 
 @dataclass(frozen=True)
 class LiveCheckpoint:
-    base_model: str | None  # base_model_name_or_path: the LLM the adapter was trained on
     scale: float  # lora_alpha / r (or / sqrt(r) under rsLoRA)
     lora: dict[str, tuple[torch.Tensor, torch.Tensor]]  # module -> (A, B)
     connector: dict[str, torch.Tensor]  # the connector's state dict ("0.weight", ...)
 
 
-def checkpoint_directory(source: str) -> Path:
+def local_directory(source: str) -> Path:
     """A directory, or a Hugging Face id already in the local cache (never downloaded)."""
     path = Path(source).expanduser()
     if path.is_dir() or source.startswith(("/", ".", "~")):
@@ -51,6 +50,11 @@ def checkpoint_directory(source: str) -> Path:
         return Path(snapshot_download(source, local_files_only=True))
     except Exception:  # noqa: BLE001 - any failure means the same thing here
         raise ModelLoadError(f"{source!r} is neither a directory nor in the local cache") from None
+
+
+def base_model_of(directory: Path) -> str | None:
+    """The LLM the adapter was trained on, as its config names it."""
+    return _adapter_config(directory).get("base_model_name_or_path")
 
 
 def read_checkpoint(directory: Path) -> LiveCheckpoint:
@@ -79,7 +83,7 @@ def read_checkpoint(directory: Path) -> LiveCheckpoint:
         pairs[module] = (parts["A"], parts["B"])
     rank, alpha = int(config["r"]), float(config["lora_alpha"])
     scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
-    return LiveCheckpoint(config.get("base_model_name_or_path"), scale, pairs, connector)
+    return LiveCheckpoint(scale, pairs, connector)
 
 
 def _adapter_config(directory: Path) -> dict:

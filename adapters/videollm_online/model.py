@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
-from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM, SiglipVisionModel
+from transformers import (
+    AutoTokenizer,
+    DynamicCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    SiglipVisionConfig,
+    SiglipVisionModel,
+)
 from transformers.utils import logging as hf_logging
 
 from streameval.adapters.errors import ModelLoadError
 from streameval.adapters.hf.model import resolve_device
 from streameval.adapters.videollm_online.checkpoint import (
-    checkpoint_directory,
+    base_model_of,
+    local_directory,
     merge_lora,
     read_checkpoint,
 )
@@ -38,39 +48,69 @@ class FrameLayout:
         return int(self.cls_token) + self.pooled * self.pooled
 
 
+@dataclass(frozen=True)
+class LiveSources:
+    """What a load reads, resolved to local folders and checked before any weight is read:
+    the checkpoint, the base LLM and the encoder, with what the adapter declares from their
+    configs."""
+
+    checkpoint: Path
+    llm: Path
+    vision: Path
+    tokenizer: PreTrainedTokenizerBase
+    max_context: int
+    resolution: int
+
+    def single_token(self, token: str) -> int:
+        ids = self.tokenizer(token, add_special_tokens=False).input_ids
+        if len(ids) != 1:
+            raise ModelLoadError(f"{token!r} is {len(ids)} tokens; the frame interval must be one")
+        return ids[0]
+
+    @classmethod
+    def resolve(cls, checkpoint: str, llm: str | None, vision: str) -> LiveSources:
+        folder = local_directory(checkpoint)
+        base = llm or base_model_of(folder)
+        if not base:
+            raise ModelLoadError("no base LLM: set `llm` (adapter_config.json names none)")
+        llm_folder, vision_folder = local_directory(base), local_directory(vision)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(llm_folder)
+            llm_config = LlamaConfig.from_pretrained(llm_folder)
+            vision_config = SiglipVisionConfig.from_pretrained(vision_folder)
+        except (OSError, ValueError, KeyError) as exc:
+            reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise ModelLoadError(f"cannot read the base model or encoder: {reason}") from None
+        return cls(
+            folder,
+            llm_folder,
+            vision_folder,
+            tokenizer,
+            int(llm_config.max_position_embeddings),
+            int(vision_config.image_size),
+        )
+
+
 class LiveModel:
     def __init__(self, llm, tokenizer, vision, connector, layout: FrameLayout, device: str):
         self.llm, self.tokenizer, self.vision = llm, tokenizer, vision
         self.connector, self.layout, self.device = connector, layout, device
         self.resolution = int(vision.config.image_size)
-        self.max_context = int(llm.config.max_position_embeddings)
         self.eos_id = int(tokenizer.eos_token_id)
         # transformers 5 renamed `past_key_values` to `cache`.
         forward = inspect.signature(llm.forward).parameters
         self._cache_keyword = "cache" if "cache" in forward else "past_key_values"
 
     @classmethod
-    def load(
-        cls,
-        checkpoint: str,
-        llm: str | None,
-        vision: str,
-        layout: FrameLayout,
-        dtype: str,
-        device: str,
-    ) -> LiveModel:
-        live = read_checkpoint(checkpoint_directory(checkpoint))
-        base = llm or live.base_model
-        if not base:
-            raise ModelLoadError("no base LLM: set `llm` (adapter_config.json names none)")
+    def load(cls, sources: LiveSources, layout: FrameLayout, dtype: str, device: str) -> LiveModel:
+        """Read the weights: the base LLM with the LoRA merged, the encoder, the connector."""
+        live = read_checkpoint(sources.checkpoint)
         device = resolve_device(device)
         torch_dtype = _dtype(dtype, device)
         hf_logging.disable_progress_bar()  # the adapter's output is its log, not a terminal
         try:
-            # local_files_only: a directory, or an id already in the Hugging Face cache.
-            tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
-            model = LlamaForCausalLM.from_pretrained(base, dtype=torch_dtype, local_files_only=True)
-            encoder = _vision_encoder(vision, torch_dtype)
+            model = LlamaForCausalLM.from_pretrained(sources.llm, dtype=torch_dtype)
+            encoder = _vision_encoder(sources.vision, torch_dtype)
         except (OSError, ValueError, KeyError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise ModelLoadError(f"cannot load the base model or encoder: {reason}") from None
@@ -84,7 +124,7 @@ class LiveModel:
         connector.to(torch_dtype)
         parts = (model, encoder, connector)
         model, encoder, connector = (part.to(device).eval() for part in parts)
-        return cls(model, tokenizer, encoder, connector, layout, device)
+        return cls(model, sources.tokenizer, encoder, connector, layout, device)
 
     # ------------------------------------------------------------------ text
 
@@ -94,12 +134,6 @@ class LiveModel:
 
     def detokenize(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def token_id(self, token: str) -> int:
-        ids = self.tokenize(token)
-        if len(ids) != 1:
-            raise ModelLoadError(f"{token!r} is {len(ids)} tokens; the frame interval must be one")
-        return ids[0]
 
     # ------------------------------------------------------------------ frames
 
@@ -154,13 +188,13 @@ def letterbox(rgb: np.ndarray, side: int) -> np.ndarray:
     return np.array(canvas)  # writable, for torch.from_numpy
 
 
-def _vision_encoder(source: str, dtype: torch.dtype) -> SiglipVisionModel:
+def _vision_encoder(source: Path, dtype: torch.dtype) -> SiglipVisionModel:
     """The vision half of a SigLIP checkpoint. The release's encoder is a whole SigLIP (text
     tower too), whose unused half transformers would list weight by weight: not logged."""
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        return SiglipVisionModel.from_pretrained(source, dtype=dtype, local_files_only=True)
+        return SiglipVisionModel.from_pretrained(source, dtype=dtype)
     finally:
         hf_logging.set_verbosity(verbosity)
 
