@@ -278,8 +278,8 @@ def test_appending_frame_by_frame_equals_one_pass_over_the_conversation(tiny):
     model = adapter.model
     stream = LiveStream(model, "sys", adapter.interval_id)
     frames = [model.encode_frame(jpeg_frame(index).rgb()) for index in range(2)]
-    for embeds in frames:
-        stream.add_frame(embeds, threshold=0.0)
+    for index, embeds in enumerate(frames):
+        stream.add_frame(embeds, threshold=0.0, frame_id=f"f{index}")
     stream.add_user("hi")
     embed = model.llm.get_input_embeddings()
 
@@ -300,7 +300,7 @@ def test_appending_frame_by_frame_equals_one_pass_over_the_conversation(tiny):
 def test_frames_past_the_bound_are_dropped_and_a_turn_without_room_is_fatal(tiny):
     reserve = 5
     bounded = loaded(tiny, context_tokens=FIRST_FRAME + AFTER_SILENCE + reserve,
-                     reserve_tokens=reserve)  # fmt: skip
+                     reserve_tokens=reserve, cache_policy="fail")  # fmt: skip
     assert bounded.conditions.settings["cache_max_tokens"] == FIRST_FRAME + AFTER_SILENCE
     wire = Wire()
     session = new_session(wire)
@@ -328,3 +328,72 @@ def test_frames_past_the_bound_are_dropped_and_a_turn_without_room_is_fatal(tiny
             "fatal": True,
         }
     ]
+
+
+def frames_into(adapter, count: int) -> tuple[Wire, LiveStream]:
+    """A session of `count` frames and no decisions; its records and its stream."""
+    wire = Wire()
+    session = new_session(wire)
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        for index in range(count):
+            await adapter.on_frame(session, jpeg_frame(index))
+
+    asyncio.run(go())
+    return wire, session.state["stream"]
+
+
+def test_a_full_cache_evicts_the_oldest_frames_and_stops_attending_to_them(tiny):
+    """Room for the first frame and two more: each later frame evicts the oldest but the
+    first. What the model computes next is what a cache of every frame gives with each
+    evicted frame masked out from its eviction on, each kept token at the position it was
+    fed at: eviction is no longer attending, nothing else."""
+    reserve = 5
+    bounded = loaded(tiny, context_tokens=FIRST_FRAME + 2 * AFTER_SILENCE + reserve,
+                     reserve_tokens=reserve)  # fmt: skip
+    assert bounded.conditions.settings["cache_policy"] == "evict-oldest"
+    wire, stream = frames_into(bounded, 5)
+    records = [(m["kind"], m["frame_ids"]) for m in wire.of("workload")]
+    assert records == [
+        ("state_commit", ["f0"]),
+        ("state_commit", ["f1"]),
+        ("state_commit", ["f2"]),
+        ("evict", ["f1"]),
+        ("state_commit", ["f3"]),
+        ("evict", ["f2"]),
+        ("state_commit", ["f4"]),
+    ]
+    assert stream.length == FIRST_FRAME + 2 * AFTER_SILENCE
+    assert stream.position == FIRST_FRAME + 4 * AFTER_SILENCE
+
+    # The reference: every frame kept in a cache, each input masked from the frames
+    # evicted before it was fed (f1 from f3 on, f2 from f4 on).
+    model = bounded.model
+    embed = model.llm.get_input_embeddings()
+    opening = model.tokenize(f"<|begin_of_text|>{SYSTEM_PROMPT}\n\n[")
+    f1 = range(FIRST_FRAME, FIRST_FRAME + AFTER_SILENCE)
+    f2 = range(FIRST_FRAME + AFTER_SILENCE, FIRST_FRAME + 2 * AFTER_SILENCE)
+    whole = model.new_cache()
+
+    def feed(inputs: torch.Tensor, hidden: list[range]) -> torch.Tensor:
+        past = whole.get_seq_length()
+        mask = torch.ones(1, past + inputs.shape[0], dtype=torch.long)
+        for slots in hidden:
+            mask[0, list(slots)] = 0
+        with torch.no_grad():
+            return model.llm(
+                inputs_embeds=inputs[None],
+                attention_mask=mask,
+                use_cache=True,
+                **{model._cache_keyword: whole},
+            ).logits[0, -1]
+
+    for index, hidden in enumerate([[], [], [], [f1], [f1, f2]]):
+        prefix = opening if index == 0 else [bounded.interval_id]
+        frame = model.encode_frame(jpeg_frame(index).rgb())
+        feed(torch.cat([embed(torch.tensor(prefix)), frame]), hidden)
+    probe = model.tokenize("x")
+    reference = feed(embed(torch.tensor(probe)), [f1, f2])
+    evicted = model.append(stream.cache, probe, start=stream.position)
+    assert torch.allclose(evicted, reference, atol=1e-5)

@@ -99,7 +99,13 @@ class VideoLLMOnlineConfig(AdapterConfig):
         None, ge=1, description="the cache bound; default: the LLM's maximum positions"
     )
     reserve_tokens: int = Field(
-        256, ge=0, description="kept free for turns: frames stop at context - reserve"
+        256, ge=0, description="kept free for turns: frames fill the cache to context - reserve"
+    )
+    cache_policy: Literal["evict-oldest", "fail"] = Field(
+        "evict-oldest",
+        description="when a frame would pass context - reserve: evict-oldest = remove the "
+        "oldest frames and step answers from the cache (the first frame, user turns and the "
+        "answers to questions stay); fail = drop the new frame",
     )
 
     @field_validator("qa_prompt", "open_qa_prompt")
@@ -172,8 +178,17 @@ class VideoLLMOnlineAdapter(Adapter):
             f"turn, as the model's own stream format; a decision per frame (speak when the "
             f"interval token {config.frame_interval!r} is below "
             f"{config.interval_threshold} or not the argmax); trained at "
-            f"{config.frame_fps:g} fps; frames past {self.frame_limit} cached tokens are "
-            "dropped (no eviction)"
+            f"{config.frame_fps:g} fps; the cache bounded at {self.frame_limit} tokens before "
+            f"a frame ({self._bound()})"
+        )
+
+    def _bound(self) -> str:
+        if self.config.cache_policy == "fail":
+            return "cache_policy=fail: frames past it are dropped"
+        return (
+            "cache_policy=evict-oldest: the oldest frames and step answers are evicted in "
+            "place, kept keys keep their positions; the first frame, user turns and the "
+            "answers to questions stay"
         )
 
     def gpu_identity(self) -> str | None:
@@ -190,15 +205,16 @@ class VideoLLMOnlineAdapter(Adapter):
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
         stream: LiveStream = session.state["stream"]
-        started = time.monotonic_ns()
         incoming = len(stream.frame_prefix()) + self.layout.tokens
+        # An eviction is its own record: the commit's interval starts after it.
+        started = await self._make_room(session, incoming, self.frame_limit) or time.monotonic_ns()
         if stream.length + incoming > self.frame_limit:
             await session.workload(kind="drop", frame_ids=[frame.frame_id], images=1)
             session.state["speak"] = False  # nothing new to decide on
             return
         threshold = self.config.interval_threshold
         embeds = await asyncio.to_thread(self.model.encode_frame, frame.rgb())
-        decision = await asyncio.to_thread(stream.add_frame, embeds, threshold)
+        decision = await asyncio.to_thread(stream.add_frame, embeds, threshold, frame.frame_id)
         session.state["speak"] = decision.speak
         await session.workload(
             kind="state_commit",
@@ -209,6 +225,26 @@ class VideoLLMOnlineAdapter(Adapter):
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )
+
+    async def _make_room(self, session: Session, incoming: int, limit: int) -> int | None:
+        """Under evict-oldest, evict until `incoming` more tokens fit in `limit`; each
+        eviction is an `evict` workload record. When it ended; None when there was none."""
+        if self.config.cache_policy == "fail":
+            return None
+        stream: LiveStream = session.state["stream"]
+        started = time.monotonic_ns()
+        evicted = await asyncio.to_thread(stream.evict, incoming, limit)
+        if evicted is None:
+            return None
+        ended = time.monotonic_ns()
+        await session.workload(
+            kind="evict",
+            frame_ids=evicted,
+            images=len(evicted),
+            started_ns=started,
+            ended_ns=ended,
+        )
+        return ended
 
     async def on_step(self, session: Session, step: Step, respond: Responder) -> None:
         # A frame's decision (or an instruction's due answer) is reported once, at the step
@@ -251,7 +287,9 @@ class VideoLLMOnlineAdapter(Adapter):
         """Generate the Assistant turn greedily from the cache, streaming one delta per token;
         at a step, a turn ended before its first token is a silent decision."""
         stream: LiveStream = session.state["stream"]
-        room = self.context_tokens - stream.length - len(stream.turn_prefix(turn)) - 2
+        prompt = len(stream.turn_prefix(turn))
+        await self._make_room(session, prompt + self.config.max_tokens + 2, self.context_tokens)
+        room = self.context_tokens - stream.length - prompt - 2
         limit = min(self.config.max_tokens, room)
         if limit < 1:
             full = f"the context of {self.context_tokens} tokens is full"
@@ -261,7 +299,8 @@ class VideoLLMOnlineAdapter(Adapter):
             return
         started = time.monotonic_ns()
         text = IncrementalText(self.model.detokenize)
-        token, fed = await asyncio.to_thread(stream.open_turn, turn)
+        kind = "pinned" if step is None else "reply"
+        token, fed = await asyncio.to_thread(stream.open_turn, turn, kind)
         response: ResponseStream | None = None  # opened by the first generated token
         generated, last = 0, None
         while token != self.model.eos_id:

@@ -27,7 +27,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from streameval.adapters.errors import ModelLoadError
-from streameval.adapters.hf.model import resolve_device
+from streameval.adapters.hf.model import _cache_layers, resolve_device
 from streameval.adapters.videollm_online.checkpoint import (
     base_model_of,
     local_directory,
@@ -162,18 +162,33 @@ class LiveModel:
 
     @torch.no_grad()
     def append(
-        self, cache: DynamicCache, ids: list[int], frame: torch.Tensor | None = None
+        self,
+        cache: DynamicCache,
+        ids: list[int],
+        frame: torch.Tensor | None = None,
+        start: int | None = None,
     ) -> torch.Tensor:
-        """Run `ids` (then a frame's embeddings) on top of the cache; the next token's logits."""
+        """Run `ids` (then a frame's embeddings) on top of the cache, from rotary position
+        `start` (default: the cache's length); the next token's logits."""
         parts = []
         if ids:
             parts.append(self.llm.get_input_embeddings()(torch.tensor(ids, device=self.device)))
         if frame is not None:
             parts.append(frame)
         embeds = torch.cat(parts)[None]
-        cached = {self._cache_keyword: cache}
-        out = self.llm(inputs_embeds=embeds, use_cache=True, logits_to_keep=1, **cached)
+        extra = {self._cache_keyword: cache}
+        if start is not None:
+            positions = torch.arange(start, start + embeds.shape[1], device=self.device)
+            extra["position_ids"] = positions[None]
+        out = self.llm(inputs_embeds=embeds, use_cache=True, logits_to_keep=1, **extra)
         return out.logits[0, -1].float()
+
+    def keep_slots(self, cache: DynamicCache, slots: list[int]) -> None:
+        """Keep only these cache slots, in every layer (the keys keep their rotation)."""
+        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        for layer in _cache_layers(cache):
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
 
 
 def letterbox(rgb: np.ndarray, side: int) -> np.ndarray:

@@ -16,6 +16,11 @@ and the answer generated. A token the model chose is fed with what follows it (t
 the next frame, the answer's `<eos>` with the next turn), as in the release's demo, so each
 forward pass is one frame or one turn. A user turn closes the frame list (`]\nUser: ...`); a
 frame after it opens a new one (`\n[`).
+
+Bounded memory: the cache is a list of segments. The oldest frames and the answers given at
+steps may be evicted; the first frame (fed with the system prompt), user turns and the
+answers to questions stay. Kept keys keep their rotary positions, and new tokens continue
+after the last position, so what is kept is attended to as before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ if TYPE_CHECKING:  # the model (torch) is loaded by the adapter's constructor on
 
 # What the context ends with: the system prompt, a frame, an answer or a user turn.
 Last = Literal["start", "frame", "answer", "user"]
+# A cache segment: `pinned` stays; `frame` and `reply` (an answer at a step) may be evicted.
+SegmentKind = Literal["pinned", "frame", "reply"]
 OPEN_FRAMES = "\n["
 CLOSE_FRAMES = "]"
 ASSISTANT = "\nAssistant:"
@@ -47,6 +54,13 @@ class FrameDecision:
 
 
 @dataclass
+class Segment:
+    kind: SegmentKind
+    tokens: int = 0
+    frame_id: str | None = None
+
+
+@dataclass
 class LiveStream:
     model: LiveModel
     system_prompt: str
@@ -56,6 +70,8 @@ class LiveStream:
     # Tokens the model chose and that are not in the cache yet: they go in with the next
     # input (the `,` after a silent frame; the answer's last token and `<eos>`).
     unfed: list[int] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    position: int = 0  # the rotary position of the next token fed
 
     def __post_init__(self) -> None:
         self.cache = self.model.new_cache()
@@ -84,11 +100,12 @@ class LiveStream:
             else ""
         )
 
-    def add_frame(self, embeds: torch.Tensor, threshold: float) -> FrameDecision:
+    def add_frame(self, embeds: torch.Tensor, threshold: float, frame_id: str) -> FrameDecision:
         """Feed a frame; decide as the release does: below `threshold` the interval token's
         probability is zeroed, and the model speaks unless the interval is the argmax."""
         prefix = self.frame_prefix()
-        logits = self.model.append(self.cache, prefix, embeds)
+        self.segments.append(Segment("pinned" if self.last == "start" else "frame", 0, frame_id))
+        logits = self._run(prefix, embeds)
         probs = logits.softmax(dim=-1)
         interval = float(probs[self.interval_id])
         speak = interval < threshold or int(probs.argmax()) != self.interval_id
@@ -98,13 +115,16 @@ class LiveStream:
     def add_user(self, text: str) -> int:
         """A user turn the model does not answer now (an instruction); the tokens fed."""
         ids = self.turn_prefix(user_turn(text))
-        self.model.append(self.cache, ids)
+        self.segments.append(Segment("pinned"))
+        self._run(ids)
         self.last, self.unfed = "user", []
         return len(ids)
 
-    def open_turn(self, text: str) -> tuple[int, int]:
-        """Feed a turn's opening; the first generated token and the tokens fed."""
+    def open_turn(self, text: str, kind: SegmentKind) -> tuple[int, int]:
+        """Feed a turn's opening; the first generated token and the tokens fed. `kind`:
+        `reply` for an answer at a step, `pinned` for the answer to a question."""
         ids = self.turn_prefix(text)
+        self.segments.append(Segment(kind))
         return self._greedy(ids), len(ids)
 
     def feed(self, token: int) -> int:
@@ -117,5 +137,37 @@ class LiveStream:
         self.last = "answer"
         self.unfed = [self.model.eos_id] if last is None else [last, self.model.eos_id]
 
+    def evict(self, incoming: int, limit: int) -> list[str] | None:
+        """Evict the oldest frames and step answers until `incoming` more tokens fit in
+        `limit`. The evicted frames' ids; None when nothing had to go, or when evicting all
+        that may go would not make room (then nothing goes)."""
+        excess = self.length + incoming - limit
+        if excess <= 0:
+            return None
+        keep: list[int] = []
+        kept: list[Segment] = []
+        evicted: list[Segment] = []
+        start = 0
+        for segment in self.segments:
+            if segment.kind != "pinned" and sum(s.tokens for s in evicted) < excess:
+                evicted.append(segment)
+            else:
+                keep.extend(range(start, start + segment.tokens))
+                kept.append(segment)
+            start += segment.tokens
+        if sum(s.tokens for s in evicted) < excess:
+            return None
+        self.model.keep_slots(self.cache, keep)
+        self.segments = kept
+        return [s.frame_id for s in evicted if s.frame_id is not None]
+
+    def _run(self, ids: list[int], frame: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed into the current segment, at the next positions."""
+        count = len(ids) + (0 if frame is None else frame.shape[0])
+        logits = self.model.append(self.cache, ids, frame, start=self.position)
+        self.position += count
+        self.segments[-1].tokens += count
+        return logits
+
     def _greedy(self, ids: list[int]) -> int:
-        return int(self.model.append(self.cache, ids).argmax())
+        return int(self._run(ids).argmax())
