@@ -266,7 +266,8 @@ class VideoLLMOnlineAdapter(Adapter):
         # The release's demo answers every user turn at once: the next step speaks.
         session.state["speak"] = True
         stream: LiveStream = session.state["stream"]
-        started = time.monotonic_ns()
+        incoming = len(stream.turn_prefix(user_turn(instruction.text)))
+        started = await self._make_room(session, incoming, self.frame_limit) or time.monotonic_ns()
         tokens = await asyncio.to_thread(stream.add_user, instruction.text)
         await session.workload(
             kind="state_commit",

@@ -147,15 +147,16 @@ class LiveStream:
         keep: list[int] = []
         kept: list[Segment] = []
         evicted: list[Segment] = []
-        start = 0
+        start = freed = 0
         for segment in self.segments:
-            if segment.kind != "pinned" and sum(s.tokens for s in evicted) < excess:
+            if segment.kind != "pinned" and freed < excess:
                 evicted.append(segment)
+                freed += segment.tokens
             else:
                 keep.extend(range(start, start + segment.tokens))
                 kept.append(segment)
             start += segment.tokens
-        if sum(s.tokens for s in evicted) < excess:
+        if freed < excess:
             return None
         self.model.keep_slots(self.cache, keep)
         self.segments = kept
