@@ -297,22 +297,29 @@ def test_appending_frame_by_frame_equals_one_pass_over_the_conversation(tiny):
     assert torch.allclose(model.append(stream.cache, probe), model.append(fresh, probe), atol=1e-5)
 
 
+def frames_into(adapter, count: int, question: Question | None = None):
+    """A session of `count` frames (then `question`) and no decisions: its wire, its stream."""
+    wire = Wire()
+    session = new_session(wire)
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        for index in range(count):
+            await adapter.on_frame(session, jpeg_frame(index))
+        if question is not None:
+            await adapter.on_question(session, question, Responder(wire.send, question.task_id))
+
+    asyncio.run(go())
+    return wire, session.state["stream"]
+
+
 def test_frames_past_the_bound_are_dropped_and_a_turn_without_room_is_fatal(tiny):
     reserve = 5
     bounded = loaded(tiny, context_tokens=FIRST_FRAME + AFTER_SILENCE + reserve,
                      reserve_tokens=reserve, cache_policy="fail")  # fmt: skip
     assert bounded.conditions.settings["cache_max_tokens"] == FIRST_FRAME + AFTER_SILENCE
-    wire = Wire()
-    session = new_session(wire)
     question = Question(task_id="q", t=4.0, text="Which?", options=["A. one", "B. two"])
-
-    async def go() -> None:
-        await bounded.on_session_start(session)
-        for index in range(3):
-            await bounded.on_frame(session, jpeg_frame(index))
-        await bounded.on_question(session, question, Responder(wire.send, "q"))
-
-    asyncio.run(go())
+    wire, _ = frames_into(bounded, 3, question)
     records = [(m["kind"], m["frame_ids"], m["input_tokens"]) for m in wire.of("workload")]
     assert records == [
         ("state_commit", ["f0"], FIRST_FRAME),
@@ -328,20 +335,6 @@ def test_frames_past_the_bound_are_dropped_and_a_turn_without_room_is_fatal(tiny
             "fatal": True,
         }
     ]
-
-
-def frames_into(adapter, count: int) -> tuple[Wire, LiveStream]:
-    """A session of `count` frames and no decisions; its records and its stream."""
-    wire = Wire()
-    session = new_session(wire)
-
-    async def go() -> None:
-        await adapter.on_session_start(session)
-        for index in range(count):
-            await adapter.on_frame(session, jpeg_frame(index))
-
-    asyncio.run(go())
-    return wire, session.state["stream"]
 
 
 def test_a_full_cache_evicts_the_oldest_frames_and_stops_attending_to_them(tiny):
