@@ -172,9 +172,21 @@ def check_every_frame_decided(events) -> None:
 
 def test_a_realstream_run_records_a_decision_at_every_frame(tiny, tmp_path):
     """The default threshold (0.725) over a random model: each frame decided at its step."""
+    (tmp_path / "trace").mkdir()
     with serve(tiny, max_tokens=4) as process:
         events = run_core(process.url, "realstream", tmp_path)
+        trace = run_core(process.url, "trace", tmp_path / "trace")
     check_every_frame_decided(events)
+    # Under trace the steps start with the instruction: the frames before it are committed
+    # (their decisions computed, not reported), every step is decided.
+    for session in trace.values():
+        frames = [e.payload.frame_id for e in session if e.kind == EventKind.FRAME_SENT]
+        commits = [c["frame_ids"] for c in workloads(session, "state_commit") if c["images"]]
+        assert commits == [[frame_id] for frame_id in frames]
+        steps = [e.payload.step for e in session if e.kind == EventKind.STEP_SENT]
+        assert_one_decision_per_step(session, steps)
+    assert not any(e.kind == EventKind.STEP_SENT for e in trace["t:qa:1"])
+    assert sum(e.kind == EventKind.STEP_SENT for e in trace["t:pro:1"]) == 14
     hello = next(e for e in events["t:qa:1"] if e.kind == EventKind.ADAPTER_HELLO)
     assert hello.payload.conditions.model_name == "checkpoint"
     assert hello.payload.conditions.settings["frame_tokens"] == FRAME_TOKENS

@@ -49,7 +49,6 @@ def user_turn(text: str) -> str:
 @dataclass(frozen=True)
 class FrameDecision:
     tokens: int  # fed with the frame: what preceded it, then its embeddings
-    interval_prob: float  # the probability of the frame interval token after the frame
     speak: bool
 
 
@@ -107,10 +106,10 @@ class LiveStream:
         self.segments.append(Segment("pinned" if self.last == "start" else "frame", 0, frame_id))
         logits = self._run(prefix, embeds)
         probs = logits.softmax(dim=-1)
-        interval = float(probs[self.interval_id])
-        speak = interval < threshold or int(probs.argmax()) != self.interval_id
+        below = float(probs[self.interval_id]) < threshold
+        speak = below or int(probs.argmax()) != self.interval_id
         self.last, self.unfed = "frame", [self.interval_id]
-        return FrameDecision(len(prefix) + embeds.shape[0], interval, speak)
+        return FrameDecision(len(prefix) + embeds.shape[0], speak)
 
     def add_user(self, text: str) -> int:
         """A user turn the model does not answer now (an instruction); the tokens fed."""
