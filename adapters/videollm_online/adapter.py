@@ -15,7 +15,8 @@ out the format.
 Options: `VideoLLMOnlineConfig` (`streameval adapter serve videollm-online -A
 model=/models/videollm-online-8b-v1plus -A llm=/models/Meta-Llama-3-8B-Instruct -A
 vision=/models/siglip-large-patch16-384`). Torch and transformers are imported by the
-constructor only.
+constructor only, which checks the options, folders and tokenizer; `start` reads the weights
+while the server already answers /healthz.
 """
 
 from __future__ import annotations

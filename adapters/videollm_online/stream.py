@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-if TYPE_CHECKING:  # the model (torch) is loaded by the adapter's constructor only
+if TYPE_CHECKING:  # torch comes with the model, imported by the adapter's constructor only
     import torch
 
     from streameval.adapters.videollm_online.model import LiveModel
