@@ -74,6 +74,11 @@ ADAPTERS: dict[str, BuiltIn] = {
         "torch",
         "A Hugging Face VideoLLM streaming natively on its own KV cache",
     ),
+    "videollm-online": BuiltIn(
+        "streameval.adapters.videollm_online.adapter:VideoLLMOnlineAdapter",
+        "torch",
+        "VideoLLM-online: decides at every frame to speak or stay silent, on its KV cache",
+    ),
     "vllm": BuiltIn(
         "streameval.adapters.vllm_engine:VLLMEngineAdapter",
         "vLLM",

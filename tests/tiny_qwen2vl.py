@@ -33,18 +33,27 @@ IMAGE_PROCESSOR = {
 }
 
 
-def build_tokenizer():
+def byte_level_core(special_tokens: tuple[str, ...]):
+    """A `tokenizers` byte-level BPE over the 256 byte symbols, no merges, plus `special_tokens`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import Qwen2TokenizerFast
 
     vocab = {symbol: i for i, symbol in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(list(SPECIAL_TOKENS))
+    core.add_special_tokens(list(special_tokens))
+    return core
+
+
+def build_tokenizer():
+    from transformers import Qwen2TokenizerFast
+
     # The Qwen2-VL processors accept only the Qwen2 tokenizer class, not a bare fast one.
     return Qwen2TokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+        tokenizer_object=byte_level_core(SPECIAL_TOKENS),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
     )
 
 
