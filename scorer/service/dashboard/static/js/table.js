@@ -186,11 +186,15 @@ function metricsTable(name, title, families) {
 }
 
 /** Slices (task types, sources) down, the metrics of one family across; each cell shows the
- * value, its interval and its population with coverage. Exports one line per cell. */
+ * value, its interval and its population with coverage. A metric no slice has a population
+ * for (a count the adapters never report) gets no column, as in `compare`; the export still
+ * has its lines. Exports one line per cell. */
 function sliceTable(name, title, slices, family, sliceLabel) {
   const names = [];
   for (const families of Object.values(slices)) {
-    for (const metric of Object.keys(families[family] || {})) if (!names.includes(metric)) names.push(metric);
+    for (const [metric, m] of Object.entries(families[family] || {})) {
+      if (m?.population > 0 && !names.includes(metric)) names.push(metric);
+    }
   }
   const rows = Object.entries(slices)
     .filter(([, families]) => families[family])
