@@ -284,11 +284,13 @@ def test_sigterm_stops_a_served_adapter_cleanly():
 # A preset configures either both chat backends or the native transformers adapter.
 CHAT_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["openai", "vllm"]]
 NATIVE_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["transformers"]]
+VIDEOLLM_ONLINE_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["videollm-online"]]
 
 
-def test_every_preset_configures_the_chat_backends_or_the_native_adapter():
-    assert sorted(CHAT_PRESETS + NATIVE_PRESETS) == preset_names()
+def test_every_preset_configures_the_chat_backends_or_one_native_adapter():
+    assert sorted(CHAT_PRESETS + NATIVE_PRESETS + VIDEOLLM_ONLINE_PRESETS) == preset_names()
     assert NATIVE_PRESETS == ["livecc-7b"]
+    assert VIDEOLLM_ONLINE_PRESETS == ["videollm-online-8b"]
 
 
 @pytest.mark.parametrize("preset", CHAT_PRESETS)
@@ -316,6 +318,7 @@ def test_the_presets_cover_the_common_backbones():
     adapters = {row["preset"]: row["adapters"] for row in listed}
     assert adapters["livecc-7b"] == ["transformers"]
     assert adapters["qwen2.5-vl-7b"] == ["openai", "vllm"]
+    assert adapters["videollm-online-8b"] == ["videollm-online"]
 
 
 def test_every_option_of_the_model_adapters_is_documented():
