@@ -9,11 +9,16 @@ never two attempts spliced together.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
+import sqlite3
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime
+
+from sqlalchemy.engine import make_url
 
 from streameval.core.launch.adapter_process import AdapterProcess
 from streameval.core.store.run_lease import current_owner
@@ -25,6 +30,27 @@ LOGGING = "tests.wire_adapters:LoggingAdapter"
 # Sessions of 2 to 5 seconds: long enough for a second Core to meet a live first one.
 PACED = ("--pacing", "wall_clock", "--speed", "4")
 LEASE_S = 3.0
+
+
+@contextlib.contextmanager
+def no_write_in_flight(store_url: str) -> Iterator[None]:
+    """While inside, no other process is in a write transaction of a SQLite store: this
+    connection holds the write lock (it waits for a transaction in flight to commit). A
+    process frozen while it holds SQLite's one write lock blocks every writer for as long as
+    it stays frozen, a takeover's lease write included, and no lease can change that; the
+    test freezes the owner between its writes, as a stall of a real Core almost always is.
+    PostgreSQL has no store-wide write lock."""
+    url = make_url(store_url)
+    if url.get_backend_name() != "sqlite":
+        yield
+        return
+    connection = sqlite3.connect(url.database, timeout=60, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        yield
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
 
 
 def assert_one_attempt_each(store: Store, run_id: str) -> None:
@@ -75,7 +101,8 @@ def test_a_live_run_is_refused_and_a_stalled_owner_is_taken_over(
             assert all(after[sid][1] == attempt for sid, (_, attempt) in before.items())
 
             # 2. The owner stalls past its lease: the second Core takes the run over.
-            first.send_signal(signal.SIGSTOP)
+            with no_write_in_flight(store_url):
+                first.send_signal(signal.SIGSTOP)
             try:
                 wait_for(
                     lambda: current_owner(store, run_id).expires_at < datetime.now(UTC),
