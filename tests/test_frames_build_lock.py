@@ -47,6 +47,19 @@ def answer(process: subprocess.Popen[str]) -> dict:
     return json.loads(out)
 
 
+def hold_build_lock(entry: Path) -> subprocess.Popen[str]:
+    """A process that takes `entry`'s build lock, prints `held` and keeps it for 10 minutes."""
+    hold = (
+        "import sys, time\nfrom pathlib import Path\n"
+        "from streameval.core.frames.build_lock import entry_build_lock\n"
+        "with entry_build_lock(Path(sys.argv[1]), wait=True):\n"
+        "    print('held', flush=True)\n    time.sleep(600)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", hold, str(entry)], stdout=subprocess.PIPE, text=True
+    )
+
+
 def test_processes_waiting_for_one_entry_decode_it_once(tmp_path: Path) -> None:
     video = encode_numbered_video(tmp_path / "v.mp4", 60, 64, 48, 30)
     root = tmp_path / "cache"
@@ -80,15 +93,7 @@ def test_a_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
     video = encode_numbered_video(tmp_path / "v.mp4", 60, 64, 48, 30)
     root = tmp_path / "cache" / "frames"
     final = entry_dir(root, FrameCache(root).digest(video), RULES)
-    hold = (
-        "import sys, time\nfrom pathlib import Path\n"
-        "from streameval.core.frames.build_lock import entry_build_lock\n"
-        "with entry_build_lock(Path(sys.argv[1]), wait=True):\n"
-        "    print('held', flush=True)\n    time.sleep(600)\n"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold, str(final)], stdout=subprocess.PIPE, text=True
-    )
+    holder = hold_build_lock(final)
     try:
         assert holder.stdout.readline() == "held\n"
         assert answer(ask(root, video, "get_unless_busy"))["frames"] is None
@@ -105,15 +110,7 @@ def test_a_waiter_builds_itself_once_a_stopped_builder_goes_silent(tmp_path, mon
     root = tmp_path / "cache" / "frames"
     final = entry_dir(root, FrameCache(root).digest(video), RULES)
     monkeypatch.setattr(build_lock, "SILENT_BUILDER_S", 1.0)
-    hold = (
-        "import sys, time\nfrom pathlib import Path\n"
-        "from streameval.core.frames.build_lock import entry_build_lock\n"
-        "with entry_build_lock(Path(sys.argv[1]), wait=True):\n"
-        "    print('held', flush=True)\n    time.sleep(600)\n"
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold, str(final)], stdout=subprocess.PIPE, text=True
-    )
+    holder = hold_build_lock(final)
     try:
         assert holder.stdout.readline() == "held\n"
         holder.send_signal(signal.SIGSTOP)
