@@ -3,8 +3,12 @@
 Supported: models that place image tokens with multimodal RoPE computed by their own
 `get_rope_index` and that name their image, vision-start and vision-end tokens in the
 config: the Qwen2-VL, Qwen2.5-VL and Qwen3-VL families, loaded through the generic
-image-text-to-text auto class. Each append runs the new tokens (and a frame's pixels) on top
-of the cache, so the cost of a frame is its own tokens, never the history again.
+image-text-to-text auto class, and Qwen2.5-Omni's thinker (a checkpoint of the whole model,
+as released, loads its thinker only), which also hears: its audio blocks are
+`<|audio_bos|>`, one `<|AUDIO|>` per 40 ms of sound, `<|audio_eos|>`
+(transformers' processing_qwen2_5_omni.py and modeling_qwen2_5_omni.py). Each append runs
+the new tokens (and a frame's pixels or a block's sound) on top of the cache, so the cost of
+a frame is its own tokens, never the history again.
 
 Works with transformers 4.57 and 5.x: the two places where their APIs differ (the cache
 keyword, the RoPE index arguments) are resolved once, at load time.
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 from transformers import (
     AutoConfig,
+    AutoFeatureExtractor,
     AutoImageProcessor,
     AutoModelForImageTextToText,
     AutoTokenizer,
@@ -47,6 +52,21 @@ class EncodedFrame:
     second_per_grid: float | None = None  # a video's seconds per temporal grid step
 
 
+@dataclass(frozen=True)
+class EncodedAudio:
+    """A span of sound as the model takes it: its placeholder ids (start, one per audio
+    token, end) and its log-mel features (mel bins x frames)."""
+
+    token_ids: list[int]
+    features: torch.Tensor
+    seconds: float
+    tokens: int  # audio tokens, the markers not counted
+
+
+# What one forward pass can carry behind its placeholders.
+Media = EncodedFrame | EncodedAudio
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -69,10 +89,14 @@ class VisionLanguageModel:
     each call's measured interval is its own compute, not time spent waiting for another.
     """
 
-    def __init__(self, model, tokenizer, image_processor, device: str) -> None:
+    def __init__(
+        self, model, tokenizer, image_processor, device: str, feature_extractor=None
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.image_processor = image_processor
+        # Set for a model that hears (one with an audio token), else None.
+        self.feature_extractor = feature_extractor
         self.device = device
         self.lock = threading.Lock()
         # Every session's cache while it lives, for `memory()`; its own lock, as `/info`
@@ -91,6 +115,11 @@ class VisionLanguageModel:
         placeholders = [self.image_token_id, self._vision_start, self._vision_end]
         self.video_token_id: int | None = getattr(config, "video_token_id", None)
         placeholders += [] if self.video_token_id is None else [self.video_token_id]
+        self.audio_token_id: int | None = getattr(config, "audio_token_id", None)
+        if self.audio_token_id is not None:
+            self._audio_start: int = config.audio_start_token_id
+            self._audio_end: int = config.audio_end_token_id
+            placeholders += [self.audio_token_id, self._audio_start, self._audio_end]
         self.temporal_patch = int(getattr(image_processor, "temporal_patch_size", 2))
         # Qwen3-VL separates a video's temporal groups with timestamps in text.
         self._timestamps = config.model_type.startswith("qwen3")
@@ -127,13 +156,29 @@ class VisionLanguageModel:
             if random_weights:
                 model = _random_model(source, dtype, device, extra)
             else:
-                model = AutoModelForImageTextToText.from_pretrained(
-                    source, dtype=dtype if dtype == "auto" else getattr(torch, dtype), **extra
+                model = _pretrained_model(
+                    source, dtype if dtype == "auto" else getattr(torch, dtype), extra
                 )
+            hears = getattr(model.config, "audio_token_id", None) is not None
+            feature_extractor = AutoFeatureExtractor.from_pretrained(source) if hears else None
         except (OSError, ValueError, KeyError) as exc:
             reason = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise ModelLoadError(f"cannot load {path!r}: {reason}") from None
-        return cls(model.to(device).eval(), tokenizer, image_processor, device)
+        return cls(model.to(device).eval(), tokenizer, image_processor, device, feature_extractor)
+
+    @property
+    def hears(self) -> bool:
+        """The model takes sound (Qwen2.5-Omni's thinker)."""
+        return self.feature_extractor is not None
+
+    @property
+    def audio_window_s(self) -> float:
+        """Seconds of sound the audio encoder attends within: it cuts a block's features
+        into windows of 2 x n_window mel frames and encodes each alone (the released
+        checkpoint: 2 s)."""
+        audio = self.model.config.audio_config
+        extractor = self.feature_extractor
+        return 2 * audio.n_window * extractor.hop_length / extractor.sampling_rate
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False).input_ids
@@ -207,6 +252,37 @@ class VisionLanguageModel:
             second_per_grid=step / fps if fps > 0 else None,
         )
 
+    def encode_audio(self, samples: np.ndarray, sample_rate: int) -> EncodedAudio | None:
+        """int16 mono PCM as one audio block, featurised as Qwen2.5-Omni's processor does
+        (a Whisper log-mel, one frame per hop of sound started); None when the span is too
+        short to yield an audio token (under 30 ms)."""
+        extractor = self.feature_extractor
+        if extractor is None:
+            raise ValueError("this model takes no audio")
+        if sample_rate != extractor.sampling_rate:
+            raise ValueError(
+                f"audio at {sample_rate} Hz; the model's feature extractor takes "
+                f"{extractor.sampling_rate} Hz"
+            )
+        frames = -(-len(samples) // extractor.hop_length)
+        tokens = _audio_tokens(frames)
+        if tokens < 1:
+            return None
+        # The processor pads the sound with zeros to its 300-s window; every frame that
+        # overlaps the sound sees only those zeros after it (n_fft // 2 either side of its
+        # centre), and the frames past them are silence, which never sets the log-mel's
+        # maximum. So zeros of 2 x n_fft give the same features without the 300 s.
+        waveform = np.pad(samples.astype(np.float32) / 32768.0, (0, 2 * extractor.n_fft))
+        batch = extractor(
+            waveform, sampling_rate=sample_rate, padding="longest", return_tensors="pt"
+        )
+        return EncodedAudio(
+            token_ids=[self._audio_start] + [self.audio_token_id] * tokens + [self._audio_end],
+            features=batch["input_features"][0, :, :frames],
+            seconds=len(samples) / sample_rate,
+            tokens=tokens,
+        )
+
     def new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
         with self._caches_lock:
@@ -234,20 +310,25 @@ class VisionLanguageModel:
         cache,
         start_position: int,
         ids: list[int],
-        visuals: EncodedFrame | Sequence[EncodedFrame] | None = None,
+        media: Media | Sequence[Media] | None = None,
     ) -> tuple[torch.Tensor, int]:
         """Run `ids` on top of `cache`, their positions starting at `start_position`;
-        `visuals` are the images and videos behind their placeholders, in order.
+        `media` are the images, videos and audio blocks behind their placeholders, in order.
 
         Returns the next-token logits and the position after this chunk.
         """
-        if isinstance(visuals, EncodedFrame):
-            visuals = [visuals]
+        if isinstance(media, Media):
+            media = [media]
         input_ids = torch.tensor([ids], device=self.device)
         inputs: dict = {}
         grids: dict = {}
+        audios = [m for m in media or () if isinstance(m, EncodedAudio)]
+        if audios:
+            inputs.update(self._audio_inputs(audios))
+            grids["audio_seqlens"] = inputs["feature_attention_mask"].sum(-1)
+        visuals = [m for m in media or () if isinstance(m, EncodedFrame)]
         for modality, pixels_key, grid_key in _MODALITIES:
-            chosen = [v for v in visuals or () if v.modality == modality]
+            chosen = [v for v in visuals if v.modality == modality]
             if chosen:
                 pixels = torch.cat([v.pixel_values for v in chosen])
                 inputs[pixels_key] = pixels.to(self.device, self.model.dtype)
@@ -273,6 +354,20 @@ class VisionLanguageModel:
             # Text after a span continues from the span's last text position (a video's
             # temporal positions may run past it), and every chunk ends with text.
             return output.logits[0, -1], int(positions[:, 0, -1].max()) + 1
+
+    def _audio_inputs(self, audios: Sequence[EncodedAudio]) -> dict:
+        """The blocks' features side by side, padded to the longest, with the mask that
+        says which frames are sound (the thinker's `feature_attention_mask`)."""
+        longest = max(a.features.shape[-1] for a in audios)
+        features = torch.zeros(len(audios), audios[0].features.shape[0], longest)
+        mask = torch.zeros(len(audios), longest, dtype=torch.long)
+        for row, audio in enumerate(audios):
+            features[row, :, : audio.features.shape[-1]] = audio.features
+            mask[row, : audio.features.shape[-1]] = 1
+        return {
+            "input_features": features.to(self.device, self.model.dtype),
+            "feature_attention_mask": mask.to(self.device),
+        }
 
     # ------------------------------------------------------------------ cache surgery
 
@@ -324,9 +419,16 @@ _MODALITIES = (
 )
 
 
+def _audio_tokens(frames: int) -> int:
+    """Audio tokens of `frames` mel frames: the encoder's stride-2 convolution, then its
+    stride-2 pooling (Qwen2.5-Omni's `_get_feat_extract_output_lengths`)."""
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
+
+
 def _rope_index_function(model):
     """`(input_ids, grids) -> positions (3, 1, n)` from the model's own rule; `grids` holds
-    `image_grid_thw`, `video_grid_thw` and `second_per_grid_ts` when there are any."""
+    `image_grid_thw`, `video_grid_thw`, `second_per_grid_ts` and `audio_seqlens` (the
+    audio blocks' mel frames) when there are any."""
     inner = getattr(model, "model", model)
     rope_index = getattr(inner, "get_rope_index", None)
     named = all(hasattr(model.config, f"{name}_token_id") for name in _VISION_TOKENS)
@@ -339,13 +441,20 @@ def _rope_index_function(model):
     parameters = inspect.signature(rope_index).parameters
     wants_types = "mm_token_type_ids" in parameters
     takes_seconds = "second_per_grid_ts" in parameters
+    # Qwen2.5-Omni's rule: its own name for a video's seconds, the audio blocks' lengths,
+    # and a mask it needs when there is no image or video in the chunk.
+    hears = "audio_seqlens" in parameters
     image_token_id = model.config.image_token_id
     video_token_id = getattr(model.config, "video_token_id", None)
 
     def positions(input_ids: torch.Tensor, grids: dict) -> torch.Tensor:
         extra = dict(grids)
-        if not takes_seconds:
-            extra.pop("second_per_grid_ts", None)
+        seconds = extra.pop("second_per_grid_ts", None)
+        if takes_seconds and seconds is not None:
+            extra["second_per_grid_ts"] = seconds
+        if hears:
+            extra["second_per_grids"] = seconds
+            extra["attention_mask"] = torch.ones_like(input_ids)
         if wants_types:
             types = (input_ids == image_token_id).int()
             if video_token_id is not None:
@@ -356,11 +465,33 @@ def _rope_index_function(model):
     return positions
 
 
+# Checkpoints of a whole model whose text-generating part is one of its modules: the type in
+# config.json, the whole model's class and the part the adapter runs. Qwen2.5-Omni's talker
+# (speech out) is not built.
+_WHOLE_MODELS = {"qwen2_5_omni": ("Qwen2_5OmniForConditionalGeneration", "thinker")}
+
+
+def _pretrained_model(source: str, dtype, extra: dict):
+    config = AutoConfig.from_pretrained(source)
+    whole = _WHOLE_MODELS.get(config.model_type)
+    if whole is None:
+        return AutoModelForImageTextToText.from_pretrained(source, dtype=dtype, **extra)
+    import transformers
+
+    class_name, part = whole
+    model_class = getattr(transformers, class_name)
+    loaded = model_class.from_pretrained(source, dtype=dtype, enable_audio_output=False, **extra)
+    return getattr(loaded, part)
+
+
 def _random_model(source: str, dtype: str, device: str, extra: dict):
     """The model of `source`'s config.json with initialised weights, built directly on
     `device` (no copy from the CPU: a 7B model takes seconds on a GPU). Seeded, so every
     load on a device builds the same weights and a check's generated tokens repeat."""
     config = AutoConfig.from_pretrained(source)
+    whole = _WHOLE_MODELS.get(config.model_type)
+    if whole is not None:
+        config = getattr(config, f"{whole[1]}_config")
     torch.manual_seed(0)
     declared = getattr(config, "dtype", None) or "float32"  # "auto": the config's
     chosen = declared if dtype == "auto" else dtype

@@ -5,13 +5,15 @@ The cache holds the conversation as a list of segments, in order, each a run of 
 - `pinned`: the preamble, an instruction, a question with its answer, the first standby
   decision: never evicted;
 - `frame`: one frame block (its label and vision tokens), or one video chunk block;
+- `audio`: one audio block (a model that hears: the sound of a span of the stream);
 - `turn`: a decision at a step (the assistant turn, the reply or wait word, the turn back).
 
-The eviction unit is a frame block together with the step decisions that followed it (a
-decision with no frame block before it is a unit of its own), oldest first. A unit is
+The eviction unit is a frame or audio block together with the step decisions that followed
+it (a decision with no such block before it is a unit of its own), oldest first; an eviction
+takes at least its minimum of frame blocks, and the audio blocks older than them with them. A unit is
 balanced ChatML (each decision closes and reopens the user turn), so what stays is a
 well-formed conversation. Memory is bounded by the cache: a segment keeps its token ids (when
-re-prefill or a repetition penalty needs them) and its frames' pixel tensors (re-prefill) only
+re-prefill or a repetition penalty needs them) and its pixel and sound tensors (re-prefill) only
 while its slots are in the cache. With `track_ids` the state counts every token id in the
 cache (`in_context`), the context a repetition penalty reads (adapters/hf/decoding.py).
 
@@ -38,9 +40,9 @@ from typing import Literal
 
 import torch
 
-from streameval.adapters.hf.model import EncodedFrame, VisionLanguageModel
+from streameval.adapters.hf.model import Media, VisionLanguageModel
 
-SegmentKind = Literal["pinned", "frame", "turn"]
+SegmentKind = Literal["pinned", "frame", "audio", "turn"]
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Segment:
     slots: int = 0  # cache slots (tokens)
     frame_ids: tuple[str, ...] = ()
     ids: list[int] = field(default_factory=list)  # kept for re-prefill or the context's ids
-    visuals: list[EncodedFrame] = field(default_factory=list)  # kept for re-prefill only
+    media: list[Media] = field(default_factory=list)  # kept for re-prefill only
 
 
 @dataclass(frozen=True)
@@ -120,19 +122,17 @@ class StreamState:
         """Start a segment: the next appends extend it."""
         self.segments.append(Segment(kind, self._next_position, self._next_position, 0, frame_ids))
 
-    def append(
-        self, ids: list[int], visuals: EncodedFrame | list[EncodedFrame] | None = None
-    ) -> torch.Tensor:
-        """Run `ids` on top of the cache (with the pixels behind their placeholders) and
-        return the next-token logits, vision placeholders masked out (-inf): a generated one
-        would have no pixels behind it."""
+    def append(self, ids: list[int], media: Media | list[Media] | None = None) -> torch.Tensor:
+        """Run `ids` on top of the cache (with the pixels or sound behind their
+        placeholders) and return the next-token logits, placeholders masked out (-inf): a
+        generated one would have nothing behind it."""
         if not self.segments:
             self.begin("pinned")
         if self._next_position + len(ids) > self.max_position and self._has_gaps():
             self._close_gaps()
         segment = self.segments[-1]
         logits, self._next_position = self._vlm.forward(
-            self._cache, self._next_position, ids, visuals
+            self._cache, self._next_position, ids, media
         )
         segment.end = self._next_position
         segment.slots += len(ids)
@@ -140,10 +140,10 @@ class StreamState:
             segment.ids.extend(ids)
             self._count(ids, 1)
         if self._reprefill:
-            if isinstance(visuals, EncodedFrame):
-                segment.visuals.append(visuals)
-            elif visuals:
-                segment.visuals.extend(visuals)
+            if isinstance(media, Media):
+                segment.media.append(media)
+            elif media:
+                segment.media.extend(media)
         return logits.index_fill(0, self._vlm.unspeakable, -torch.inf)
 
     # ------------------------------------------------------------------ eviction
@@ -152,7 +152,7 @@ class StreamState:
         """The evictable units, oldest first: lists of segment indices."""
         units: list[list[int]] = []
         for index, segment in enumerate(self.segments):
-            if segment.kind == "frame":
+            if segment.kind in ("frame", "audio"):
                 units.append([index])
             elif segment.kind == "turn":
                 previous = self.segments[index - 1].kind if index else "pinned"
@@ -195,11 +195,11 @@ class StreamState:
     def rebuild(self) -> int:
         """A fresh cache from the kept segments, in one forward pass; returns its tokens."""
         ids = [token for segment in self.segments for token in segment.ids]
-        visuals = [visual for segment in self.segments for visual in segment.visuals]
+        media = [item for segment in self.segments for item in segment.media]
         self._cache = self._vlm.new_cache()
         self._next_position = 0
         if ids:
-            _, end = self._vlm.forward(self._cache, 0, ids, visuals)
+            _, end = self._vlm.forward(self._cache, 0, ids, media)
             self._next_position = end
         position = 0  # each segment's positions, as the rule lays out the whole sequence
         for segment in self.segments:
