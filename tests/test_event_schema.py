@@ -16,12 +16,12 @@ from streameval.core.store.store import Store, StoreError
 from streameval.events import (
     PAYLOAD_MODELS,
     SCHEMA_FILE,
+    AudioSessionConditions,
     DeclaredConditions,
     Event,
     EventKind,
     FailureCause,
     PayloadError,
-    AudioSessionConditions,
     SessionConditions,
     SessionFailedPayload,
     WorkloadPayload,
