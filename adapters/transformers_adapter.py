@@ -8,7 +8,15 @@ decision step is appended and generation continues from the cache, and the answe
 wait word) stays in context. At every `step` of a proactive task the model itself decides:
 its text is held back while it could still be the wait word, then either a `silent`
 decision or a streamed answer goes out (polled initiation; under the `realstream` profile
-this is RealStreamEval's frame-level multi-turn protocol). Decoding is greedy unless the
+this is RealStreamEval's frame-level multi-turn protocol).
+
+A model that hears (Qwen2.5-Omni's thinker) takes the stream's sound too (`consumes_audio`):
+delivered audio chunks are buffered and their span goes into the cache as one audio block
+(an `audio` state_commit with its seconds and audio tokens) before the next frame, text or
+decision, and whenever the buffer fills the audio encoder's window (2 s for the released
+model: the encoder attends within it, so a longer block would be cut there anyway). The
+model so hears everything delivered before it sees the next frame or decides, in stream
+order, with as few block markers as that order allows. Decoding is greedy unless the
 options ask for sampling or a repetition penalty (adapters/hf/decoding.py).
 
 Options: `TransformersAdapterConfig` (`streameval adapter serve transformers -A
@@ -38,7 +46,14 @@ from streameval.adapters.hf.chat import (
     ChatFormat,
 )
 from streameval.adapters.hf.text import IncrementalText
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.sdk import (
+    Adapter,
+    AudioChunk,
+    Frame,
+    Responder,
+    ResponseStream,
+    Session,
+)
 from streameval.adapters.settings import RECORDED_IF_CHANGED
 from streameval.protocol import (
     AdapterConditions,
@@ -50,7 +65,7 @@ from streameval.protocol import (
 
 if TYPE_CHECKING:
     from streameval.adapters.hf.decoding import Decoding, TokenChooser
-    from streameval.adapters.hf.model import EncodedFrame
+    from streameval.adapters.hf.model import EncodedAudio, EncodedFrame
     from streameval.adapters.hf.stream import StreamState
 
 # Sample values for the placeholders of this adapter's own templates (checked at load).
@@ -291,6 +306,7 @@ class TransformersAdapter(Adapter):
                 "transformers config: first_chunk_frames and decide_at apply to input_mode: "
                 "video only"
             )
+        self.consumes_audio = self.vlm.hears
         # The declared model is only known once configured, so conditions are per instance.
         self.conditions = AdapterConditions(
             state="native",
@@ -337,6 +353,11 @@ class TransformersAdapter(Adapter):
                 f"every delivered frame, in video chunks of {config.chunk_frames} frames{first} "
                 f"(at most {config.visual_tokens} visual tokens per {self.vlm.temporal_patch} "
                 f"frames{decide})"
+            )
+        if self.vlm.hears:
+            frames += (
+                ", the stream's sound in audio blocks of at most "
+                f"{self.vlm.audio_window_s:g} s (each before the next frame, text or decision)"
             )
         bound = f"a KV cache of at most {self.cache_max_tokens} tokens before a frame"
         kept = (
@@ -399,7 +420,18 @@ class TransformersAdapter(Adapter):
         )
         session.state["chooser"] = TokenChooser(self.decoding, self.vlm.device)
         session.state["frames"] = 0
+        session.state["audio"] = []  # chunks heard and not yet committed
         await self._commit_text(session, self.chat.preamble())
+
+    async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        # A video without sound sends zeros marked silent: there is nothing to hear, so
+        # they cost the model no tokens.
+        if chunk.silent:
+            return
+        buffered: list[AudioChunk] = session.state["audio"]
+        buffered.append(chunk)
+        if sum(c.duration_s for c in buffered) >= self.vlm.audio_window_s:
+            await self._commit_audio(session)
 
     async def on_frame(self, session: Session, frame: Frame) -> None:
         if self.config.input_mode == "images":
@@ -428,6 +460,7 @@ class TransformersAdapter(Adapter):
 
     async def _commit_frames(self, session: Session, frames: list[Frame]) -> None:
         """One frame block: a frame (image mode) or a chunk of frames (video mode)."""
+        await self._commit_audio(session)  # the sound up to the frame comes first
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         fps = session.conditions.fps
@@ -458,6 +491,37 @@ class TransformersAdapter(Adapter):
             input_tokens=stream.length - before,  # the block's tokens, read off the cache
             started_ns=started,
             ended_ns=time.monotonic_ns(),
+        )
+
+    async def _commit_audio(self, session: Session) -> None:
+        """The buffered chunks' sound as one audio block. A span too short for an audio
+        token (under 30 ms) stays buffered and joins the next block."""
+        buffered: list[AudioChunk] = session.state.get("audio", [])
+        if not buffered:
+            return
+        stream: StreamState = session.state["stream"]
+        started = time.monotonic_ns()
+        encoded = await asyncio.to_thread(self._encode_audio, buffered)
+        if encoded is None:
+            return
+        session.state["audio"] = []
+        audio = {"audio_seconds": encoded.seconds, "audio_tokens": encoded.tokens}
+        # An eviction is its own record: the commit's interval starts after it.
+        limit = self.cache_max_tokens
+        started = await self._make_room(session, len(encoded.token_ids), limit) or started
+        if stream.length + len(encoded.token_ids) > self.cache_max_tokens:
+            await session.workload(kind="drop", images=0, **audio)
+            return
+        before = stream.length
+        stream.begin("audio")
+        await asyncio.to_thread(stream.append, encoded.token_ids, encoded)
+        await session.workload(
+            kind="state_commit",
+            images=0,
+            input_tokens=stream.length - before,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+            **audio,
         )
 
     def _chunk_label(self, start: float, end: float) -> str:
@@ -494,6 +558,12 @@ class TransformersAdapter(Adapter):
     def _encode_chunk(self, frames: list[Frame], fps: float) -> EncodedFrame:
         return self.vlm.encode_chunk([f.rgb() for f in frames], [f.t for f in frames], fps)
 
+    def _encode_audio(self, chunks: list[AudioChunk]) -> EncodedAudio | None:
+        import numpy as np
+
+        samples = np.concatenate([chunk.samples() for chunk in chunks])
+        return self.vlm.encode_audio(samples, chunks[0].sample_rate)
+
     async def _make_room(self, session: Session, incoming: int, limit: int) -> int | None:
         """Under an evicting policy, evict the oldest frame blocks until `incoming` more
         tokens fit in `limit`; each eviction is an `evict` workload record. Returns when the
@@ -520,6 +590,7 @@ class TransformersAdapter(Adapter):
 
     async def _commit_text(self, session: Session, text: str) -> None:
         await self._flush_chunk(session)
+        await self._commit_audio(session)
         stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         before = stream.length
@@ -549,6 +620,7 @@ class TransformersAdapter(Adapter):
         """
         # The model sees every delivered frame; at a step, an odd last one waits (video mode).
         await self._flush_chunk(session, pad=step is None)
+        await self._commit_audio(session)  # and hears everything delivered
         stream: StreamState = session.state["stream"]
         budget = self.config.max_tokens_qa if step is None else self.config.max_tokens_proactive
         need = len(prompt) + budget + len(self._after_answer)

@@ -649,7 +649,7 @@ def test_reprefill_rebuilds_the_cache_the_compacted_conversation_gives(adapter):
         atol=1e-5,
     )
     # Only what is in the cache is kept to rebuild it.
-    assert sum(len(s.visuals) for s in stream.segments) == 3
+    assert sum(len(s.media) for s in stream.segments) == 3
 
 
 @pytest.mark.parametrize("policy", ["evict-oldest", "reprefill"])

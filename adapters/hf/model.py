@@ -465,33 +465,29 @@ def _rope_index_function(model):
     return positions
 
 
-# Checkpoints of a whole model whose text-generating part is one of its modules: the type in
-# config.json, the whole model's class and the part the adapter runs. Qwen2.5-Omni's talker
-# (speech out) is not built.
-_WHOLE_MODELS = {"qwen2_5_omni": ("Qwen2_5OmniForConditionalGeneration", "thinker")}
+# Checkpoints of a whole model whose text-generating part is one of its sub-models: the
+# type in config.json and that part's config. transformers loads the part alone from the
+# whole checkpoint (its conversion mapping drops the `thinker.` prefix); Qwen2.5-Omni's
+# talker (speech out) is not read.
+_PARTS = {"qwen2_5_omni": "thinker_config"}
+
+
+def _model_config(source: str):
+    config = AutoConfig.from_pretrained(source)
+    part = _PARTS.get(config.model_type)
+    return config if part is None else getattr(config, part)
 
 
 def _pretrained_model(source: str, dtype, extra: dict):
-    config = AutoConfig.from_pretrained(source)
-    whole = _WHOLE_MODELS.get(config.model_type)
-    if whole is None:
-        return AutoModelForImageTextToText.from_pretrained(source, dtype=dtype, **extra)
-    import transformers
-
-    class_name, part = whole
-    model_class = getattr(transformers, class_name)
-    loaded = model_class.from_pretrained(source, dtype=dtype, enable_audio_output=False, **extra)
-    return getattr(loaded, part)
+    config = _model_config(source)
+    return AutoModelForImageTextToText.from_pretrained(source, config=config, dtype=dtype, **extra)
 
 
 def _random_model(source: str, dtype: str, device: str, extra: dict):
     """The model of `source`'s config.json with initialised weights, built directly on
     `device` (no copy from the CPU: a 7B model takes seconds on a GPU). Seeded, so every
     load on a device builds the same weights and a check's generated tokens repeat."""
-    config = AutoConfig.from_pretrained(source)
-    whole = _WHOLE_MODELS.get(config.model_type)
-    if whole is not None:
-        config = getattr(config, f"{whole[1]}_config")
+    config = _model_config(source)
     torch.manual_seed(0)
     declared = getattr(config, "dtype", None) or "float32"  # "auto": the config's
     chosen = declared if dtype == "auto" else dtype

@@ -10,9 +10,9 @@ The cache holds the conversation as a list of segments, in order, each a run of 
 
 The eviction unit is a frame or audio block together with the step decisions that followed
 it (a decision with no such block before it is a unit of its own), oldest first; an eviction
-takes at least its minimum of frame blocks, and the audio blocks older than them with them. A unit is
-balanced ChatML (each decision closes and reopens the user turn), so what stays is a
-well-formed conversation. Memory is bounded by the cache: a segment keeps its token ids (when
+takes at least its minimum of frame blocks, and the audio blocks older than them with them.
+A unit is balanced ChatML (each decision closes and reopens the user turn), so what stays is
+a well-formed conversation. Memory is bounded by the cache: a segment keeps its token ids (when
 re-prefill or a repetition penalty needs them) and its pixel and sound tensors (re-prefill) only
 while its slots are in the cache. With `track_ids` the state counts every token id in the
 cache (`in_context`), the context a repetition penalty reads (adapters/hf/decoding.py).

@@ -1,0 +1,250 @@
+"""The transformers adapter on a tiny random Qwen2.5-Omni thinker: it hears the stream.
+
+The thinker is built in the test from a config and an offline byte-level tokenizer
+(tests/tiny_qwen_omni.py). Its sound is real PCM (tones, 16 kHz mono int16) delivered in the
+Core's 0.5 s chunks between frames, as the Core sends them: each chunk just before the first
+frame or question at or after its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.model_stack import require_model_stack
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+require_model_stack()
+pytestmark = pytest.mark.models  # .ci/run runs these in its model-stack venv
+
+import torch  # noqa: E402
+
+from streameval.adapters.sdk import AudioChunk, Responder, Session  # noqa: E402
+from streameval.adapters.transformers_adapter import (  # noqa: E402
+    TransformersAdapter,
+    TransformersAdapterConfig,
+)
+from streameval.protocol import (  # noqa: E402
+    AUDIO_FEATURE,
+    AudioConditions,
+    Question,
+    RunConditions,
+)
+from tests.recording import Wire  # noqa: E402
+from tests.test_transformers_adapter import jpeg_frame  # noqa: E402
+from tests.tiny_qwen_omni import build_tiny_omni  # noqa: E402
+
+RATE = 16_000
+CHUNK_S = 0.5
+QUESTION = Question(task_id="q", t=4.5, text="What do you hear?", options=[])
+
+
+@pytest.fixture(scope="module")
+def tiny_omni(tmp_path_factory) -> Path:
+    return build_tiny_omni(tmp_path_factory.mktemp("tiny-omni"))
+
+
+@pytest.fixture(scope="module")
+def omni(tiny_omni: Path) -> TransformersAdapter:
+    return TransformersAdapter(TransformersAdapterConfig(model=str(tiny_omni), max_tokens_qa=8))
+
+
+def tone(hz: float, seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (8000 * np.sin(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def chunks_of(sound: np.ndarray) -> list[AudioChunk]:
+    size = int(CHUNK_S * RATE)
+    return [
+        AudioChunk(
+            k, k * CHUNK_S, (k + 1) * CHUNK_S, RATE, sound[k * size : (k + 1) * size].tobytes()
+        )
+        for k in range(len(sound) // size)
+    ]
+
+
+def hearing_session(wire: Wire) -> Session:
+    conditions = RunConditions(
+        profile="realstream",
+        pacing="logical",
+        fps=0.5,
+        max_width=960,
+        jpeg_quality=90,
+        qa_history_s=0,
+        proactive_lead_s=0,
+        audio=AudioConditions(sample_rate=RATE, chunk_s=CHUNK_S),
+    )
+    return Session(
+        "run", "s", ["r"], conditions, wire.send, core_features=frozenset({AUDIO_FEATURE})
+    )
+
+
+async def stream(adapter: TransformersAdapter, session: Session, sound: np.ndarray) -> None:
+    """Frames at 0, 2 and 4 s, the sound's chunks each before the first frame at or after
+    its end, then the chunk that ends at the question's 4.5 s."""
+    await adapter.on_session_start(session)
+    chunks = chunks_of(sound)
+    for index in range(3):
+        frame = jpeg_frame(index)
+        while chunks and chunks[0].t <= frame.t:
+            await adapter.on_audio(session, chunks.pop(0))
+        await adapter.on_frame(session, frame)
+    for chunk in chunks:
+        await adapter.on_audio(session, chunk)
+
+
+def test_only_a_model_that_hears_consumes_audio(omni, tmp_path):
+    from tests.tiny_qwen2vl import build_tiny_model
+
+    assert omni.consumes_audio is True and omni.info()["audio"] is True
+    deaf = TransformersAdapter(TransformersAdapterConfig(model=str(build_tiny_model(tmp_path))))
+    assert deaf.consumes_audio is False and deaf.info()["audio"] is False
+    assert "sound in audio blocks of at most 2 s" in omni.conditions.history
+
+
+def test_an_audio_block_is_featurised_as_the_processor_featurises_the_sound(omni):
+    vlm = omni.vlm
+    sound = tone(440, 0.5)
+    block = vlm.encode_audio(sound, RATE)
+    # The processor's way: padded to its 300-s window, the mask says which frames are sound.
+    reference = vlm.feature_extractor(
+        sound.astype(np.float32) / 32768.0,
+        sampling_rate=RATE,
+        padding="max_length",
+        return_attention_mask=True,
+        return_tensors="pt",
+    )
+    frames = int(reference["attention_mask"].sum())
+    assert frames == 50  # one per 10 ms
+    torch.testing.assert_close(block.features, reference["input_features"][0, :, :frames])
+    # 25 audio tokens a second, less the encoder's rounding per block.
+    assert (block.tokens, block.seconds) == (12, 0.5)
+    assert vlm.encode_audio(tone(440, 2.0), RATE).tokens == 50
+    assert vlm.encode_audio(tone(440, 0.02), RATE) is None  # no token in 20 ms
+
+
+def reference_answer(
+    adapter: TransformersAdapter, sound: np.ndarray
+) -> tuple[list[int], torch.Tensor]:
+    """Greedy decoding by full forward passes over the whole conversation, positions from
+    the model's own rule, no cache: the token ids the adapter must answer with, and the
+    first token's logits."""
+    vlm, chat = adapter.vlm, adapter.chat
+    frames = [jpeg_frame(index) for index in range(3)]
+    visuals = [vlm.encode_frame(frame.rgb()) for frame in frames]
+    size = int(2.0 * RATE)  # a block per 2-s encoder window, the rest before the question
+    audios = [vlm.encode_audio(sound[start : start + size], RATE) for start in (0, size)]
+    audios.append(vlm.encode_audio(sound[2 * size :], RATE))
+    ids = vlm.tokenize(chat.preamble())
+    for index, (frame, visual) in enumerate(zip(frames, visuals, strict=True)):
+        if index:
+            ids += audios[index - 1].token_ids
+        ids += vlm.tokenize(chat.label(frame.t, index)) + visual.token_ids
+    ids += audios[2].token_ids
+    ids += vlm.tokenize(chat.question(QUESTION.t, QUESTION.text, QUESTION.options))
+    inputs = {
+        "pixel_values": torch.cat([v.pixel_values for v in visuals]),
+        "image_grid_thw": torch.cat([v.grid_thw for v in visuals]),
+        **vlm._audio_inputs(audios),
+    }
+    answer: list[int] = []
+    first = None
+    while len(answer) < adapter.config.max_tokens_qa:
+        whole = torch.tensor([ids + answer])
+        with torch.inference_mode():
+            logits = vlm.model(
+                input_ids=whole, attention_mask=torch.ones_like(whole), **inputs
+            ).logits[0, -1]
+        logits = logits.index_fill(0, vlm.unspeakable, -torch.inf)
+        first = logits if first is None else first
+        token = int(logits.argmax())
+        if token in vlm.stop_ids:
+            break
+        answer.append(token)
+    return answer, first
+
+
+def ask(adapter: TransformersAdapter, sound: np.ndarray) -> tuple[Wire, Session]:
+    wire = Wire()
+    session = hearing_session(wire)
+
+    async def go() -> None:
+        await stream(adapter, session, sound)
+        await adapter.on_question(session, QUESTION, Responder(wire.send, "q"))
+
+    asyncio.run(go())
+    return wire, session
+
+
+def test_the_answer_from_sound_and_frames_in_the_cache_is_the_full_forward_pass_s(omni):
+    sound = tone(440, 4.5)
+    wire, _ = ask(omni, sound)
+    expected, _ = reference_answer(omni, sound)
+    (final,) = wire.of("response_final")
+    assert len(expected) == omni.config.max_tokens_qa  # a whole answer, not an early stop
+    assert final["text"] == omni.vlm.detokenize(expected)
+    assert final["output_tokens"] == len(expected)
+    # Sound commits: a block per full 2-s encoder window, as the chunks arrive, and the
+    # last half second before the question. Each block: its audio tokens and two markers.
+    heard = [
+        (c["audio_seconds"], c["audio_tokens"], c["input_tokens"])
+        for c in wire.workloads("state_commit")
+        if c.get("audio_seconds") is not None
+    ]
+    assert heard == [(2.0, 50, 52), (2.0, 50, 52), (0.5, 12, 14)]
+    # In stream order: preamble, frame 0, sound to 2 s, frame 1, sound to 4 s, frame 2, the
+    # last half second.
+    commits = [
+        "audio" if c.get("audio_seconds") else len(c["frame_ids"])
+        for c in wire.workloads("state_commit")
+    ]
+    assert commits == [0, 1, "audio", 1, "audio", 1, "audio"]
+
+
+def test_the_answer_depends_on_what_is_heard(omni):
+    def first_logits(sound: np.ndarray) -> torch.Tensor:
+        wire = Wire()
+        session = hearing_session(wire)
+        asyncio.run(stream(omni, session, sound))
+        prompt = omni.chat.question(QUESTION.t, QUESTION.text, QUESTION.options)
+        asyncio.run(omni._commit_audio(session))
+        return session.state["stream"].append(omni.vlm.tokenize(prompt))
+
+    low, high = first_logits(tone(220, 4.5)), first_logits(tone(3000, 4.5))
+    speakable = torch.isfinite(low)
+    # The same sound again gives the same logits; another sound moves them far past that.
+    torch.testing.assert_close(first_logits(tone(220, 4.5)), low, rtol=0, atol=1e-6)
+    assert float((low - high)[speakable].abs().max()) > 1e-4
+    _, reference = reference_answer(omni, tone(3000, 4.5))
+    torch.testing.assert_close(high, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_a_silent_chunk_costs_nothing(omni):
+    wire = Wire()
+    session = hearing_session(wire)
+    silence = AudioChunk(0, 0.0, 0.5, RATE, bytes(int(CHUNK_S * RATE) * 2), silent=True)
+
+    async def go() -> None:
+        await omni.on_session_start(session)
+        await omni.on_audio(session, silence)
+        await omni.on_frame(session, jpeg_frame(0))
+
+    asyncio.run(go())
+    assert [c.get("audio_seconds") for c in wire.workloads("state_commit")] == [None, None]
+
+
+def test_the_released_layout_loads_the_thinker_s_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    model = build_tiny_omni(tmp_path, released_layout=True)
+    adapter = TransformersAdapter(TransformersAdapterConfig(model=str(model)))
+    saved = load_file(model / "model.safetensors")
+    assert not any(name.startswith(("talker", "token2wav")) for name in saved)
+    assert type(adapter.vlm.model).__name__ == "Qwen2_5OmniThinkerForConditionalGeneration"
+    torch.testing.assert_close(adapter.vlm.model.lm_head.weight, saved["thinker.lm_head.weight"])
+    assert adapter.consumes_audio
