@@ -289,7 +289,7 @@ VIDEOLLM_ONLINE_PRESETS = [p for p in preset_names() if preset_adapters(p) == ["
 
 def test_every_preset_configures_the_chat_backends_or_one_native_adapter():
     assert sorted(CHAT_PRESETS + NATIVE_PRESETS + VIDEOLLM_ONLINE_PRESETS) == preset_names()
-    assert NATIVE_PRESETS == ["livecc-7b"]
+    assert NATIVE_PRESETS == ["livecc-7b", "qwen2.5-omni-7b"]
     assert VIDEOLLM_ONLINE_PRESETS == ["videollm-online-8b"]
 
 

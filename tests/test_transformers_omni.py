@@ -248,3 +248,12 @@ def test_the_released_layout_loads_the_thinker_s_weights(tmp_path):
     assert type(adapter.vlm.model).__name__ == "Qwen2_5OmniThinkerForConditionalGeneration"
     torch.testing.assert_close(adapter.vlm.model.lm_head.weight, saved["thinker.lm_head.weight"])
     assert adapter.consumes_audio
+
+
+def test_the_omni_preset_serves_the_thinker_with_qwen_s_system_prompt(tiny_omni):
+    from streameval.adapters.registry import build_adapter
+
+    adapter = build_adapter("transformers", "qwen2.5-omni-7b", [f"model={tiny_omni}"])
+    assert adapter.consumes_audio
+    assert adapter.conditions.model_name == "Qwen2.5-Omni-7B"
+    assert adapter.chat.preamble().startswith("<|im_start|>system\nYou are Qwen, a virtual human")
