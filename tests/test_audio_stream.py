@@ -231,3 +231,40 @@ def test_modalities_without_video_is_one_error_line(sound_benchmark: Path, tmp_p
     )  # fmt: skip
     assert refused.returncode == 2
     assert refused.stderr.strip() == "error: --modalities takes video or video,audio, not 'audio'"
+
+
+# ------------------------------------------------------------------ StreamingBench omni
+
+
+def test_streamingbench_omni_source_tasks_need_their_sound() -> None:
+    from streameval.core.benchmark.loader import import_path
+    from tests.test_import_streamingbench import question_file
+
+    records = import_path(question_file("omni")).benchmark.records
+    assert [(r.task_type, r.needs_audio) for r in records] == [
+        ("Anomaly Context Understanding", False),
+        ("Emotion Recognition", True),
+        ("Source Discrimination", True),
+        ("Scene Understanding", True),
+    ]
+
+
+def test_a_streamingbench_omni_record_streams_with_its_sound(tmp_path: Path) -> None:
+    from tests.test_import_streamingbench import question_file
+
+    questions = tmp_path / "questions_omni.json"
+    questions.write_text(question_file("omni").read_text())
+    clip = tmp_path / "videos" / "sample_913_Source_Discrimination.mp4"
+    write_sound_video(clip, seconds=46, tone=(40.0, 42.0), fps=2)  # asked at 0:00:45
+    with AdapterProcess("tests.sound_fixtures:ListeningAdapter") as adapter:
+        summary, store = _run(
+            questions, tmp_path, adapter.url, "--task-type", "Source Discrimination"
+        )
+    with store:
+        (events,) = events_by_session(store, summary["run_id"]).values()
+    sent = _audio_events(events)
+    # trace: frames from 10 s before the question (35 s) to it (45 s), the sound with them.
+    assert [e.payload.index for e in sent] == list(range(70, 90))
+    assert not any(e.payload.silent for e in sent)
+    heard = hashlib.sha256(_expected_pcm(clip, range(70, 90))).hexdigest()
+    assert _answer(events) == f"chunks=20 sha={heard} late=0"
