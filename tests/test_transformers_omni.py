@@ -9,6 +9,7 @@ frame or question at or after its end.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from streameval.adapters.transformers_adapter import (  # noqa: E402
     TransformersAdapter,
     TransformersAdapterConfig,
 )
+from streameval.events import EventKind  # noqa: E402
 from streameval.protocol import (  # noqa: E402
     AUDIO_FEATURE,
     AudioConditions,
@@ -257,3 +259,117 @@ def test_the_omni_preset_serves_the_thinker_with_qwen_s_system_prompt(tiny_omni)
     assert adapter.consumes_audio
     assert adapter.conditions.model_name == "Qwen2.5-Omni-7B"
     assert adapter.chat.preamble().startswith("<|im_start|>system\nYou are Qwen, a virtual human")
+
+
+# ------------------------------------------------------------------ through the Core
+
+
+def replayed(
+    adapter: TransformersAdapter, session_events: list, video: Path, cache: Path, config: dict
+) -> str:
+    """What the in-process adapter answers when fed what the Core sent, in its order: the
+    JPEGs from the Core's frame cache, the PCM decoded from the video as the Core does."""
+    from streameval.adapters.sdk import Frame
+    from streameval.core.frames.audio_track import decode_audio
+    from streameval.core.frames.cache import FrameCache
+    from streameval.core.frames.types import ImageRules
+
+    rules = ImageRules(config["fps"], config["max_width"], config["jpeg_quality"])
+    frames = FrameCache(cache / "frames").lookup(video, rules)
+    track = decode_audio(video, RATE)
+    wire = Wire()
+    session = hearing_session(wire)
+
+    async def go() -> None:
+        await adapter.on_session_start(session)
+        for event in session_events:
+            sent = event.payload
+            if event.kind == EventKind.FRAME_SENT:
+                (ref,) = frames.between(sent.t, sent.t)
+                frame = Frame(
+                    sent.index, sent.frame_id, sent.t, sent.width, sent.height, frames.read(ref)
+                )
+                await adapter.on_frame(session, frame)
+            elif event.kind == EventKind.AUDIO_SENT:
+                pcm, silent = track.chunk(sent.index, CHUNK_S)
+                await adapter.on_audio(
+                    session, AudioChunk(sent.index, sent.start_t, sent.t, RATE, pcm, silent)
+                )
+            elif event.kind == EventKind.QUESTION_SENT:
+                asked = Question(
+                    task_id=sent.task_id, t=sent.t, text=sent.text, options=sent.options
+                )
+                await adapter.on_question(session, asked, Responder(wire.send, sent.task_id))
+
+    asyncio.run(go())
+    (final,) = wire.of("response_final")
+    return final["text"]
+
+
+def test_a_run_through_the_core_streams_the_sound_into_the_served_thinker(
+    tiny_omni, omni, tmp_path
+):
+    """A real H.264 + AAC video (a 440 Hz tone over 1-2 s), the Core streaming its frames at
+    1 fps and its sound in 0.5-s chunks to the thinker served in its own process."""
+    from streameval.core.benchmark.records import Benchmark, QARecord
+    from streameval.core.launch.adapter_process import AdapterProcess
+    from streameval.core.store.store import Store
+    from tests.sound_fixtures import write_sound_video
+    from tests.test_cli import streameval
+    from tests.test_core_run import events_by_session
+
+    video = tmp_path / "tone.mp4"
+    write_sound_video(video, seconds=4, tone=(1.0, 2.0))
+    record = QARecord(
+        record_id="tone", source_id="tone", source_benchmark="test", task_type="sound",
+        video_path="tone.mp4", question="What did you hear?", options=("A. a tone", "B. nothing"),
+        answer="A", question_time_s=3.2, evidence_anchor_s=3.2, needs_audio=True,
+    )  # fmt: skip
+    benchmark = tmp_path / "benchmark.json"
+    benchmark.write_text(
+        Benchmark(name="sound", version="1", video_root=".", records=[record]).model_dump_json()
+    )
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    options = {"model": str(tiny_omni), "max_tokens_qa": 8}
+    with AdapterProcess("transformers", options=options) as served:
+        ran = streameval(
+            "run", "--adapter-url", served.url, "--benchmark", str(benchmark),
+            "--cache-dir", str(tmp_path / "cache"), "--store", store, "--json",
+        )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert (summary["finished"], summary["failed"]) == (1, 0)
+    with Store(store, read_only=True) as read:
+        config = read.get_run(summary["run_id"]).config
+        (events,) = events_by_session(read, summary["run_id"]).values()
+    assert config["modalities"] == ["video", "audio"]
+    hello = next(e for e in events if e.kind == EventKind.ADAPTER_HELLO)
+    assert hello.payload.audio is True
+
+    # Chunks 0-5 (to 3 s: the one ending at 3.5 s comes after the question), two before
+    # each frame after the first; each pair is one 1-s block (25 audio tokens and its two
+    # markers), committed before the frame that follows it.
+    sent = [e.payload.index for e in events if e.kind == EventKind.AUDIO_SENT]
+    assert sent == list(range(6))
+    commits = [
+        e.payload
+        for e in events
+        if e.kind == EventKind.WORKLOAD and e.payload.kind == "state_commit"
+    ]
+    layout = [
+        (c.audio_seconds, c.audio_tokens, c.input_tokens) if c.audio_seconds else len(c.frame_ids)
+        for c in commits
+    ]
+    assert layout == [0, 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1]
+
+    # The served answer is the in-process adapter's over the same bytes (whose cache path
+    # equals full forward passes: test_the_answer_from_sound_and_frames_...).
+    streamed = [
+        e
+        for e in events
+        if e.kind in (EventKind.FRAME_SENT, EventKind.AUDIO_SENT, EventKind.QUESTION_SENT)
+    ]
+    (final,) = [e.payload.text for e in events if e.kind == EventKind.RESPONSE_FINAL]
+    (tokens,) = [e.payload.output_tokens for e in events if e.kind == EventKind.RESPONSE_FINAL]
+    assert tokens == 8  # a whole answer: the limit, no early stop
+    assert final == replayed(omni, streamed, video, tmp_path / "cache", config)
