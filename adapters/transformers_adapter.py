@@ -422,11 +422,26 @@ class TransformersAdapter(Adapter):
         session.state["frames"] = 0
         session.state["audio"] = []  # chunks heard and not yet committed
         await self._commit_text(session, self.chat.preamble())
+        await self._check_sample_rate(session)
+
+    async def _check_sample_rate(self, session: Session) -> None:
+        """The model's feature extractor takes one rate (16 kHz for Qwen2.5-Omni): a run
+        streaming another is refused, fatally, once, and its chunks are not heard."""
+        audio = session.conditions.audio
+        if audio is None or not self.vlm.hears or audio.sample_rate == self.vlm.sample_rate:
+            return
+        session.state["audio"] = None
+        message = (
+            f"the model hears {self.vlm.sample_rate} Hz sound; this run streams "
+            f"{audio.sample_rate} Hz (audio_sample_rate)"
+        )
+        error = AdapterError(code="unsupported", message=message, fatal=True)
+        await session.send(error.model_dump_json())
 
     async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
         # A video without sound sends zeros marked silent: there is nothing to hear, so
-        # they cost the model no tokens.
-        if chunk.silent:
+        # they cost the model no tokens. None: a sample rate the model does not take.
+        if chunk.silent or session.state["audio"] is None:
             return
         buffered: list[AudioChunk] = session.state["audio"]
         buffered.append(chunk)
@@ -496,7 +511,7 @@ class TransformersAdapter(Adapter):
     async def _commit_audio(self, session: Session) -> None:
         """The buffered chunks' sound as one audio block. A span too short for an audio
         token (under 30 ms) stays buffered and joins the next block."""
-        buffered: list[AudioChunk] = session.state.get("audio", [])
+        buffered: list[AudioChunk] | None = session.state.get("audio")
         if not buffered:
             return
         stream: StreamState = session.state["stream"]

@@ -152,7 +152,7 @@ def reference_answer(
     inputs = {
         "pixel_values": torch.cat([v.pixel_values for v in visuals]),
         "image_grid_thw": torch.cat([v.grid_thw for v in visuals]),
-        **vlm._audio_inputs(audios),
+        **vlm.audio_inputs(audios),
     }
     answer: list[int] = []
     first = None
@@ -373,3 +373,46 @@ def test_a_run_through_the_core_streams_the_sound_into_the_served_thinker(
     (tokens,) = [e.payload.output_tokens for e in events if e.kind == EventKind.RESPONSE_FINAL]
     assert tokens == 8  # a whole answer: the limit, no early stop
     assert final == replayed(omni, streamed, video, tmp_path / "cache", config)
+
+
+def test_a_run_at_another_sample_rate_is_refused_once_and_not_heard(omni):
+    wire = Wire()
+    session = hearing_session(wire)
+    session.conditions = session.conditions.model_copy(
+        update={"audio": AudioConditions(sample_rate=8000, chunk_s=CHUNK_S)}
+    )
+
+    async def go() -> None:
+        await omni.on_session_start(session)
+        await omni.on_audio(session, AudioChunk(0, 0.0, 0.5, 8000, tone(440, 0.25).tobytes()))
+        await omni.on_frame(session, jpeg_frame(0))
+
+    asyncio.run(go())
+    assert wire.of("error") == [
+        {
+            "type": "error",
+            "code": "unsupported",
+            "message": "the model hears 16000 Hz sound; this run streams 8000 Hz "
+            "(audio_sample_rate)",
+            "fatal": True,
+        }
+    ]
+    assert [c.get("audio_seconds") for c in wire.workloads("state_commit")] == [None, None]
+
+
+def test_audio_blocks_are_evicted_oldest_first_with_the_frames(tiny_omni):
+    # Preamble 6 tokens, a frame block 18 (label, 4 visual tokens, 2 markers), a 2-s audio
+    # block 52: the second audio block finds 94 of 100 tokens taken.
+    small = TransformersAdapter(
+        TransformersAdapterConfig(model=str(tiny_omni), cache_max_tokens=100, reserve_tokens=0)
+    )
+    wire = Wire()
+    session = hearing_session(wire)
+    asyncio.run(stream(small, session, tone(440, 4.5)))
+    # The oldest frame block goes, then the sound after it: 94 - 18 - 52 + 52 fits.
+    (evicted,) = wire.workloads("evict")
+    assert (evicted["frame_ids"], evicted["images"]) == (["f0"], 1)
+    state = session.state["stream"]
+    assert [s.kind for s in state.segments] == ["pinned", "frame", "audio", "frame"]
+    assert [s.frame_ids for s in state.segments if s.kind == "frame"] == [("f1",), ("f2",)]
+    assert state.length == 6 + 18 + 52 + 18

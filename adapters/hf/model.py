@@ -172,6 +172,12 @@ class VisionLanguageModel:
         return self.feature_extractor is not None
 
     @property
+    def sample_rate(self) -> int | None:
+        """The sound's sample rate the model takes (None: it takes none)."""
+        extractor = self.feature_extractor
+        return None if extractor is None else int(extractor.sampling_rate)
+
+    @property
     def audio_window_s(self) -> float:
         """Seconds of sound the audio encoder attends within: it cuts a block's features
         into windows of 2 x n_window mel frames and encodes each alone (the released
@@ -324,7 +330,7 @@ class VisionLanguageModel:
         grids: dict = {}
         audios = [m for m in media or () if isinstance(m, EncodedAudio)]
         if audios:
-            inputs.update(self._audio_inputs(audios))
+            inputs.update(self.audio_inputs(audios))
             grids["audio_seqlens"] = inputs["feature_attention_mask"].sum(-1)
         visuals = [m for m in media or () if isinstance(m, EncodedFrame)]
         for modality, pixels_key, grid_key in _MODALITIES:
@@ -355,7 +361,7 @@ class VisionLanguageModel:
             # temporal positions may run past it), and every chunk ends with text.
             return output.logits[0, -1], int(positions[:, 0, -1].max()) + 1
 
-    def _audio_inputs(self, audios: Sequence[EncodedAudio]) -> dict:
+    def audio_inputs(self, audios: Sequence[EncodedAudio]) -> dict:
         """The blocks' features side by side, padded to the longest, with the mask that
         says which frames are sound (the thinker's `feature_attention_mask`)."""
         longest = max(a.features.shape[-1] for a in audios)
