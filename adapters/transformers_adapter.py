@@ -65,7 +65,7 @@ from streameval.protocol import (
 
 if TYPE_CHECKING:
     from streameval.adapters.hf.decoding import Decoding, TokenChooser
-    from streameval.adapters.hf.model import EncodedAudio, EncodedFrame
+    from streameval.adapters.hf.model import EncodedAudio, EncodedFrame, Media
     from streameval.adapters.hf.stream import StreamState
 
 # Sample values for the placeholders of this adapter's own templates (checked at load).
@@ -476,7 +476,6 @@ class TransformersAdapter(Adapter):
     async def _commit_frames(self, session: Session, frames: list[Frame]) -> None:
         """One frame block: a frame (image mode) or a chunk of frames (video mode)."""
         await self._commit_audio(session)  # the sound up to the frame comes first
-        stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         fps = session.conditions.fps
         if self.config.input_mode == "images":
@@ -487,26 +486,43 @@ class TransformersAdapter(Adapter):
             encoded = await asyncio.to_thread(self._encode_chunk, frames, fps)
             label = self._chunk_label(frames[0].t, frames[-1].t + (1 / fps if fps > 0 else 0))
         ids = self.vlm.tokenize(label) + encoded.token_ids
-        frame_ids = [frame.frame_id for frame in frames]
+        record = {"frame_ids": [frame.frame_id for frame in frames], "images": len(frames)}
+        pixels = {"pixels": encoded.pixels}
+        if await self._commit_block(session, "frame", ids, encoded, started, record, pixels):
+            session.state["frames"] += len(frames)
+            session.state["new_chunk"] = True
+
+    async def _commit_block(
+        self,
+        session: Session,
+        kind: Literal["frame", "audio"],
+        ids: list[int],
+        media: Media,
+        started: int,
+        record: dict[str, Any],
+        committed: dict[str, Any],
+    ) -> bool:
+        """A frame or audio block on top of the cache, room made first under an evicting
+        policy. `record`: what its workload record says, a `drop` when it does not fit;
+        `committed`: what the `state_commit` says besides. Whether it was committed."""
+        stream: StreamState = session.state["stream"]
         # An eviction is its own record: the commit's interval starts after it.
         started = await self._make_room(session, len(ids), self.cache_max_tokens) or started
         if stream.length + len(ids) > self.cache_max_tokens:
-            await session.workload(kind="drop", frame_ids=frame_ids, images=len(frames))
-            return
+            await session.workload(kind="drop", **record)
+            return False
         before = stream.length
-        stream.begin("frame", tuple(frame_ids))
-        await asyncio.to_thread(stream.append, ids, encoded)
-        session.state["frames"] += len(frames)
-        session.state["new_chunk"] = True
+        stream.begin(kind, tuple(record.get("frame_ids", ())))
+        await asyncio.to_thread(stream.append, ids, media)
         await session.workload(
             kind="state_commit",
-            frame_ids=frame_ids,
-            images=len(frames),
-            pixels=encoded.pixels,
+            **record,
+            **committed,
             input_tokens=stream.length - before,  # the block's tokens, read off the cache
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )
+        return True
 
     async def _commit_audio(self, session: Session) -> None:
         """The buffered chunks' sound as one audio block. A span too short for an audio
@@ -514,30 +530,13 @@ class TransformersAdapter(Adapter):
         buffered: list[AudioChunk] | None = session.state.get("audio")
         if not buffered:
             return
-        stream: StreamState = session.state["stream"]
         started = time.monotonic_ns()
         encoded = await asyncio.to_thread(self._encode_audio, buffered)
         if encoded is None:
             return
         session.state["audio"] = []
-        audio = {"audio_seconds": encoded.seconds, "audio_tokens": encoded.tokens}
-        # An eviction is its own record: the commit's interval starts after it.
-        limit = self.cache_max_tokens
-        started = await self._make_room(session, len(encoded.token_ids), limit) or started
-        if stream.length + len(encoded.token_ids) > self.cache_max_tokens:
-            await session.workload(kind="drop", images=0, **audio)
-            return
-        before = stream.length
-        stream.begin("audio")
-        await asyncio.to_thread(stream.append, encoded.token_ids, encoded)
-        await session.workload(
-            kind="state_commit",
-            images=0,
-            input_tokens=stream.length - before,
-            started_ns=started,
-            ended_ns=time.monotonic_ns(),
-            **audio,
-        )
+        record = {"images": 0, "audio_seconds": encoded.seconds, "audio_tokens": encoded.tokens}
+        await self._commit_block(session, "audio", encoded.token_ids, encoded, started, record, {})
 
     def _chunk_label(self, start: float, end: float) -> str:
         label = self.config.chunk_label

@@ -43,7 +43,14 @@ from streameval.core.launch.adapter_process import AdapterProcess  # noqa: E402
 from streameval.core.run.runner import RunExecutor  # noqa: E402
 from streameval.core.store.store import Store  # noqa: E402
 from streameval.events import EventKind  # noqa: E402
-from streameval.protocol import Instruction, Question, RunConditions, Step  # noqa: E402
+from streameval.protocol import (  # noqa: E402
+    AUDIO_FEATURE,
+    AudioConditions,
+    Instruction,
+    Question,
+    RunConditions,
+    Step,
+)
 from tests.recording import Wire  # noqa: E402
 from tests.timeline_fixtures import PROACTIVE, QA, write_benchmark  # noqa: E402
 from tests.tiny_qwen2vl import build_tiny_model  # noqa: E402
@@ -186,7 +193,9 @@ def test_appending_chunk_by_chunk_equals_one_pass_over_the_whole_sequence(
 # ------------------------------------------------------------------ decisions, in process
 
 
-def new_session(wire: Wire) -> Session:
+def new_session(wire: Wire, audio: AudioConditions | None = None) -> Session:
+    """A 0.5 fps session; with `audio`, one that streams sound to a Core that reads the
+    workload's audio counts."""
     conditions = RunConditions(
         profile="realstream",
         pacing="logical",
@@ -195,8 +204,10 @@ def new_session(wire: Wire) -> Session:
         jpeg_quality=90,
         qa_history_s=0,
         proactive_lead_s=0,
+        audio=audio,
     )
-    return Session("run", "s", ["r"], conditions, wire.send)
+    features = frozenset() if audio is None else frozenset({AUDIO_FEATURE})
+    return Session("run", "s", ["r"], conditions, wire.send, core_features=features)
 
 
 def jpeg_frame(index: int) -> Frame:

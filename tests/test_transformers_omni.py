@@ -30,14 +30,9 @@ from streameval.adapters.transformers_adapter import (  # noqa: E402
     TransformersAdapterConfig,
 )
 from streameval.events import EventKind  # noqa: E402
-from streameval.protocol import (  # noqa: E402
-    AUDIO_FEATURE,
-    AudioConditions,
-    Question,
-    RunConditions,
-)
+from streameval.protocol import AudioConditions, Question  # noqa: E402
 from tests.recording import Wire  # noqa: E402
-from tests.test_transformers_adapter import jpeg_frame  # noqa: E402
+from tests.test_transformers_adapter import jpeg_frame, new_session  # noqa: E402
 from tests.tiny_qwen_omni import build_tiny_omni  # noqa: E402
 
 RATE = 16_000
@@ -71,19 +66,7 @@ def chunks_of(sound: np.ndarray) -> list[AudioChunk]:
 
 
 def hearing_session(wire: Wire) -> Session:
-    conditions = RunConditions(
-        profile="realstream",
-        pacing="logical",
-        fps=0.5,
-        max_width=960,
-        jpeg_quality=90,
-        qa_history_s=0,
-        proactive_lead_s=0,
-        audio=AudioConditions(sample_rate=RATE, chunk_s=CHUNK_S),
-    )
-    return Session(
-        "run", "s", ["r"], conditions, wire.send, core_features=frozenset({AUDIO_FEATURE})
-    )
+    return new_session(wire, AudioConditions(sample_rate=RATE, chunk_s=CHUNK_S))
 
 
 async def stream(adapter: TransformersAdapter, session: Session, sound: np.ndarray) -> None:
@@ -183,7 +166,7 @@ def ask(adapter: TransformersAdapter, sound: np.ndarray) -> tuple[Wire, Session]
     return wire, session
 
 
-def test_the_answer_from_sound_and_frames_in_the_cache_is_the_full_forward_pass_s(omni):
+def test_the_answer_from_sound_and_frames_equals_greedy_full_forward_passes(omni):
     sound = tone(440, 4.5)
     wire, _ = ask(omni, sound)
     expected, _ = reference_answer(omni, sound)
@@ -362,8 +345,8 @@ def test_a_run_through_the_core_streams_the_sound_into_the_served_thinker(
     ]
     assert layout == [0, 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1]
 
-    # The served answer is the in-process adapter's over the same bytes (whose cache path
-    # equals full forward passes: test_the_answer_from_sound_and_frames_...).
+    # The served answer is the in-process adapter's over the same bytes, whose cache path
+    # equals full forward passes (test_the_answer_from_sound_and_frames_equals_greedy_...).
     streamed = [
         e
         for e in events

@@ -45,12 +45,12 @@ def byte_level_core(special_tokens: tuple[str, ...]):
     return core
 
 
-def build_tokenizer():
+def build_tokenizer(special_tokens: tuple[str, ...] = SPECIAL_TOKENS):
     from transformers import Qwen2TokenizerFast
 
     # The Qwen2-VL processors accept only the Qwen2 tokenizer class, not a bare fast one.
     return Qwen2TokenizerFast(
-        tokenizer_object=byte_level_core(SPECIAL_TOKENS),
+        tokenizer_object=byte_level_core(special_tokens),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         unk_token=None,
@@ -111,6 +111,18 @@ def special_token_ids(tokenizer) -> dict[str, int]:
     }
 
 
+# The text model at its tiny sizes (every family's; tests/tiny_qwen_omni.py's too).
+TINY_TEXT = {
+    "hidden_size": 32,
+    "intermediate_size": 37,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 4096,
+}
+
+
 def tiny_config(tokenizer, family: str = "qwen2_vl"):
     """The family's configuration at the tiny sizes, over `tokenizer`'s vocabulary."""
     import transformers
@@ -121,13 +133,7 @@ def tiny_config(tokenizer, family: str = "qwen2_vl"):
     return config_class(
         text_config={
             "vocab_size": len(tokenizer),
-            "hidden_size": 32,
-            "intermediate_size": 37,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 8,
-            "max_position_embeddings": 4096,
+            **TINY_TEXT,
             "rope_scaling": spec["rope"],
             "bos_token_id": ids["bos_token_id"],
             "eos_token_id": ids["eos_token_id"],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.tiny_qwen2vl import IMAGE_PROCESSOR, byte_level_core
+from tests.tiny_qwen2vl import FAMILIES, IMAGE_PROCESSOR, TINY_TEXT, build_tokenizer
 
 # Qwen2.5-Omni's markers, as its tokenizer names them.
 SPECIAL_TOKENS = (
@@ -50,17 +50,6 @@ FEATURE_EXTRACTOR = {
 PATCH = 14
 
 
-def build_tokenizer():
-    from transformers import Qwen2TokenizerFast
-
-    return Qwen2TokenizerFast(
-        tokenizer_object=byte_level_core(SPECIAL_TOKENS),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token=None,
-    )
-
-
 def thinker_config(tokenizer, n_window: int = 100):
     """The thinker's configuration at tiny sizes (hidden 32) over `tokenizer`'s vocabulary.
     `n_window`: the audio encoder attends within windows of 2 x n_window mel frames (the
@@ -73,23 +62,12 @@ def thinker_config(tokenizer, n_window: int = 100):
     return Qwen2_5OmniThinkerConfig(
         text_config={
             "vocab_size": len(tokenizer),
-            "hidden_size": 32,
-            "intermediate_size": 37,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 4096,
+            **TINY_TEXT,
             # The sections sum to head_dim / 2 = 32 / 4 / 2.
             "rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1]},
         },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "out_hidden_size": 32,
-            "intermediate_size": 37,
-            "num_heads": 4,
-            "window_size": 56,
-            "fullatt_block_indexes": [1],
+        vision_config={  # Qwen2.5-VL's vision tower
+            **FAMILIES["qwen2_5_vl"]["vision"],
             "patch_size": PATCH,
             "temporal_patch_size": 2,
             "spatial_merge_size": 2,
@@ -142,7 +120,7 @@ def build_tiny_omni(directory: Path, released_layout: bool = False, seed: int = 
         Qwen2_5OmniThinkerForConditionalGeneration,
     )
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(SPECIAL_TOKENS)
     config = thinker_config(tokenizer)
     torch.manual_seed(seed)
     if released_layout:
