@@ -399,3 +399,70 @@ def test_audio_blocks_are_evicted_oldest_first_with_the_frames(tiny_omni):
     assert [s.kind for s in state.segments] == ["pinned", "frame", "audio", "frame"]
     assert [s.frame_ids for s in state.segments if s.kind == "frame"] == [("f1",), ("f2",)]
     assert state.length == 6 + 18 + 52 + 18
+
+
+def test_video_chunks_among_audio_blocks_equal_one_pass(tiny_omni):
+    """Video mode: frames in temporal pairs as Qwen2.5-Omni's video blocks (TMRoPE: 25
+    positions a second, 2 / fps seconds a pair), between audio blocks, committed one by one,
+    equal one pass over the whole sequence."""
+    adapter = TransformersAdapter(
+        TransformersAdapterConfig(model=str(tiny_omni), input_mode="video", chunk_frames=4)
+    )
+    vlm = adapter.vlm
+    rng = np.random.default_rng(0)
+    rgbs = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(5)]
+    four = vlm.encode_chunk(rgbs[:4], [0.0, 0.5, 1.0, 1.5], fps=2.0)
+    one = vlm.encode_chunk(rgbs[4:], [2.0], fps=2.0)
+    heard = [vlm.encode_audio(tone(hz, 1.0), RATE) for hz in (330, 660)]
+    chunks = [
+        (vlm.tokenize(adapter.chat.preamble()), None),
+        (heard[0].token_ids, heard[0]),
+        (vlm.tokenize(adapter._chunk_label(0.0, 2.0)) + four.token_ids, four),
+        (heard[1].token_ids, heard[1]),
+        (vlm.tokenize(adapter._chunk_label(2.0, 2.5)) + one.token_ids, one),
+        (vlm.tokenize(adapter.chat.question(2.5, "Which?", ["A. one"])), None),
+    ]
+    cache, position = vlm.new_cache(), 0
+    for ids, media in chunks:
+        logits, position = vlm.forward(cache, position, ids, media)
+    whole = torch.tensor([[t for ids, _ in chunks for t in ids]])
+    with torch.inference_mode():
+        reference = vlm.model(
+            input_ids=whole,
+            attention_mask=torch.ones_like(whole),
+            pixel_values_videos=torch.cat([four.pixel_values, one.pixel_values]),
+            video_grid_thw=torch.cat([four.grid_thw, one.grid_thw]),
+            video_second_per_grid=torch.tensor([1.0, 1.0]),
+            **vlm.audio_inputs(heard),
+        ).logits[0, -1]
+    torch.testing.assert_close(logits, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_reprefill_rebuilds_frames_and_sound_in_one_pass_as_appended(tiny_omni):
+    """Re-prefill runs the kept frame and audio blocks in one forward pass (the thinker's
+    rule over images and sound together): the cache is what appending them one by one on a
+    fresh cache gives."""
+    adapter = TransformersAdapter(
+        TransformersAdapterConfig(
+            model=str(tiny_omni), cache_policy="reprefill", cache_max_tokens=150
+        )
+    )
+    wire = Wire()
+    session = hearing_session(wire)
+    asyncio.run(stream(adapter, session, tone(440, 4.5)))
+    (evicted,) = wire.workloads("evict")
+    state = session.state["stream"]
+    # Frame 2 finds 146 of 150 tokens taken: the oldest frame goes, and the preamble, both
+    # 2-s audio blocks and frame 1 are rebuilt in one pass.
+    assert (evicted["frame_ids"], evicted["input_tokens"]) == (["f0"], 6 + 52 + 18 + 52)
+    assert [s.kind for s in state.segments] == ["pinned", "audio", "frame", "audio", "frame"]
+    vlm = adapter.vlm
+    compacted, position = vlm.new_cache(), 0
+    for segment in state.segments:
+        _, position = vlm.forward(compacted, position, segment.ids, segment.media)
+    assert position == state.next_position
+    question = vlm.tokenize(adapter.chat.question(4.5, "Which?", []))
+    expected, _ = vlm.forward(compacted, position, question)
+    torch.testing.assert_close(
+        state.append(question), expected.index_fill(0, vlm.unspeakable, -torch.inf)
+    )
