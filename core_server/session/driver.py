@@ -199,7 +199,8 @@ class SessionDriver:
             time.monotonic_ns(),
             None,
             endpoint=self.endpoint_url,
-            conditions=self.conditions.model_dump(),
+            # Every field, `audio` too while unset (the wire leaves it out then).
+            conditions={**self.conditions.model_dump(), "audio": self.conditions.audio},
             record_ids=start.record_ids,
         )
         return hello
