@@ -39,18 +39,22 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.proactive_window import Layout, next_window
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.sdk import (
+    Adapter,
+    AudioChunk,
+    Frame,
+    Responder,
+    ResponseStream,
+    Session,
+)
 from streameval.adapters.settings import NOT_IDENTITY, RECORDED_IF_CHANGED
-
-if TYPE_CHECKING:  # TEMP until the audio-protocol merge
-    from streameval.adapters.sdk import AudioChunk
 from streameval.protocol import (
     AdapterConditions,
     AdapterError,

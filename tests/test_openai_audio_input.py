@@ -20,6 +20,8 @@ import wave
 import httpx
 import numpy as np
 import pytest
+from PIL import Image
+from websockets.asyncio.client import connect as ws_connect
 
 from streameval.adapters.chat_prompts import (
     AUDIO_LABEL,
@@ -36,7 +38,21 @@ from streameval.adapters.config import AdapterConfigError
 from streameval.adapters.openai_adapter import OpenAIAdapter, OpenAIAdapterConfig
 from streameval.adapters.settings import config_settings
 from streameval.adapters.video_chat import Usage, VideoChatAdapter, VideoChatConfig
+from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.protocol import (
+    AUDIO_FEATURE,
+    FEATURES_HEADER,
+    PROTOCOL_VERSION,
+    AudioConditions,
+    AudioHeader,
+    FrameHeader,
+    Question,
+    SessionEnd,
+    SessionStart,
+    encode_frame,
+)
 from tests.openai_stand_in import FakeOpenAIServer, Reply
+from tests.test_protocol import CONDITIONS
 
 RATE = 16_000
 CHUNK_S = 0.5
@@ -280,3 +296,112 @@ def test_audio_is_refused_where_it_cannot_go():
 
     with pytest.raises(AdapterConfigError, match="audio: the 'silent' adapter cannot send"):
         Silent(VideoChatConfig(model="m", audio=True), "in-process")
+
+
+# --------------------------------------------------------------------------- a session
+
+
+def jpeg(grey: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 6), (grey, grey, grey)).save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+def frame_message(index: int, t: float) -> bytes:
+    data = jpeg(index * 20)
+    header = FrameHeader(
+        index=index, frame_id=f"v:{index}", t=t, width=8, height=6, nbytes=len(data)
+    )
+    return encode_frame(header, data)
+
+
+def audio_message(k: int, payload: bytes, silent: bool = False) -> bytes:
+    header = AudioHeader(
+        index=k,
+        start_t=k * CHUNK_S,
+        t=(k + 1) * CHUNK_S,
+        sample_rate=RATE,
+        samples=len(payload) // 2,
+        silent=silent,
+        nbytes=len(payload),
+    )
+    return encode_frame(header, payload)
+
+
+async def _stream_then_ask(url: str) -> tuple[dict, list[dict]]:
+    """Frames at 0..3 s and chunks 0..6 (0..3.5 s) in stream order (a chunk once video time
+    reached its end), chunk 6 silent; then a question at 3.6 s. Returns the hello and
+    every message after the session start."""
+    conditions = CONDITIONS.model_copy(update={"audio": AudioConditions()})
+    start = SessionStart(
+        protocol=PROTOCOL_VERSION,
+        run_id="r",
+        session_id="s",
+        record_ids=["q"],
+        conditions=conditions,
+    )
+    silence = bytes(len(pcm(6)))
+    async with ws_connect(url, additional_headers={FEATURES_HEADER: AUDIO_FEATURE}) as ws:
+        hello = json.loads(await ws.recv())
+        await ws.send(start.model_dump_json())
+        for k in range(7):
+            if k % 2 == 0:  # the frame at k / 2 s follows the chunk that ends there
+                await ws.send(frame_message(k // 2, k / 2))
+            await ws.send(audio_message(k, silence if k == 6 else pcm(k), silent=k == 6))
+        question = Question(task_id="q", t=3.6, text="Which?", options=["A. one", "B. two"])
+        await ws.send(question.model_dump_json())
+        said = []
+        while not said or said[-1]["type"] != "response_final":
+            said.append(json.loads(await ws.recv()))
+        await ws.send(SessionEnd().model_dump_json())
+    return hello, said
+
+
+def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
+    """The adapter in its own process over the real protocol, the stand-in over HTTP:
+    the window (the newest 2 frames, 2 s and 3 s) takes the sound from 2 s on."""
+    with (
+        FakeOpenAIServer(lambda body, i: Reply(["B"])) as server,
+        AdapterProcess(
+            "openai",
+            options={
+                "base_url": server.base_url,
+                "model": "fake-vl",
+                "audio": True,
+                "qa_max_frames": 2,
+            },
+        ) as served,
+    ):
+        hello, said = asyncio.run(_stream_then_ask(served.url))
+    assert hello["audio"] is True
+    assert hello["conditions"]["settings"]["audio"] is True
+    acks = [m for m in said if m["type"] in ("frame_ack", "audio_ack")]
+    assert [(m["type"], m["index"]) for m in acks if m["type"] == "audio_ack"] == [
+        ("audio_ack", k) for k in range(7)
+    ]
+    (body,) = server.requests
+    parts = body["messages"][-1]["content"]
+    assert [p.get("text") for p in parts if p["type"] == "text"][:4] == [
+        "Frame at 2s:",
+        "Audio from 2s to 3s:",
+        "Frame at 3s:",
+        "Audio from 3s to 3.5s:",
+    ]
+    assert [p["type"] for p in parts] == [
+        "text",
+        "image_url",
+        "text",
+        "input_audio",
+        "text",
+        "image_url",
+        "text",
+        "input_audio",
+        "text",
+    ]
+    assert parts[-1]["text"].startswith("The images above are frames of a live video stream")
+    assert wav_samples(parts[3]) == ((1, 2, RATE), pcm(4) + pcm(5))
+    # The silent chunk goes as what the Core sent: zeros.
+    assert wav_samples(parts[7]) == ((1, 2, RATE), bytes(len(pcm(6))))
+    (call,) = [m for m in said if m["type"] == "workload"]
+    assert (call["images"], call["audio_seconds"], call["audio_tokens"]) == (2, 1.5, 38)
+    assert call["input_tokens"] == 50 + 200 + 38
