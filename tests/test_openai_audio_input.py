@@ -16,6 +16,7 @@ import base64
 import io
 import json
 import wave
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -38,7 +39,10 @@ from streameval.adapters.config import AdapterConfigError
 from streameval.adapters.openai_adapter import OpenAIAdapter, OpenAIAdapterConfig
 from streameval.adapters.settings import config_settings
 from streameval.adapters.video_chat import Usage, VideoChatAdapter, VideoChatConfig
+from streameval.core.benchmark.records import Benchmark, QARecord
+from streameval.core.frames.audio_track import decode_audio
 from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.store import Store
 from streameval.protocol import (
     AUDIO_FEATURE,
     FEATURES_HEADER,
@@ -51,8 +55,14 @@ from streameval.protocol import (
     SessionStart,
     encode_frame,
 )
+from streameval.scorer.report import score_run
+from streameval.scorer.service.timeline import record_timeline
+from streameval.scorer.source import store_source
 from tests.openai_stand_in import FakeOpenAIServer, Reply
+from tests.sound_fixtures import write_sound_video
+from tests.test_openai_adapter import run_against, workloads
 from tests.test_protocol import CONDITIONS
+from tests.test_scorer_audio_workload import AUDIO_METRICS
 
 RATE = 16_000
 CHUNK_S = 0.5
@@ -405,3 +415,85 @@ def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
     (call,) = [m for m in said if m["type"] == "workload"]
     assert (call["images"], call["audio_seconds"], call["audio_tokens"]) == (2, 1.5, 38)
     assert call["input_tokens"] == 50 + 200 + 38
+
+
+# --------------------------------------------------------------------------- a full run
+
+
+@pytest.fixture(scope="module")
+def sound_benchmark(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/sound_fixtures.py's videos: a 440 Hz tone over 1-2 s, and one without sound."""
+    root = tmp_path_factory.mktemp("sound")
+    write_sound_video(root / "tone.mp4", seconds=4, tone=(1.0, 2.0))
+    write_sound_video(root / "mute.mp4", seconds=4, tone=None)
+    records = [
+        QARecord(
+            record_id=name,
+            source_id=name,
+            source_benchmark="test",
+            task_type="sound",
+            video_path=f"{name}.mp4",
+            question="What did you hear?",
+            options=("A. a tone", "B. nothing"),
+            answer="A",
+            question_time_s=t,
+            evidence_anchor_s=t,
+            needs_audio=True,
+        )
+        for name, t in (("tone", 3.2), ("mute", 2.0))
+    ]
+    benchmark = Benchmark(name="sound", version="1", video_root=".", records=records)
+    path = root / "benchmark.json"
+    path.write_text(json.dumps(benchmark.model_dump(mode="json")))
+    return path
+
+
+def test_a_core_run_with_sound_reaches_the_server_and_the_scores(sound_benchmark, tmp_path):
+    """The Core decodes the videos' sound and streams it (1 fps frames, 0.5 s chunks); the
+    adapter submits the newest 2 frames with the sound since the first of them; the scorer
+    and the timeline read the run back from the store."""
+    options = {"audio": True, "qa_max_frames": 2}
+    with FakeOpenAIServer(lambda body, i: Reply(["A"])) as server:
+        summary, _, events = run_against(
+            server.base_url, tmp_path, sound_benchmark, options, modalities=["video", "audio"]
+        )
+    assert (summary.finished, summary.failed) == (2, 0)
+    bodies = {}
+    for body in server.requests:
+        frame_times = [p["text"] for p in body["messages"][-1]["content"] if p["type"] == "text"]
+        bodies["tone" if "Frame at 3s:" in frame_times else "mute"] = body
+    # tone, asked at 3.2 s: frames 2 s and 3 s; chunks 4 and 5 (2-3 s) merged between them.
+    parts = bodies["tone"]["messages"][-1]["content"]
+    assert [p["type"] for p in parts] == [
+        "text", "image_url", "text", "input_audio", "text", "image_url", "text",
+    ]  # fmt: skip
+    assert [p["text"] for p in parts if p["type"] == "text"][:3] == [
+        "Frame at 2s:",
+        "Audio from 2s to 3s:",
+        "Frame at 3s:",
+    ]
+    tone = decode_audio(sound_benchmark.parent / "tone.mp4", RATE)
+    expected = b"".join(tone.chunk(k, CHUNK_S)[0] for k in (4, 5))
+    assert wav_samples(parts[3]) == ((1, 2, RATE), expected)
+    # mute, asked at 2 s: frames 1 s and 2 s, the zeros of chunks 2 and 3 between them.
+    parts = bodies["mute"]["messages"][-1]["content"]
+    assert [p.get("text") for p in parts][:3] == ["Frame at 1s:", None, "Audio from 1s to 2s:"]
+    assert wav_samples(parts[3]) == ((1, 2, RATE), bytes(2 * RATE))
+    for session in ("tone", "mute"):
+        (call,) = workloads(events[session])
+        assert (call["images"], call["audio_seconds"], call["audio_tokens"]) == (2, 1.0, 25)
+
+    with Store(f"sqlite:///{tmp_path / 's.db'}", read_only=True) as store:
+        workload = score_run(store, summary.run_id).overall["workload"]
+        timeline = record_timeline(store_source(store, summary.run_id), "tone")
+    # Chunks sent: tone 6 (0-3 s), mute 4 (0-2 s, silent).
+    assert {name: workload[name].value for name in AUDIO_METRICS} == {
+        "audio_streamed_s": 5.0,
+        "audio_chunks": 10,
+        "silent_audio_chunks": 4,
+        "audio_submitted_s": 2.0,
+        "audio_tokens": 50,
+    }
+    assert [(a.start_t, a.t, a.silent) for a in timeline.audio] == [
+        (k * CHUNK_S, (k + 1) * CHUNK_S, False) for k in range(6)
+    ]
