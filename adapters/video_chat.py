@@ -740,8 +740,9 @@ class VideoChatAdapter(Adapter):
         shared = prompts.shared_images(state.last_request, request)
         state.last_request = request
         sound: dict[str, Any] = {}
-        if self.config.audio:
-            # Only with sound: the records of an adapter without it stay as they were.
+        if session.conditions.audio is not None:
+            # Only in a session that streams sound (to an adapter that takes it): other
+            # records stay as they were.
             sound = {
                 "audio_seconds": request.audio_seconds,
                 "audio_tokens": usage.audio_tokens if usage else None,

@@ -66,6 +66,12 @@ from tests.test_scorer_audio_workload import AUDIO_METRICS
 
 RATE = 16_000
 CHUNK_S = 0.5
+# Two frames, each followed by the sound up to the next one (or the prompt).
+TWO_FRAMES_EACH_WITH_SOUND_AFTER = [
+    *("text", "image_url", "text", "input_audio"),
+    *("text", "image_url", "text", "input_audio"),
+    "text",
+]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -121,17 +127,7 @@ def test_sound_goes_between_the_frames_as_merged_wav_spans():
     request = ChatRequest(images=images, prompt="Question: ?", max_tokens=5, audio=spans)
     body = adapter_for(audio=True).request_body(request)
     parts = body["messages"][-1]["content"]
-    assert [p["type"] for p in parts] == [
-        "text",
-        "image_url",
-        "text",
-        "input_audio",
-        "text",
-        "image_url",
-        "text",
-        "input_audio",
-        "text",
-    ]
+    assert [p["type"] for p in parts] == TWO_FRAMES_EACH_WITH_SOUND_AFTER
     assert parts[:3] == [text("Frame at 10s:"), image_part(10.0), text("Audio from 10s to 11s:")]
     assert parts[4:7] == [text("Frame at 11s:"), image_part(11.0), text("Audio from 11s to 11.5s:")]
     assert parts[8] == text("Question: ?")
@@ -338,11 +334,11 @@ def audio_message(k: int, payload: bytes, silent: bool = False) -> bytes:
     return encode_frame(header, payload)
 
 
-async def _stream_then_ask(url: str) -> tuple[dict, list[dict]]:
-    """Frames at 0..3 s and chunks 0..6 (0..3.5 s) in stream order (a chunk once video time
-    reached its end), chunk 6 silent; then a question at 3.6 s. Returns the hello and
-    every message after the session start."""
-    conditions = CONDITIONS.model_copy(update={"audio": AudioConditions()})
+async def _stream_then_ask(url: str, sound: bool = True) -> tuple[dict, list[dict]]:
+    """Frames at 0..3 s and (with `sound`) chunks 0..6 (0..3.5 s) in stream order (a chunk
+    once video time reached its end), chunk 6 silent; then a question at 3.6 s. Returns the
+    hello and every message after the session start."""
+    conditions = CONDITIONS.model_copy(update={"audio": AudioConditions() if sound else None})
     start = SessionStart(
         protocol=PROTOCOL_VERSION,
         run_id="r",
@@ -357,7 +353,8 @@ async def _stream_then_ask(url: str) -> tuple[dict, list[dict]]:
         for k in range(7):
             if k % 2 == 0:  # the frame at k / 2 s follows the chunk that ends there
                 await ws.send(frame_message(k // 2, k / 2))
-            await ws.send(audio_message(k, silence if k == 6 else pcm(k), silent=k == 6))
+            if sound:
+                await ws.send(audio_message(k, silence if k == 6 else pcm(k), silent=k == 6))
         question = Question(task_id="q", t=3.6, text="Which?", options=["A. one", "B. two"])
         await ws.send(question.model_dump_json())
         said = []
@@ -367,9 +364,9 @@ async def _stream_then_ask(url: str) -> tuple[dict, list[dict]]:
     return hello, said
 
 
-def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
-    """The adapter in its own process over the real protocol, the stand-in over HTTP:
-    the window (the newest 2 frames, 2 s and 3 s) takes the sound from 2 s on."""
+def _hearing_session(sound: bool) -> tuple[dict, list[dict], list[dict]]:
+    """The adapter (audio on, the newest 2 frames at a question) in its own process over the
+    real protocol, the stand-in over HTTP: the hello, what the adapter said, the bodies."""
     with (
         FakeOpenAIServer(lambda body, i: Reply(["B"])) as server,
         AdapterProcess(
@@ -382,14 +379,20 @@ def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
             },
         ) as served,
     ):
-        hello, said = asyncio.run(_stream_then_ask(served.url))
+        hello, said = asyncio.run(_stream_then_ask(served.url, sound))
+    return hello, said, server.requests
+
+
+def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
+    """The window (the newest 2 frames, 2 s and 3 s) takes the sound from 2 s on."""
+    hello, said, requests = _hearing_session(sound=True)
     assert hello["audio"] is True
     assert hello["conditions"]["settings"]["audio"] is True
     acks = [m for m in said if m["type"] in ("frame_ack", "audio_ack")]
     assert [(m["type"], m["index"]) for m in acks if m["type"] == "audio_ack"] == [
         ("audio_ack", k) for k in range(7)
     ]
-    (body,) = server.requests
+    (body,) = requests
     parts = body["messages"][-1]["content"]
     assert [p.get("text") for p in parts if p["type"] == "text"][:4] == [
         "Frame at 2s:",
@@ -397,17 +400,7 @@ def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
         "Frame at 3s:",
         "Audio from 3s to 3.5s:",
     ]
-    assert [p["type"] for p in parts] == [
-        "text",
-        "image_url",
-        "text",
-        "input_audio",
-        "text",
-        "image_url",
-        "text",
-        "input_audio",
-        "text",
-    ]
+    assert [p["type"] for p in parts] == TWO_FRAMES_EACH_WITH_SOUND_AFTER
     assert parts[-1]["text"].startswith("The images above are frames of a live video stream")
     assert wav_samples(parts[3]) == ((1, 2, RATE), pcm(4) + pcm(5))
     # The silent chunk goes as what the Core sent: zeros.
@@ -415,6 +408,20 @@ def test_a_session_submits_the_windows_sound_and_reports_its_seconds():
     (call,) = [m for m in said if m["type"] == "workload"]
     assert (call["images"], call["audio_seconds"], call["audio_tokens"]) == (2, 1.5, 38)
     assert call["input_tokens"] == 50 + 200 + 38
+
+
+def test_a_session_without_sound_sends_and_reports_none():
+    """The run streams video alone: no audio parts, and a workload without audio counts."""
+    hello, said, requests = _hearing_session(sound=False)
+    assert hello["audio"] is True
+    (body,) = requests
+    assert [p["type"] for p in body["messages"][-1]["content"]] == [
+        *("text", "image_url", "text", "image_url"),
+        "text",
+    ]
+    (call,) = [m for m in said if m["type"] == "workload"]
+    assert call["images"] == 2
+    assert "audio_seconds" not in call and "audio_tokens" not in call  # as before audio
 
 
 # --------------------------------------------------------------------------- a full run
