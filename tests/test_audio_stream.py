@@ -268,3 +268,12 @@ def test_a_streamingbench_omni_record_streams_with_its_sound(tmp_path: Path) -> 
     assert not any(e.payload.silent for e in sent)
     heard = hashlib.sha256(_expected_pcm(clip, range(70, 90))).hexdigest()
     assert _answer(events) == f"chunks=20 sha={heard} late=0"
+
+
+def test_data_validate_warns_of_a_sound_task_on_a_silent_video(sound_benchmark: Path) -> None:
+    root = str(sound_benchmark.parent)
+    checked = streameval("data", "validate", str(sound_benchmark), "--video-root", root, "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["warnings"] == [
+        "mute: needs sound, and its video mute.mp4 has none (a run streams silence)"
+    ]

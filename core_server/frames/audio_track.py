@@ -103,6 +103,12 @@ def _save(final: Path, track: AudioTrack) -> None:
         os.replace(partial, final / "audio.json")
 
 
+def has_sound(video_path: Path) -> bool:
+    """Whether the video has an audio stream (its metadata only; nothing is decoded)."""
+    with open_video(video_path) as container:
+        return bool(container.streams.audio)
+
+
 def decode_audio(video_path: Path, sample_rate: int) -> AudioTrack:
     """Decode the video's first audio stream to int16 mono at `sample_rate`, placed on the
     video stream's clock. VideoDecodeError (one line) for a sound track that cannot be
