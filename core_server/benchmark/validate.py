@@ -16,8 +16,8 @@ from streameval.core.benchmark.importing import Imported, Problem, option_letter
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
 from streameval.core.benchmark.video_paths import outside_video_root
 from streameval.core.errors import CoreError
-from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.audio_track import has_sound
+from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.probing import probe
 
 # Annotated times and container durations are both rounded decimals; this is their noise.
