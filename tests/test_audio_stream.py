@@ -97,12 +97,15 @@ def test_the_track_is_cached_once_under_the_videos_digest(
 ) -> None:
     video = sound_benchmark.parent / "tone.mp4"
     digest = video_digest(video)
+    decoded = decode_audio(video, RATE)
     first = audio_track(tmp_path, video, digest, RATE)
     entry = tmp_path / digest[:2] / f"{digest}-audio-{RATE}hz"
     assert sorted(p.name for p in entry.iterdir()) == ["audio.json", "audio.pcm"]
-    assert audio_track(tmp_path, video, digest, RATE) == first
+    assert (first.pcm[:], first.has_sound) == (decoded.pcm, True)
+    again = audio_track(tmp_path, video, digest, RATE)  # read back, not decoded again
+    assert again.pcm[:] == decoded.pcm and again.chunk(2, CHUNK_S) == decoded.chunk(2, CHUNK_S)
     (entry / "audio.pcm").write_bytes(b"\x00\x00")  # damaged: rebuilt, never served
-    assert audio_track(tmp_path, video, digest, RATE) == first
+    assert audio_track(tmp_path, video, digest, RATE).pcm[:] == decoded.pcm
 
 
 # ------------------------------------------------------------------ the timeline
