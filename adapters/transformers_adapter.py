@@ -12,12 +12,13 @@ this is RealStreamEval's frame-level multi-turn protocol).
 
 A model that hears (Qwen2.5-Omni's thinker) takes the stream's sound too (`consumes_audio`):
 delivered audio chunks are buffered and their span goes into the cache as one audio block
-(an `audio` state_commit with its seconds and audio tokens) before the next frame, text or
-decision, and whenever the buffer fills the audio encoder's window (2 s for the released
-model: the encoder attends within it, so a longer block would be cut there anyway). The
-model so hears everything delivered before it sees the next frame or decides, in stream
-order, with as few block markers as that order allows. Decoding is greedy unless the
-options ask for sampling or a repetition penalty (adapters/hf/decoding.py).
+after `audio_label` (a `state_commit` with its seconds and audio tokens) before the next
+frame, text or decision, and whenever the buffer fills the audio encoder's window (2 s for
+the released model: the encoder attends within it, so a longer block would be cut there
+anyway). The model so hears everything delivered before it sees the next frame or
+decides, in stream order, with as few block markers as that order allows. Questions left at
+their default wording then name the sound, as the chat adapters' do. Decoding is greedy
+unless the options ask for sampling or a repetition penalty (adapters/hf/decoding.py).
 
 Options: `TransformersAdapterConfig` (`streameval adapter serve transformers -A
 model=/models/Qwen2-VL-7B-Instruct -A visual_tokens=128`). Torch and transformers are
@@ -199,6 +200,13 @@ class TransformersAdapterConfig(AdapterConfig):
         "Time={start:.1f}-{end:.1f}s",
         description="video mode: text before a chunk ({start}, {end}: its span in seconds)",
     )
+    # Added with sound (issue 37); only a model that hears reads it.
+    audio_label: str | None = Field(
+        prompts.AUDIO_LABEL,
+        description="a model that hears: text before each audio block ({start}, {end}: its "
+        "span in video seconds), as the chat adapters label a sound span; null for none",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -215,9 +223,9 @@ class TransformersAdapterConfig(AdapterConfig):
     def _no_empty_stop_word(cls, words: list[str]) -> list[str]:
         return prompts.check_stop_words(words)
 
-    @field_validator("chunk_label")
+    @field_validator("chunk_label", "audio_label")
     @classmethod
-    def _chunk_placeholders(cls, template: str | None) -> str | None:
+    def _span_placeholders(cls, template: str | None) -> str | None:
         if template is not None:
             try:
                 template.format(start=0.0, end=1.0)
@@ -241,12 +249,17 @@ class TransformersAdapterConfig(AdapterConfig):
             raise ValueError(f"bad template ({exc!r}); it may use {allowed}") from None
         return template
 
-    def chat_format(self) -> ChatFormat:
+    def chat_format(self, sound: bool = False) -> ChatFormat:
+        """`sound`: a session the model hears; questions left at their default wording
+        name the sound, as the chat adapters' do (adapters/chat_prompts.py)."""
+        named = self.model_fields_set
+        sounding = sound and "qa_prompt" not in named
+        sounding_open = sound and "open_qa_prompt" not in named
         return ChatFormat(
             system_prompt=self.system_prompt,
             frame_label=self.frame_label,
-            qa_prompt=self.qa_prompt,
-            open_qa_prompt=self.open_qa_prompt,
+            qa_prompt=prompts.AUDIO_QA_PROMPT if sounding else self.qa_prompt,
+            open_qa_prompt=prompts.AUDIO_OPEN_QA_PROMPT if sounding_open else self.open_qa_prompt,
             instruction_prompt=self.instruction_prompt,
             standby_prompt=self.standby_prompt,
             wait_word=self.wait_word,
@@ -285,6 +298,7 @@ class TransformersAdapter(Adapter):
         except ModelLoadError as exc:
             raise AdapterConfigError(f"transformers config: model: {exc}") from None
         self.chat = config.chat_format()
+        self._chat_heard = config.chat_format(sound=True)  # sessions that stream sound
         self.decoding = config.decoding()
         self.context_tokens = config.context_tokens or self.vlm.max_context
         self.cache_max_tokens = config.cache_max_tokens or (
@@ -535,15 +549,21 @@ class TransformersAdapter(Adapter):
         if encoded is None:
             return
         session.state["audio"] = []
+        label = self.config.audio_label
+        span = {"start": buffered[0].start_t, "end": buffered[-1].t}
+        ids = self.vlm.tokenize("" if label is None else label.format(**span))
         record = {"images": 0, "audio_seconds": encoded.seconds, "audio_tokens": encoded.tokens}
-        await self._commit_block(session, "audio", encoded.token_ids, encoded, started, record, {})
+        ids += encoded.token_ids
+        await self._commit_block(session, "audio", ids, encoded, started, record, {})
 
     def _chunk_label(self, start: float, end: float) -> str:
         label = self.config.chunk_label
         return "" if label is None else label.format(start=start, end=end)
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
-        prompt = self.chat.question(question.t, question.text, question.options)
+        heard = self.consumes_audio and session.conditions.audio is not None
+        chat = self._chat_heard if heard else self.chat
+        prompt = chat.question(question.t, question.text, question.options)
         await self._decide(session, respond, self.vlm.tokenize(prompt), None, "pinned")
 
     async def on_instruction(self, session: Session, instruction: Instruction, respond: Responder):

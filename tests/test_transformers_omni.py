@@ -119,18 +119,22 @@ def reference_answer(
     """Greedy decoding by full forward passes over the whole conversation, positions from
     the model's own rule, no cache: the token ids the adapter must answer with, and the
     first token's logits."""
-    vlm, chat = adapter.vlm, adapter.chat
+    vlm, chat = adapter.vlm, adapter.config.chat_format(sound=True)
     frames = [jpeg_frame(index) for index in range(3)]
     visuals = [vlm.encode_frame(frame.rgb()) for frame in frames]
     size = int(2.0 * RATE)  # a block per 2-s encoder window, the rest before the question
     audios = [vlm.encode_audio(sound[start : start + size], RATE) for start in (0, size)]
     audios.append(vlm.encode_audio(sound[2 * size :], RATE))
+    labels = ["Audio from 0s to 2s:", "Audio from 2s to 4s:", "Audio from 4s to 4.5s:"]
+    heard = [
+        vlm.tokenize(label) + audio.token_ids for label, audio in zip(labels, audios, strict=True)
+    ]
     ids = vlm.tokenize(chat.preamble())
     for index, (frame, visual) in enumerate(zip(frames, visuals, strict=True)):
         if index:
-            ids += audios[index - 1].token_ids
+            ids += heard[index - 1]
         ids += vlm.tokenize(chat.label(frame.t, index)) + visual.token_ids
-    ids += audios[2].token_ids
+    ids += heard[2]
     ids += vlm.tokenize(chat.question(QUESTION.t, QUESTION.text, QUESTION.options))
     inputs = {
         "pixel_values": torch.cat([v.pixel_values for v in visuals]),
@@ -175,13 +179,14 @@ def test_the_answer_from_sound_and_frames_equals_greedy_full_forward_passes(omni
     assert final["text"] == omni.vlm.detokenize(expected)
     assert final["output_tokens"] == len(expected)
     # Sound commits: a block per full 2-s encoder window, as the chunks arrive, and the
-    # last half second before the question. Each block: its audio tokens and two markers.
+    # last half second before the question. Each block: its label ("Audio from 0s to 2s:",
+    # a token a byte), its audio tokens and two markers.
     heard = [
         (c["audio_seconds"], c["audio_tokens"], c["input_tokens"])
         for c in wire.workloads("state_commit")
         if c.get("audio_seconds") is not None
     ]
-    assert heard == [(2.0, 50, 52), (2.0, 50, 52), (0.5, 12, 14)]
+    assert heard == [(2.0, 50, 20 + 52), (2.0, 50, 20 + 52), (0.5, 12, 22 + 14)]
     # In stream order: preamble, frame 0, sound to 2 s, frame 1, sound to 4 s, frame 2, the
     # last half second.
     commits = [
@@ -196,7 +201,9 @@ def test_the_answer_depends_on_what_is_heard(omni):
         wire = Wire()
         session = hearing_session(wire)
         asyncio.run(stream(omni, session, sound))
-        prompt = omni.chat.question(QUESTION.t, QUESTION.text, QUESTION.options)
+        prompt = omni.config.chat_format(sound=True).question(
+            QUESTION.t, QUESTION.text, QUESTION.options
+        )
         asyncio.run(omni._commit_audio(session))
         return session.state["stream"].append(omni.vlm.tokenize(prompt))
 
@@ -343,7 +350,8 @@ def test_a_run_through_the_core_streams_the_sound_into_the_served_thinker(
         (c.audio_seconds, c.audio_tokens, c.input_tokens) if c.audio_seconds else len(c.frame_ids)
         for c in commits
     ]
-    assert layout == [0, 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1, (1.0, 25, 27), 1]
+    block = (1.0, 25, 20 + 27)  # "Audio from 0s to 1s:" and the block
+    assert layout == [0, 1, block, 1, block, 1, block, 1]
 
     # The served answer is the in-process adapter's over the same bytes, whose cache path
     # equals full forward passes (test_the_answer_from_sound_and_frames_equals_greedy_...).
@@ -385,20 +393,21 @@ def test_a_run_at_another_sample_rate_is_refused_once_and_not_heard(omni):
 
 def test_audio_blocks_are_evicted_oldest_first_with_the_frames(tiny_omni):
     # Preamble 6 tokens, a frame block 18 (label, 4 visual tokens, 2 markers), a 2-s audio
-    # block 52: the second audio block finds 94 of 100 tokens taken.
+    # block 72 (label 20, 50 audio tokens, 2 markers): the second audio block finds 114 of
+    # 120 tokens taken.
     small = TransformersAdapter(
-        TransformersAdapterConfig(model=str(tiny_omni), cache_max_tokens=100, reserve_tokens=0)
+        TransformersAdapterConfig(model=str(tiny_omni), cache_max_tokens=120, reserve_tokens=0)
     )
     wire = Wire()
     session = hearing_session(wire)
     asyncio.run(stream(small, session, tone(440, 4.5)))
-    # The oldest frame block goes, then the sound after it: 94 - 18 - 52 + 52 fits.
+    # The oldest frame block goes, then the sound after it: 114 - 18 - 72 + 72 fits.
     (evicted,) = wire.workloads("evict")
     assert (evicted["frame_ids"], evicted["images"]) == (["f0"], 1)
     state = session.state["stream"]
     assert [s.kind for s in state.segments] == ["pinned", "frame", "audio", "frame"]
     assert [s.frame_ids for s in state.segments if s.kind == "frame"] == [("f1",), ("f2",)]
-    assert state.length == 6 + 18 + 52 + 18
+    assert state.length == 6 + 18 + 72 + 18
 
 
 def test_video_chunks_among_audio_blocks_equal_one_pass(tiny_omni):
@@ -444,7 +453,7 @@ def test_reprefill_rebuilds_frames_and_sound_in_one_pass_as_appended(tiny_omni):
     fresh cache gives."""
     adapter = TransformersAdapter(
         TransformersAdapterConfig(
-            model=str(tiny_omni), cache_policy="reprefill", cache_max_tokens=150
+            model=str(tiny_omni), cache_policy="reprefill", cache_max_tokens=190
         )
     )
     wire = Wire()
@@ -452,9 +461,9 @@ def test_reprefill_rebuilds_frames_and_sound_in_one_pass_as_appended(tiny_omni):
     asyncio.run(stream(adapter, session, tone(440, 4.5)))
     (evicted,) = wire.workloads("evict")
     state = session.state["stream"]
-    # Frame 2 finds 146 of 150 tokens taken: the oldest frame goes, and the preamble, both
+    # Frame 2 finds 186 of 190 tokens taken: the oldest frame goes, and the preamble, both
     # 2-s audio blocks and frame 1 are rebuilt in one pass.
-    assert (evicted["frame_ids"], evicted["input_tokens"]) == (["f0"], 6 + 52 + 18 + 52)
+    assert (evicted["frame_ids"], evicted["input_tokens"]) == (["f0"], 6 + 72 + 18 + 72)
     assert [s.kind for s in state.segments] == ["pinned", "audio", "frame", "audio", "frame"]
     vlm = adapter.vlm
     compacted, position = vlm.new_cache(), 0
