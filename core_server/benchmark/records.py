@@ -96,6 +96,9 @@ class QARecord(BaseModel):
     evidence_anchor_s: float
     evidence_spans: tuple[EvidenceSpan, ...] = ()
     metadata: dict = Field(default_factory=dict)
+    # The task cannot be answered without the video's sound. Left out of a dump when false,
+    # as `stream_end_s` below, so a video-only record dumps as before the field existed.
+    needs_audio: bool = Field(default=False, exclude_if=lambda needed: not needed)
 
     @property
     def timeline_end_s(self) -> float:
@@ -116,6 +119,9 @@ class ProactiveRecord(BaseModel):
     triggers: tuple[Trigger, ...]
     probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
+    # The task cannot be answered without the video's sound. Left out of a dump when false,
+    # as `stream_end_s` below, so a video-only record dumps as before the field existed.
+    needs_audio: bool = Field(default=False, exclude_if=lambda needed: not needed)
     # A negative stream (core_server/run/negative_streams.py): no triggers, frames up to here.
     # Left out of a dump when unset: a benchmark record dumps as before the field existed,
     # so runs stored earlier compare equal on resume (run_inputs.records_diff) and exports
