@@ -1,4 +1,5 @@
-"""The reference adapter: answers the synthetic benchmark from pixels alone, no model weights.
+"""The reference adapter: answers the synthetic benchmark from pixels, and the sound tasks
+of `synthetic-av` from the audio chunks it is streamed, with no model weights.
 
 It never sees ground truth; it keeps a small per-session summary of what it has seen
 (`ReferencePolicy`) and stays silent until the evidence is on screen. It shows what a
@@ -14,7 +15,7 @@ from pydantic import Field
 
 from streameval.adapters.config import AdapterConfig
 from streameval.adapters.reference_policy import WORK_WIDTH, ReferencePolicy
-from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.adapters.sdk import Adapter, AudioChunk, Frame, Responder, Session
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 
@@ -29,6 +30,11 @@ class ReferenceConfig(AdapterConfig):
         le=4096,
         description="width in pixels each frame is analysed at; narrower is faster and "
         "misses small shapes and digits",
+    )
+    audio: bool = Field(
+        True,
+        description="hear the sound (declared in the hello); off, the adapter is video-only "
+        "and guesses the first option of a question about sound",
     )
 
 
@@ -52,6 +58,7 @@ class ReferenceAdapter(Adapter):
     def __init__(self, config: ReferenceConfig | None = None) -> None:
         if config is not None:
             self.config = config
+        self.consumes_audio = self.config.audio
 
     async def on_session_start(self, session: Session) -> None:
         session.state["policy"] = ReferencePolicy(self.config.work_width)
@@ -69,6 +76,9 @@ class ReferenceAdapter(Adapter):
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )
+
+    async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        session.state["policy"].hear(chunk.start_t, chunk.sample_rate, chunk.samples())
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         await respond.say(session.state["policy"].answer(question.text, question.options), 1)
