@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.settings import with_config_settings
 from streameval.protocol import (
+    AUDIO_FEATURE,
     MAX_HELLO_BYTES,
     PREFIX_SHARE_FEATURE,
     AdapterConditions,
@@ -85,6 +86,29 @@ class Frame:
             return np.asarray(image.convert("RGB"))
 
 
+@dataclass(frozen=True)
+class AudioChunk:
+    """One delivered chunk of sound: 16-bit mono PCM covering video time [start_t, t).
+    `silent`: the video has no sound; the samples are zeros standing in for it."""
+
+    index: int
+    start_t: float
+    t: float
+    sample_rate: int
+    pcm: bytes
+    silent: bool = False
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / 2 / self.sample_rate
+
+    def samples(self):
+        """The samples as an int16 numpy array (numpy imported lazily)."""
+        import numpy as np
+
+        return np.frombuffer(self.pcm, dtype="<i2")
+
+
 @dataclass
 class Session:
     """One stream: what the Core declared, the active task and the adapter's own state."""
@@ -104,10 +128,13 @@ class Session:
 
     async def workload(self, kind: str = "model_call", **fields: Any) -> None:
         """Record what the model actually did; `frame_ids` lists every submitted image.
-        `prefix_shared_images` goes only to a Core that reads it (it refuses unknown
-        fields)."""
+        `prefix_shared_images`, `audio_seconds` and `audio_tokens` go only to a Core that
+        reads them (it refuses unknown fields)."""
         if PREFIX_SHARE_FEATURE not in self.core_features:
             fields.pop("prefix_shared_images", None)
+        if AUDIO_FEATURE not in self.core_features:
+            fields.pop("audio_seconds", None)
+            fields.pop("audio_tokens", None)
         await self.send(Workload(kind=kind, **fields).model_dump_json())
 
     def start_task(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -259,6 +286,9 @@ class Adapter:
     # Core to reconnect and resume the session (docs/protocol.md, "Reconnect and resume").
     # 0: the adapter does not resume; a reconnected session starts fresh.
     resume_grace_s: float = 30.0
+    # The adapter takes the stream's sound (`on_audio`): its hello declares it, and only
+    # then does a run that streams audio accept it. An instance may set it from its options.
+    consumes_audio: bool = False
 
     async def start(self) -> None:
         """Load what serving needs (weights, an engine). Raise to fail the adapter: the
@@ -286,6 +316,10 @@ class Adapter:
     async def on_frame(self, session: Session, frame: Frame) -> None:
         """A frame arrived. Autonomous adapters may speak here via `session.responder`."""
 
+    async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        """An audio chunk arrived (only to an adapter with `consumes_audio`), in stream
+        order with the frames: it ends at or before the next frame's time."""
+
     async def on_question(self, session: Session, question: Question, respond: Responder) -> None:
         raise NotImplementedError(f"adapter {self.name} does not answer questions")
 
@@ -312,6 +346,7 @@ class Adapter:
             "adapter": self.name,
             "adapter_version": self.version,
             "conditions": self.conditions.model_dump(),
+            "audio": self.consumes_audio,
         }
 
 

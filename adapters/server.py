@@ -35,11 +35,21 @@ from websockets.http11 import Request, Response
 from streameval.adapters.errors import AdapterSetupError
 from streameval.adapters.inbox import Inbox
 from streameval.adapters.reading import PausableReading
-from streameval.adapters.sdk import LOADING, READY, Adapter, Frame, Readiness, Responder, Session
+from streameval.adapters.sdk import (
+    LOADING,
+    READY,
+    Adapter,
+    AudioChunk,
+    Frame,
+    Readiness,
+    Responder,
+    Session,
+)
 from streameval.delivery import Arrival, Delivering
 from streameval.fast_send import send_message
 from streameval.open_files import raise_open_file_limit
 from streameval.protocol import (
+    AUDIO_FEATURE,
     FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
@@ -48,6 +58,7 @@ from streameval.protocol import (
     RESUME_FEATURE,
     WS_PATH,
     AdapterError,
+    AudioHeader,
     Hello,
     Instruction,
     ProtocolError,
@@ -58,7 +69,7 @@ from streameval.protocol import (
     SessionResumed,
     SessionStart,
     Step,
-    decode_frame,
+    decode_binary,
     parse_core_message,
 )
 
@@ -149,6 +160,7 @@ class _Connection:
         self.features = frozenset(name.strip() for name in announced.split(","))
         # Declared only to a Core that reads the field (the hello refuses unknown fields).
         self.resumable = adapter.resume_grace_s > 0 and RESUME_FEATURE in self.features
+        self.hears = adapter.consumes_audio and AUDIO_FEATURE in self.features
 
     async def send(self, text: str) -> None:
         await send_message(self.ws, text)
@@ -160,6 +172,7 @@ class _Connection:
             conditions=self.adapter.conditions,
             gpu=self.adapter.gpu_identity(),
             resume=self.resumable,
+            audio=self.hears,
         )
         await self.send(hello.model_dump_json())
         reading = PausableReading(self.ws)
@@ -204,7 +217,7 @@ class _Connection:
     async def handle(self, raw: Arrival) -> bool:
         """Dispatch one message; False once the session is over."""
         if isinstance(raw, bytes):
-            await self.on_frame(raw)
+            await self.on_binary(raw)
             return True
         if isinstance(raw, UnicodeDecodeError):
             reason = f"text message is not UTF-8: {raw.reason} at position {raw.start}"
@@ -275,9 +288,13 @@ class _Connection:
         if message.resume is not None:
             await self.send(SessionResumed(resumed=kept is not None).model_dump_json())
 
-    async def on_frame(self, raw: bytes) -> None:
+    async def on_binary(self, raw: bytes) -> None:
+        """A frame or an audio chunk: handed to its hook, then acknowledged."""
         session = self.require_session("frame")
-        header, payload = decode_frame(raw)
+        header, payload = decode_binary(raw)
+        if isinstance(header, AudioHeader):
+            await self.on_audio(session, header, payload)
+            return
         frame = Frame(
             index=header.index,
             frame_id=header.frame_id,
@@ -289,6 +306,20 @@ class _Connection:
         await self.adapter.on_frame(session, frame)
         # Formatted, not serialised: an ack per frame, and the index is a validated int.
         await self.send(f'{{"type":"frame_ack","index":{header.index}}}')
+
+    async def on_audio(self, session: Session, header: AudioHeader, payload: bytes) -> None:
+        if not self.hears:
+            raise ProtocolViolation("out_of_order", "audio chunk to an adapter that declared none")
+        chunk = AudioChunk(
+            index=header.index,
+            start_t=header.start_t,
+            t=header.t,
+            sample_rate=header.sample_rate,
+            pcm=payload,
+            silent=header.silent,
+        )
+        await self.adapter.on_audio(session, chunk)
+        await self.send(f'{{"type":"audio_ack","index":{header.index}}}')
 
 
 def not_ready_message(adapter: Adapter, readiness: Readiness) -> str:

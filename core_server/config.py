@@ -17,12 +17,14 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from streameval.core.store.locations import default_cache_dir
-from streameval.protocol import WS_PATH, AdapterConditions, RunConditions
+from streameval.protocol import WS_PATH, AdapterConditions, AudioConditions, RunConditions
 
 # One local port per connection to an endpoint's host:port: a Core cannot hold more.
 MAX_ENDPOINT_CONCURRENCY = 65_535
 
 Pacing = Literal["logical", "wall_clock"]
+Modality = Literal["video", "audio"]
+DEFAULT_AUDIO = AudioConditions()
 
 # Ranges of the delivery options (docs/security.md, "Limits"): sampling a video faster than
 # 60 fps only writes duplicate JPEGs (1e9 fps filled a disk), and a speed outside
@@ -233,6 +235,15 @@ PROTOCOL_PROFILES: dict[str, ProtocolProfile] = {
 }
 
 
+def audio_refusal(adapter: str | None) -> str:
+    """Why a run that streams sound refuses an adapter that does not take it (one line)."""
+    return (
+        f"the run streams audio (--modalities video,audio) and adapter {adapter} does not "
+        "take audio (its hello declares none); run it with --modalities video to evaluate "
+        "it without sound"
+    )
+
+
 # The commands whose --profile takes each kind of profile: the option means one kind in
 # `run` and the other in `score`, so a name of the wrong kind is an easy slip.
 PROFILE_KINDS = {"protocol": "run and capacity", "scoring": "score, compare and report"}
@@ -309,6 +320,27 @@ class RunConfig(BaseModel):
     )
     robustness: str | None = Field(default=None, description="a preset: standard")
     perturb_seed: int = Field(default=0, ge=0, description="seed of the perturbations' draws")
+    # What the Core streams: None resolves, when the run is created, to video and audio if a
+    # record of the benchmark needs its sound, else video. Video alone, the sample rate and
+    # the chunk length at their defaults are left out of a dump: configurations stored
+    # before sound existed keep their bytes and hash.
+    modalities: list[Modality] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None or value == ["video"],
+        description="None = what the benchmark needs",
+    )
+    audio_sample_rate: int = Field(
+        default=DEFAULT_AUDIO.sample_rate,
+        ge=8_000,
+        le=48_000,
+        exclude_if=lambda value: value == DEFAULT_AUDIO.sample_rate,
+    )
+    audio_chunk_s: float = Field(
+        default=DEFAULT_AUDIO.chunk_s,
+        ge=0.02,
+        le=10.0,
+        exclude_if=lambda value: value == DEFAULT_AUDIO.chunk_s,
+    )
 
     @field_validator("profile")
     @classmethod
@@ -331,6 +363,27 @@ class RunConfig(BaseModel):
 
         run_variants((), preset)
         return preset
+
+    @field_validator("modalities")
+    @classmethod
+    def _video_always(cls, modalities: list[Modality] | None) -> list[Modality] | None:
+        if modalities is None:
+            return None
+        if "video" not in modalities:
+            raise ValueError("modalities must include video (the Core streams sound with frames)")
+        return [name for name in ("video", "audio") if name in modalities]
+
+    @property
+    def streams_audio(self) -> bool:
+        return self.modalities is not None and "audio" in self.modalities
+
+    def with_modalities(self, needs_audio: bool) -> RunConfig:
+        """Unset modalities resolved: video and audio when the benchmark needs its sound."""
+        if self.modalities is not None:
+            return self
+        return self.model_copy(
+            update={"modalities": ["video", "audio"] if needs_audio else ["video"]}
+        )
 
     @model_validator(mode="after")
     def _pacing_fits_profile(self) -> RunConfig:
@@ -367,4 +420,11 @@ class RunConfig(BaseModel):
             jpeg_quality=resolved.jpeg_quality,
             qa_history_s=resolved.qa_history_s,
             proactive_lead_s=resolved.proactive_lead_s,
+            audio=self.audio_conditions(),
         )
+
+    def audio_conditions(self) -> AudioConditions | None:
+        """How sound is delivered, or None for a run that streams none."""
+        if not self.streams_audio:
+            return None
+        return AudioConditions(sample_rate=self.audio_sample_rate, chunk_s=self.audio_chunk_s)

@@ -86,9 +86,17 @@ def demo(
     store: core_cli.StoreOption = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Frame and benchmark cache.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic benchmark.")] = 0,
+    modalities: Annotated[
+        str | None,
+        typer.Option(
+            help="What the Core streams: video,audio, or video alone (the reference "
+            "adapter then guesses the sound tasks) [default: video,audio]."
+        ),
+    ] = None,
 ) -> None:
     """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
     from streameval.core.cli.progress_display import progress_display
+    from streameval.core.cli.run_options import modality_list
     from streameval.core.config import EndpointConfig, RunConfig
     from streameval.core.launch.adapter_process import AdapterProcess
     from streameval.core.store.locations import default_cache_dir, resolve_store_url
@@ -109,6 +117,7 @@ def demo(
                 benchmark_seed=seed,
                 endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
                 cache_dir=str(cache),
+                modalities=modality_list(modalities),
             )
             summary = execute(config, opened, progress=progress)
             progress.start(Phase.SCORING, None)

@@ -46,6 +46,7 @@ class EventKind(StrEnum):
     SESSION_START = "session_start"
     FRAME_SENT = "frame_sent"
     FRAME_DROPPED = "frame_dropped"
+    AUDIO_SENT = "audio_sent"
     QUESTION_SENT = "question_sent"
     INSTRUCTION_SENT = "instruction_sent"
     STEP_SENT = "step_sent"
@@ -55,6 +56,7 @@ class EventKind(StrEnum):
     # Adapter side: what arrived, timestamped on arrival.
     ADAPTER_HELLO = "adapter_hello"
     FRAME_ACK = "frame_ack"
+    AUDIO_ACK = "audio_ack"
     RESPONSE_START = "response_start"
     RESPONSE_DELTA = "response_delta"
     RESPONSE_FINAL = "response_final"
@@ -102,6 +104,9 @@ Boundary = TypeAliasType("Boundary", Literal["model+adapter", "full-system"])
 Deployment = TypeAliasType(
     "Deployment", Literal["in-process", "local-service", "remote-api", "none"]
 )
+# How a session's sound was delivered (streameval/protocol.py AudioConditions).
+AudioChannels = TypeAliasType("AudioChannels", Literal[1])
+AudioEncoding = TypeAliasType("AudioEncoding", Literal["pcm_s16le"])
 
 _CAUSE_OF_STAGE = {
     "connect": FailureCause.INFRASTRUCTURE,
@@ -149,8 +154,18 @@ class EventPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class AudioSessionConditions(EventPayload):
+    """How the session's sound was delivered (streameval/protocol.py AudioConditions)."""
+
+    sample_rate: int
+    channels: AudioChannels
+    encoding: AudioEncoding
+    chunk_s: float
+
+
 class SessionConditions(EventPayload):
-    """The conditions the Core announced (streameval/protocol.py RunConditions)."""
+    """The conditions the Core announced (streameval/protocol.py RunConditions); `audio` is
+    `null` when the session streamed no sound."""
 
     profile: str
     pacing: Pacing
@@ -160,6 +175,7 @@ class SessionConditions(EventPayload):
     jpeg_quality: int
     qa_history_s: float
     proactive_lead_s: float
+    audio: AudioSessionConditions | None
 
 
 class DeclaredConditions(EventPayload):
@@ -207,6 +223,23 @@ class FrameDroppedPayload(EventPayload):
     index: int
     frame_id: str
     t: float
+    scheduled_ns: int | None
+    lag_ns: int | None
+
+
+class AudioSentPayload(EventPayload):
+    """an audio chunk: `samples` PCM samples at `sample_rate` covering video time
+    [`start_t`, `t`); `video_t` = `t`, the time the stream had reached when it went out;
+    `silent`: the video has no sound and the chunk is zeros standing in for it;
+    `scheduled_ns` / `lag_ns` as for frames (`null` under logical pacing)"""
+
+    index: int
+    start_t: float
+    t: float
+    sample_rate: int
+    samples: int
+    bytes: int
+    silent: bool
     scheduled_ns: int | None
     lag_ns: int | None
 
@@ -268,17 +301,25 @@ class SessionResumedPayload(EventPayload):
 
 
 class AdapterHelloPayload(EventPayload):
-    """the adapter's declared conditions (also the session's `adapter` column)"""
+    """the adapter's declared conditions (also the session's `adapter` column); `audio`:
+    it declared that it consumes audio chunks"""
 
     adapter: str
     adapter_version: str
     protocol: str
     conditions: DeclaredConditions
     gpu: str | None  # the accelerator the adapter named; None when it named none
+    audio: bool
 
 
 class FrameAckPayload(EventPayload):
     """the adapter took the frame"""
+
+    index: int
+
+
+class AudioAckPayload(EventPayload):
+    """the adapter took the audio chunk"""
 
     index: int
 
@@ -328,6 +369,8 @@ class WorkloadPayload(EventPayload):
     pixels: int | None
     replayed_frames: int | None
     prefix_shared_images: int | None
+    audio_seconds: float | None
+    audio_tokens: int | None
     input_tokens: int | None
     output_tokens: int | None
     started_ns: int | None
@@ -360,6 +403,7 @@ PAYLOAD_MODELS: Mapping[EventKind, type[EventPayload]] = types.MappingProxyType(
         EventKind.SESSION_START: SessionStartPayload,
         EventKind.FRAME_SENT: FrameSentPayload,
         EventKind.FRAME_DROPPED: FrameDroppedPayload,
+        EventKind.AUDIO_SENT: AudioSentPayload,
         EventKind.QUESTION_SENT: QuestionSentPayload,
         EventKind.INSTRUCTION_SENT: InstructionSentPayload,
         EventKind.STEP_SENT: StepSentPayload,
@@ -368,6 +412,7 @@ PAYLOAD_MODELS: Mapping[EventKind, type[EventPayload]] = types.MappingProxyType(
         EventKind.SESSION_RESUMED: SessionResumedPayload,
         EventKind.ADAPTER_HELLO: AdapterHelloPayload,
         EventKind.FRAME_ACK: FrameAckPayload,
+        EventKind.AUDIO_ACK: AudioAckPayload,
         EventKind.RESPONSE_START: ResponseStartPayload,
         EventKind.RESPONSE_DELTA: ResponseDeltaPayload,
         EventKind.RESPONSE_FINAL: ResponseFinalPayload,
@@ -473,12 +518,18 @@ def read_payload(kind: str, data: Mapping[str, Any] | str | bytes) -> EventPaylo
 # what an older payload gets for it.
 _ADDED_FIELDS: dict[str, tuple[tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]], ...]] = {
     EventKind.SESSION_FAILED: ((("cause",), lambda payload: failure_cause(payload).value),),
+    EventKind.SESSION_START: ((("conditions", "audio"), lambda payload: None),),
     EventKind.ADAPTER_HELLO: (
         (("gpu",), lambda payload: None),
         (("conditions", "settings"), lambda payload: {}),
+        (("audio",), lambda payload: False),
     ),
     EventKind.FRAME_SENT: ((("source_t",), lambda payload: None),),
-    EventKind.WORKLOAD: ((("prefix_shared_images",), lambda payload: None),),
+    EventKind.WORKLOAD: (
+        (("prefix_shared_images",), lambda payload: None),
+        (("audio_seconds",), lambda payload: None),
+        (("audio_tokens",), lambda payload: None),
+    ),
 }
 
 
@@ -555,6 +606,7 @@ SECTIONS: tuple[tuple[str, tuple[EventKind, ...]], ...] = (
             EventKind.SESSION_START,
             EventKind.FRAME_SENT,
             EventKind.FRAME_DROPPED,
+            EventKind.AUDIO_SENT,
             EventKind.QUESTION_SENT,
             EventKind.INSTRUCTION_SENT,
             EventKind.STEP_SENT,
@@ -568,6 +620,7 @@ SECTIONS: tuple[tuple[str, tuple[EventKind, ...]], ...] = (
         (
             EventKind.ADAPTER_HELLO,
             EventKind.FRAME_ACK,
+            EventKind.AUDIO_ACK,
             EventKind.RESPONSE_START,
             EventKind.RESPONSE_DELTA,
             EventKind.RESPONSE_FINAL,

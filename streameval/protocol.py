@@ -53,6 +53,12 @@ FEATURES_HEADER = "Streameval-Features"
 RESUME_FEATURE = "resume"
 # The Core reads `Workload.prefix_shared_images`.
 PREFIX_SHARE_FEATURE = "prefix_share"
+# The Core reads `Hello.audio`, `audio_ack` and the workload's audio counts, and streams
+# audio chunks to an adapter whose hello declared it consumes them.
+AUDIO_FEATURE = "audio"
+# The one audio encoding: 16-bit little-endian signed PCM, mono.
+AUDIO_ENCODING = "pcm_s16le"
+AUDIO_SAMPLE_BYTES = 2
 
 
 class _Message(BaseModel):
@@ -96,10 +102,23 @@ class AdapterConditions(BaseModel):
     settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-class RunConditions(BaseModel):
-    """Conditions the Core declares for a session: how the timeline is delivered."""
+class AudioConditions(BaseModel):
+    """How a session's sound is delivered: PCM chunks of `chunk_s` seconds of video time,
+    chunk k covering [k * chunk_s, (k + 1) * chunk_s)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample_rate: int = Field(16_000, ge=8_000, le=48_000)
+    channels: Literal[1] = 1
+    encoding: Literal["pcm_s16le"] = AUDIO_ENCODING
+    chunk_s: float = Field(0.5, ge=0.02, le=10.0)
+
+
+class RunConditions(_Extended):
+    """Conditions the Core declares for a session: how the timeline is delivered. `audio`
+    is set only when the session streams sound, to an adapter whose hello declared it."""
+
+    _added_fields = ("audio",)
 
     profile: str
     pacing: Literal["logical", "wall_clock"]
@@ -109,6 +128,7 @@ class RunConditions(BaseModel):
     jpeg_quality: int
     qa_history_s: float
     proactive_lead_s: float
+    audio: AudioConditions | None = None
 
 
 # ----------------------------------------------------------------------------- Core -> adapter
@@ -185,6 +205,22 @@ class FrameHeader(_Message):
     nbytes: int
 
 
+class AudioHeader(_Message):
+    """One audio chunk (binary, framed like a frame): `samples` PCM samples covering video
+    time [start_t, t). Sent once the stream's video time has reached `t`, never before.
+    `silent`: the video has no sound, the samples are zeros standing in for it."""
+
+    type: Literal["audio"] = "audio"
+    index: int
+    start_t: float
+    t: float
+    sample_rate: int
+    samples: int
+    encoding: Literal["pcm_s16le"] = AUDIO_ENCODING
+    silent: bool = False
+    nbytes: int
+
+
 CoreMessage = Annotated[
     SessionStart | Question | Instruction | Step | SessionEnd | ProtocolError,
     Field(discriminator="type"),
@@ -205,8 +241,11 @@ class Hello(_Extended):
     # The adapter keeps a session's state for a while after its connection is lost, for a
     # resuming session_start. Sent only to a Core that announced the feature (FEATURES_HEADER).
     resume: bool = False
+    # The adapter consumes audio chunks. Sent only to a Core that announced AUDIO_FEATURE;
+    # a run that streams sound refuses an adapter that does not declare it.
+    audio: bool = False
 
-    _added_fields = ("resume",)
+    _added_fields = ("resume", "audio")
 
 
 class SessionResumed(_Message):
@@ -219,6 +258,13 @@ class SessionResumed(_Message):
 
 class FrameAck(_Message):
     type: Literal["frame_ack"] = "frame_ack"
+    index: int
+
+
+class AudioAck(_Message):
+    """The audio chunk was taken in (under logical pacing the Core waits for it)."""
+
+    type: Literal["audio_ack"] = "audio_ack"
     index: int
 
 
@@ -260,9 +306,11 @@ class Workload(_Extended):
     prompt the session's previous call had at the head of its own, with the same text before
     each: the images a prefix cache could reuse (0 for a session's first call). Sent only
     to a Core that announced PREFIX_SHARE_FEATURE (the SDK's `Session.workload` sees to it).
+    `audio_seconds` / `audio_tokens`: the seconds of sound and the audio tokens the call
+    took in; sent only to a Core that announced AUDIO_FEATURE.
     """
 
-    _added_fields = ("prefix_shared_images",)
+    _added_fields = ("prefix_shared_images", "audio_seconds", "audio_tokens")
     type: Literal["workload"] = "workload"
     kind: Literal["model_call", "state_commit", "drop", "replay", "evict"]
     frame_ids: list[str] = Field(default_factory=list)
@@ -270,6 +318,8 @@ class Workload(_Extended):
     pixels: int | None = None
     replayed_frames: int | None = None
     prefix_shared_images: int | None = None
+    audio_seconds: float | None = Field(default=None, allow_inf_nan=False)
+    audio_tokens: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     started_ns: int | None = None
@@ -292,6 +342,7 @@ class SessionClosed(_Message):
 AdapterMessage = Annotated[
     Hello
     | FrameAck
+    | AudioAck
     | ResponseStart
     | ResponseDelta
     | ResponseFinal
@@ -314,6 +365,8 @@ _COUNT_LIMITS = {
     "images": MAX_COUNT,
     "replayed_frames": MAX_COUNT,
     "prefix_shared_images": MAX_COUNT,
+    "audio_tokens": MAX_COUNT,
+    "audio_seconds": MAX_COUNT,
     "pixels": MAX_PIXELS,
     "started_ns": MAX_NS,
     "ended_ns": MAX_NS,
@@ -382,23 +435,35 @@ def parse_core_message(raw: str | bytes):
 _HEADER_LEN = struct.Struct(">I")
 
 
-def encode_frame(header: FrameHeader, payload: bytes) -> bytes:
+def encode_frame(header: FrameHeader | AudioHeader, payload: bytes) -> bytes:
+    """A binary message: a frame's or an audio chunk's header, then its payload."""
     head = header.model_dump_json().encode()
     return _HEADER_LEN.pack(len(head)) + head + payload
 
 
-def decode_frame(message: bytes) -> tuple[FrameHeader, bytes]:
+_BINARY_HEADER = TypeAdapter(Annotated[FrameHeader | AudioHeader, Field(discriminator="type")])
+
+
+def decode_binary(message: bytes) -> tuple[FrameHeader | AudioHeader, bytes]:
+    """A binary message's header (a frame's or an audio chunk's) and its payload."""
     if len(message) < _HEADER_LEN.size:
-        raise ProtocolViolation("malformed", "binary frame shorter than its header length")
+        raise ProtocolViolation("malformed", "binary message shorter than its header length")
     (size,) = _HEADER_LEN.unpack_from(message)
     end = _HEADER_LEN.size + size
     try:
-        header = FrameHeader.model_validate_json(message[_HEADER_LEN.size : end])
+        header = _BINARY_HEADER.validate_json(message[_HEADER_LEN.size : end])
     except ValidationError as exc:
-        raise ProtocolViolation("malformed", f"frame header: {exc}") from None
+        raise ProtocolViolation("malformed", f"binary header: {exc}") from None
     payload = message[end:]
     if len(payload) != header.nbytes:
-        raise ProtocolViolation("malformed", "frame payload size differs from its header")
+        raise ProtocolViolation("malformed", f"{header.type} payload size differs from its header")
+    return header, payload
+
+
+def decode_frame(message: bytes) -> tuple[FrameHeader, bytes]:
+    header, payload = decode_binary(message)
+    if not isinstance(header, FrameHeader):
+        raise ProtocolViolation("malformed", "expected a frame, got an audio chunk")
     return header, payload
 
 

@@ -89,6 +89,7 @@ def test_the_hello_is_recorded_with_the_declared_conditions():
             "protocol": PROTOCOL_VERSION,
             "conditions": CONDITIONS.model_dump(),
             "gpu": None,
+            "audio": False,
         },
     )
     assert record.payload == hello_payload(HELLO)
@@ -330,6 +331,8 @@ def test_workload_is_recorded_with_its_own_kind_field():
         "pixels": None,
         "replayed_frames": None,
         "prefix_shared_images": None,
+        "audio_seconds": None,
+        "audio_tokens": None,
         "input_tokens": 9,
         "output_tokens": None,
         "started_ns": None,

@@ -96,9 +96,10 @@ class QARecord(BaseModel):
     evidence_anchor_s: float
     evidence_spans: tuple[EvidenceSpan, ...] = ()
     metadata: dict = Field(default_factory=dict)
-    # The task cannot be answered without the video's sound. Left out of a dump when false,
-    # as `stream_end_s` below, so a video-only record dumps as before the field existed.
-    needs_audio: bool = Field(default=False, exclude_if=lambda needed: not needed)
+    # A task that cannot be answered without the video's sound: a run of a benchmark with
+    # such records streams audio by default. Left out of a dump when unset (as
+    # `stream_end_s`), so earlier records dump, compare and export as before.
+    needs_audio: bool = Field(default=False, exclude_if=lambda value: not value)
 
     @property
     def timeline_end_s(self) -> float:
@@ -119,14 +120,12 @@ class ProactiveRecord(BaseModel):
     triggers: tuple[Trigger, ...]
     probes: tuple[Probe, ...] = ()
     metadata: dict = Field(default_factory=dict)
-    # The task cannot be answered without the video's sound. Left out of a dump when false,
-    # as `stream_end_s` below, so a video-only record dumps as before the field existed.
-    needs_audio: bool = Field(default=False, exclude_if=lambda needed: not needed)
     # A negative stream (core_server/run/negative_streams.py): no triggers, frames up to here.
     # Left out of a dump when unset: a benchmark record dumps as before the field existed,
     # so runs stored earlier compare equal on resume (run_inputs.records_diff) and exports
     # keep their bytes.
     stream_end_s: float | None = Field(default=None, exclude_if=lambda value: value is None)
+    needs_audio: bool = Field(default=False, exclude_if=lambda value: not value)
 
     def last_window_end_s(self, tolerance_s: float) -> float:
         """End of the last target window (of a negative stream, its end): the Core streams

@@ -31,6 +31,12 @@ from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QAReco
 
 SOURCE = "streamingbench"
 PARTS = ("real", "omni", "sqa", "proactive")
+# The omni file's Omni-Source Understanding tasks (StreamingBench paper, section 3.1): they
+# ask about what is heard, so their records need the video's sound. The file's contextual
+# tasks (Anomaly and Misleading Context Understanding) are about what is seen.
+OMNI_SOURCE_TASKS = frozenset(
+    {"Emotion Recognition", "Scene Understanding", "Source Discrimination", "Multimodal Alignment"}
+)
 # StreamingBench's loader reads any colon-separated time as base-60 digits from the right.
 _TIME = re.compile(r"^\d+(?::\d+)*:\d+(?:\.\d+)?$")
 _CLOCK = re.compile(r"^\d+:[0-5]\d:[0-5]\d(?:\.\d+)?$")  # the usual H:MM:SS form
@@ -147,6 +153,7 @@ def _record(part: str, position: tuple[int, ...], entry: dict, question: Any) ->
         question_time_s=asked_at,
         evidence_anchor_s=asked_at,
         metadata=metadata,
+        needs_audio=part == "omni" and common["task_type"] in OMNI_SOURCE_TASKS,
     )
 
 

@@ -44,6 +44,13 @@ PacingOption = Annotated[str, typer.Option(help="logical or wall_clock.")]
 SpeedOption = Annotated[float, typer.Option(help="Wall-clock speed factor.")]
 FpsOption = Annotated[float | None, typer.Option(help="Sampling rate (profile's by default).")]
 MaxWidthOption = Annotated[int, typer.Option(help="Frame width cap.")]
+ModalitiesOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What the Core streams: video, or video,audio (the sound as PCM chunks) "
+        "[default: video,audio when a task of the benchmark needs its sound, else video]."
+    ),
+]
 QaHistoryOption = Annotated[
     float | None, typer.Option("--qa-history", help="Seconds before the anchor; 0 = all.")
 ]
@@ -144,12 +151,25 @@ CONFIG_FLAGS = {
     "speed": "--speed",
     "fps": "--fps",
     "max_width": "--max-width",
+    "modalities": "--modalities",
     "limit": "--limit",
     "qa_history_s": "--qa-history",
     "response_timeout_s": "--response-timeout",
     "adapter_ready_timeout_s": "--adapter-ready-timeout",
     "perturb_seed": "--perturb-seed",
 }
+
+
+def modality_list(value: str | None) -> list[str] | None:
+    """`--modalities video,audio` as the configuration's list (None: not given); a name
+    other than video and audio, or a list without video, fails in one line."""
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("video", "audio")]
+    if unknown or "video" not in names:
+        raise fail(f"--modalities takes video or video,audio, not {value!r}")
+    return names
 
 
 def option_error(exc: ValueError) -> str:
@@ -189,6 +209,7 @@ class RunOptions(AdapterChoice):
     perturb_seed: int
     as_json: bool
     start_rate: float | None = None
+    modalities: str | None = None
 
     def check(self, ctx: typer.Context) -> None:
         """Fail with one line on options that do not go together, before any store opens."""
@@ -212,6 +233,8 @@ class RunOptions(AdapterChoice):
             raise fail(f"{flag} only applies to a resumed run: add --resume RUN_ID")
         if self.detach and self.resume:
             raise fail("--detach creates a new run: workers continue a stored one by itself")
+        if self.resume and self.modalities is not None:
+            raise fail("--modalities applies to a new run: a resumed run keeps its own")
         if self.resume and (self.perturb or self.robustness):
             raise fail("--perturb/--robustness apply to a new run: a resumed run keeps its own")
         if not self.resume:
@@ -285,6 +308,7 @@ class RunOptions(AdapterChoice):
             perturbations=self.perturb or [],
             robustness=self.robustness,
             perturb_seed=self.perturb_seed,
+            modalities=modality_list(self.modalities),
             **({"cache_dir": str(self.cache_dir)} if self.cache_dir else {}),
             **(
                 {"adapter_ready_timeout_s": self.adapter_ready_timeout}

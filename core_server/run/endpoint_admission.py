@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import httpx
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
-from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig, audio_refusal
 from streameval.core.run.adapter_identity import (
     adapter_identity,
     identity_differences,
@@ -68,6 +68,8 @@ async def check_endpoint(
         problem = "has no conditions" if isinstance(exc, KeyError) else "has invalid conditions"
         raise EndpointUnusable(f"adapter endpoint {endpoint.url}: its /info {problem}") from None
     conflict = PROTOCOL_PROFILES[config.profile].conflicts(conditions, has_proactive)
+    if conflict is None and config.streams_audio and info.get("audio") is not True:
+        conflict = audio_refusal(info.get("adapter"))
     if conflict:
         raise RunError(f"adapter {info.get('adapter')} at {endpoint.url}: {conflict}")
     return info

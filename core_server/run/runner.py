@@ -27,6 +27,7 @@ from pathlib import Path
 
 from streameval.core.benchmark.records import Benchmark
 from streameval.core.config import PROTOCOL_PROFILES, EndpointConfig, RunConfig
+from streameval.core.frames.audio_track import AudioTrack, audio_track
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FramesError
 from streameval.core.frames.types import ImageRules
@@ -121,6 +122,7 @@ class RunExecutor:
         """Check the benchmark and the endpoints, then store the run and its sessions, all
         in one transaction: a run that exists has every one of its sessions."""
         records, stored_form = self.records.for_new_run()  # executing it next needs no reload
+        self._resolve_modalities(records)
         infos = await self.admission.check_endpoints(records, self.notice)
         benchmark = self.records.loaded()
         names = (record.video_path for record in records)
@@ -132,6 +134,13 @@ class RunExecutor:
         return store_new_run(
             self.store, self.config, benchmark, stored_form, infos, videos, expected
         )
+
+    def _resolve_modalities(self, records: list[Record]) -> None:
+        """Settle what the new run streams before it is checked and stored: sound too when
+        a record needs it, unless the modalities were given."""
+        needs_audio = any(record.needs_audio for record in records)
+        self.config = self.config.with_modalities(needs_audio)
+        self.records.config = self.admission.config = self.config
 
     async def execute(
         self, run_id: str, *, retry_failed: bool = False, allow_adapter_change: bool = False
@@ -287,6 +296,13 @@ class RunExecutor:
     async def _this_runner(self, _run_id: str) -> RunExecutor:
         return self
 
+    async def _audio(self, video: Path, expect: str | None) -> AudioTrack:
+        """The video's sound at the run's sample rate, from the cache beside its frames."""
+        digest = expect or await asyncio.to_thread(self.cache.digest, video)
+        return await asyncio.to_thread(
+            audio_track, self.cache.root, video, digest, self.config.audio_sample_rate
+        )
+
     def _bound(self, run_id: str) -> VideoBinding:
         """The digests the run's videos are bound to (video_binding.py)."""
         if run_id not in self._videos:
@@ -315,6 +331,7 @@ class RunExecutor:
                     frames_ready()
             perturbed = self.records.perturbed.get(record.record_id)
             timeline = session_timeline(record, frames, self.config, self.profile, perturbed)
+            audio = await self._audio(video, expect) if self.config.streams_audio else None
         except FramesError as exc:  # VideoDecodeError, VideoChangedError, FrameCacheError, ...
             stage = FailureStage.FRAMES.value
             cause = exc.cause  # input for the video/timeline, infrastructure for the cache
@@ -324,7 +341,7 @@ class RunExecutor:
             now = time.monotonic_ns()
             writer.put(Event(run_id, session_id, 0, EventKind.SESSION_FAILED, now, None, failed))
         else:
-            plan = SessionPlan(run_id, session_id, record, timeline, frames)
+            plan = SessionPlan(run_id, session_id, record, timeline, frames, audio)
             info = self.admission.infos.get(endpoint.url)
             driver = SessionDriver(
                 plan,

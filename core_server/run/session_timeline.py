@@ -16,6 +16,7 @@ from streameval.core.streams.timeline import (
     probe_timeline,
     qa_span_s,
     qa_timeline,
+    with_audio,
 )
 
 
@@ -28,9 +29,12 @@ def session_timeline(
 ) -> Timeline:
     """`perturbed`: the variant when the record is a perturbation copy, else None."""
     timeline = _clean_timeline(record, frames, config, profile)
-    if perturbed is None:
-        return timeline
-    return perturb(timeline, perturbed.variant, config.perturb_seed, perturbed.base_record_id)
+    if perturbed is not None:
+        timeline = perturb(
+            timeline, perturbed.variant, config.perturb_seed, perturbed.base_record_id
+        )
+    # Sound follows the items as they are sent: a perturbed frame's chunks go with it.
+    return with_audio(timeline, config.audio_chunk_s) if config.streams_audio else timeline
 
 
 def _clean_timeline(

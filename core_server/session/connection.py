@@ -22,6 +22,7 @@ from streameval.delivery import Delivering, ignore
 from streameval.events import FailureCause
 from streameval.fast_send import send_message, writable, write
 from streameval.protocol import (
+    AUDIO_FEATURE,
     FEATURES_HEADER,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TIMEOUT_S,
@@ -30,6 +31,9 @@ from streameval.protocol import (
     RESUME_FEATURE,
     WS_PATH,
 )
+
+# The optional features this Core reads, as its upgrade request announces them.
+CORE_FEATURES = f"{RESUME_FEATURE},{PREFIX_SHARE_FEATURE},{AUDIO_FEATURE}"
 
 
 class AdapterConnection(Delivering, ClientConnection):
@@ -113,7 +117,7 @@ async def _connect(endpoint_url: str, timeout_s: float) -> AdapterConnection:
             ping_timeout=HEARTBEAT_TIMEOUT_S,
             close_timeout=2,
             # The optional features this Core reads (the adapter may then declare them).
-            additional_headers={FEATURES_HEADER: f"{RESUME_FEATURE},{PREFIX_SHARE_FEATURE}"},
+            additional_headers={FEATURES_HEADER: CORE_FEATURES},
         )
     except InvalidStatus:
         raise

@@ -25,7 +25,7 @@ from typing import Any, Literal, NoReturn
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
 from streameval.core.benchmark.records import ProactiveRecord
-from streameval.core.config import ProtocolProfile
+from streameval.core.config import ProtocolProfile, audio_refusal
 from streameval.core.frames.types import FrameRef
 from streameval.core.session.connection import (
     AdapterConnection,
@@ -164,6 +164,7 @@ class SessionDriver:
                 self.waits,
                 self.clock,
                 reconnect=self._reconnect,
+                audio=self.conditions.audio,
             )
             pacing = pacing_for(
                 self.conditions.pacing,
@@ -189,6 +190,8 @@ class SessionDriver:
         hello = await self._greeting(receiver)
         proactive = isinstance(self.plan.record, ProactiveRecord)
         conflict = self.profile.conflicts(hello.conditions, proactive)
+        if conflict is None and self.conditions.audio is not None and not hello.audio:
+            conflict = audio_refusal(hello.adapter)
         if conflict:
             reason = f"declared conditions: {conflict}"
             raise SessionFailure(FailureStage.HANDSHAKE, reason, FailureCause.ADAPTER)
@@ -199,7 +202,8 @@ class SessionDriver:
             time.monotonic_ns(),
             None,
             endpoint=self.endpoint_url,
-            conditions=self.conditions.model_dump(),
+            # Every field, `audio` too while unset (the wire leaves it out then).
+            conditions={"audio": None, **self.conditions.model_dump()},
             record_ids=start.record_ids,
         )
         return hello

@@ -54,6 +54,10 @@ class Stream(Protocol):
 
     def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None: ...
 
+    async def send_audio(
+        self, item: TimelineItem, *, scheduled_ns: int | None, lag_ns: int | None
+    ) -> None: ...
+
     async def send_step(self, item: TimelineItem) -> None: ...
 
     async def send_task(self, item: TimelineItem) -> None: ...
@@ -99,6 +103,10 @@ class LogicalPacing:
             waiter = stream.expect(Awaited.DECISION)
             await stream.send_task(item)
             await stream.wait(waiter, "answer")
+        elif item.kind == "audio":
+            waiter = stream.expect(Awaited.AUDIO_ACK, item.chunk)
+            await stream.send_audio(item, scheduled_ns=None, lag_ns=None)
+            await stream.wait(waiter, f"audio_ack of chunk {item.chunk}")
         elif item.kind == "cut":
             await stream.cut(item)
         else:
@@ -146,6 +154,9 @@ class WallClockPacing:
                     stream.drop_frame(item, scheduled_ns=scheduled, lag_ns=lag)
                     continue
                 await stream.send_frame(item, scheduled_ns=scheduled, lag_ns=lag)
+            elif item.kind == "audio":
+                # Sound is never dropped: a late chunk goes out late, its lag recorded.
+                await stream.send_audio(item, scheduled_ns=scheduled, lag_ns=lag)
             elif item.kind == "step":
                 # Autonomous adapters speak on their own under wall clock; only polled ones
                 # are asked to decide.

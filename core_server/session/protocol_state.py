@@ -21,6 +21,7 @@ from streameval.protocol import (
     PROTOCOL_VERSION,
     AdapterError,
     AdapterMessage,
+    AudioAck,
     FrameAck,
     Hello,
     ProtocolError,
@@ -53,6 +54,7 @@ class Awaited(StrEnum):
     """What the Core's send side can wait for."""
 
     ACK = "ack"  # a frame's frame_ack (keyed by frame index)
+    AUDIO_ACK = "audio_ack"  # an audio chunk's audio_ack (keyed by chunk index)
     DECISION = "decision"  # a response_final, or a silent (keyed by step)
     CLOSED = "closed"  # session_closed, or the socket closing after session_end
     RESUMED = "resumed"  # session_resumed, the answer to a resuming session_start
@@ -103,6 +105,7 @@ def hello_payload(hello: Hello) -> dict[str, Any]:
         "protocol": hello.protocol,
         "conditions": hello.conditions.model_dump(),
         "gpu": hello.gpu,
+        "audio": hello.audio,
     }
 
 
@@ -132,6 +135,7 @@ class ProtocolState:
         self.resume_asked = False  # a resuming session_start went out, unanswered
         self.resumed: bool | None = None  # the adapter's answer to it
         self.sent_frames: set[int] = set()
+        self.sent_audio: set[int] = set()
         self.known_tasks: set[str] = set()  # task ids the adapter may answer
         self.open_response: str | None = None
         self.next_delta_seq = 0
@@ -144,6 +148,9 @@ class ProtocolState:
 
     def frame_sent(self, index: int) -> None:
         self.sent_frames.add(index)
+
+    def audio_sent(self, index: int) -> None:
+        self.sent_audio.add(index)
 
     def task_sent(self, task_id: str) -> None:
         """A question or an instruction went out: the adapter may answer it."""
@@ -226,6 +233,11 @@ class ProtocolState:
         match message:
             case Hello():
                 return self._hello(message, arrival)
+            case AudioAck():
+                if message.index not in self.sent_audio:
+                    raise _out_of_order(f"audio_ack for unsent chunk {message.index}")
+                ack = record(EventKind.AUDIO_ACK, index=message.index)
+                return Reaction(ack, Resolution(Awaited.AUDIO_ACK, message.index))
             case ResponseStart():
                 return Reaction(self._start(message, arrival))
             case ResponseDelta():

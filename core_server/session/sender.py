@@ -25,7 +25,15 @@ from streameval.core.session.waiting import Waits, ack_wait
 from streameval.core.streams.plan import SessionPlan
 from streameval.core.streams.timeline import TimelineItem
 from streameval.events import EventKind, FailureCause, probe_task_id
-from streameval.protocol import MAX_MESSAGE_BYTES, Instruction, Question, Step
+from streameval.protocol import (
+    MAX_MESSAGE_BYTES,
+    AudioConditions,
+    AudioHeader,
+    Instruction,
+    Question,
+    Step,
+    encode_frame,
+)
 
 
 class Socket(Protocol):
@@ -56,8 +64,10 @@ class SessionStream:
         clock: VideoClock,
         messages: FrameMessages = SHARED,
         reconnect: Reconnect | None = None,
+        audio: AudioConditions | None = None,
     ) -> None:
         self.ws = ws
+        self.audio = audio  # how the session's sound goes out, when it streams any
         self.reconnect = reconnect
         self.last_frame: FrameRef | None = None
         self.messages = messages
@@ -181,6 +191,39 @@ class SessionStream:
             frames.discard()  # rebuilt for the next session, not failed again
             self.messages.forget(frames.directory)
             raise SessionFailure(FailureStage.FRAMES, str(exc), exc.cause) from None
+
+    async def send_audio(
+        self, item: TimelineItem, *, scheduled_ns: int | None, lag_ns: int | None
+    ) -> None:
+        """An audio chunk, cut from the video's cached sound; the same bytes under both
+        pacings, since they depend on the chunk's index alone."""
+        assert item.chunk is not None and self.audio is not None and self.plan.audio is not None
+        pcm, silent = self.plan.audio.chunk(item.chunk, self.audio.chunk_s)
+        header = AudioHeader(
+            index=item.chunk,
+            start_t=item.chunk * self.audio.chunk_s,
+            t=item.t,
+            sample_rate=self.audio.sample_rate,
+            samples=len(pcm) // 2,
+            silent=silent,
+            nbytes=len(pcm),
+        )
+        self.protocol.audio_sent(item.chunk)
+        await self.ws.send_frame(encode_frame(header, pcm))
+        self.recorder.record(
+            EventKind.AUDIO_SENT,
+            time.monotonic_ns(),
+            item.t,
+            index=header.index,
+            start_t=header.start_t,
+            t=header.t,
+            sample_rate=header.sample_rate,
+            samples=header.samples,
+            bytes=header.nbytes,
+            silent=silent,
+            scheduled_ns=scheduled_ns,
+            lag_ns=lag_ns,
+        )
 
     def drop_frame(self, item: TimelineItem, *, scheduled_ns: int, lag_ns: int) -> None:
         assert item.frame is not None

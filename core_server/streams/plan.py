@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
+from streameval.core.frames.audio_track import AudioTrack
 from streameval.core.frames.types import VideoFrames
 from streameval.core.streams.timeline import Timeline
 
@@ -16,3 +17,4 @@ class SessionPlan:
     record: QARecord | ProactiveRecord
     timeline: Timeline
     frames: VideoFrames
+    audio: AudioTrack | None = None  # the video's sound, when the run streams it

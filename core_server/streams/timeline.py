@@ -7,21 +7,23 @@ or before that frame's, so nothing from the future can reach an adapter.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.frames.errors import FramesError
-from streameval.core.frames.types import FrameRef, VideoFrames
+from streameval.core.frames.types import TIME_EPSILON_S, FrameRef, VideoFrames
 
-ItemKind = Literal["frame", "question", "instruction", "step", "cut"]
+ItemKind = Literal["frame", "audio", "question", "instruction", "step", "cut"]
 
 
 @dataclass(frozen=True, slots=True)
 class TimelineItem:
     """One thing the Core sends. A frame's `t` is the time stamp it is delivered with (its
     header's `t`), which a perturbation (core_server/streams/perturb.py) may move off its sample's
-    own time `frame.t`; a "cut" closes the connection there and resumes the session."""
+    own time `frame.t`; a "cut" closes the connection there and resumes the session. An
+    "audio" item is the sound chunk `chunk`, whose `t` is its end."""
 
     kind: ItemKind
     t: float
@@ -32,6 +34,7 @@ class TimelineItem:
     # held frames, at the last one's time; a duplicate's first copy, at its own): the video
     # time at which wall-clock pacing sends it, and it is never dropped for the next.
     send_t: float | None = None
+    chunk: int | None = None  # an audio item's chunk index
 
     @property
     def send_at(self) -> float:
@@ -168,3 +171,22 @@ def proactive_timeline(
             items.append(TimelineItem("step", ref.t, step=step))
             step += 1
     return Timeline(record.record_id, "proactive", tuple(items))
+
+
+def with_audio(timeline: Timeline, chunk_s: float) -> Timeline:
+    """The timeline with its sound: chunk k covers [k * chunk_s, (k + 1) * chunk_s) and goes
+    out just before the first item sent at or after its end, so no chunk leaves before its
+    time and every sound up to a frame, question or step precedes it. The chunks start with
+    the one holding the first item's time and end with the last one complete by the last
+    item's time."""
+    items = timeline.items
+    if not items:
+        return timeline
+    chunk = math.floor(items[0].send_at / chunk_s + TIME_EPSILON_S)
+    played: list[TimelineItem] = []
+    for item in items:
+        while (chunk + 1) * chunk_s <= item.send_at + TIME_EPSILON_S:
+            played.append(TimelineItem("audio", (chunk + 1) * chunk_s, chunk=chunk))
+            chunk += 1
+        played.append(item)
+    return Timeline(timeline.record_id, timeline.task, tuple(played))
