@@ -256,7 +256,17 @@ class _Records:
     def _meta(self, scene: Scene) -> dict:
         video = {"duration_s": _sec(scene.frames), "fps": FPS, "width": WIDTH, "height": HEIGHT}
         if scene.sound is not None:
-            video["audio"] = {"sample_rate": SAMPLE_RATE, "channels": 1, "codec": "pcm_s16le"}
+            # The soundtrack's ground truth: every tone, for checks and timelines.
+            tones = [
+                {
+                    "onset_s": _sec(tone.onset),
+                    "end_s": _sec(tone.onset + tone.frames),
+                    "hz": tone.hz,
+                }
+                for tone in scene.sound.tones
+            ]
+            audio = {"sample_rate": SAMPLE_RATE, "channels": 1, "codec": "pcm_s16le"}
+            video["audio"] = {**audio, "tones": tones}
         return {"seed": self.seed, "generator_version": GENERATOR_VERSION, "video": video}
 
     def _next_id(self, task: str) -> str:
