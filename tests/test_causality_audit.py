@@ -211,7 +211,11 @@ def test_a_nondeterministic_adapter_is_inconclusive_not_failed(tmp_path: Path) -
     assert body["counts"]["nondeterministic"] > body["rule"]["nondeterminism_limit"] == 9
     assert body["counts"]["marker"] == 0
     first = body["evidence"][0]
-    assert first["kind"] == "nondeterministic" and set(first["outputs"]) == {"A1", "A2", "A3"}
+    # The three copies of one group (A, unless its random outputs happened to agree there).
+    copies = set(first["outputs"])
+    groups = {label.rstrip("0123456789") for label in copies}
+    assert first["kind"] == "nondeterministic" and len(groups) == 1
+    assert copies == {f"{group}{n}" for group in groups for n in (1, 2, 3)}
     assert len(set(first["outputs"].values())) > 1
 
 
