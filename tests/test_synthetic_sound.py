@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -16,12 +17,15 @@ from streameval.adapters.reference_audio import find_tones
 from streameval.core.benchmark.records import Benchmark, ProactiveRecord, QARecord
 from streameval.core.benchmark.synthetic import (
     AUDIO_VISUAL,
+    BEEP_FRAMES,
     FPS,
+    PITCH_FRAMES,
     UNABLE,
     load_or_generate,
     write_video,
 )
 from streameval.core.benchmark.synthetic_sound import (
+    BEEP_HZ,
     PITCHES_HZ,
     SAMPLE_RATE,
     Soundtrack,
@@ -32,6 +36,8 @@ from streameval.core.frames.audio_track import decode_audio
 from streameval.core.launch.adapter_process import AdapterProcess
 from tests.test_cli import streameval
 
+GUIDE = (Path(__file__).resolve().parent.parent / "docs" / "adapter-guide.md").read_text()
+SECTION = GUIDE.split("## What synthetic-av adds: sound")[1].split("\n## ")[0]
 SOUND_VIDEOS = ("videos/v7_beeps.mp4", "videos/v8_pitches.mp4", "videos/v9_beep_digits.mp4")
 SOUND_TASKS = ("beep_count", "pitch_order", "beep_digit", "beep_onset")
 ONSET_TOLERANCE_S = 0.002
@@ -115,6 +121,24 @@ def test_the_beep_onset_task_has_a_window_at_every_beep(audio_visual):
     points = [t.point_s for t in task.triggers]
     assert task.instruction_time_s + 3.0 <= points[0]
     assert min(b - a for a, b in zip(points, points[1:], strict=False)) >= 5.0  # windows apart
+
+
+def test_the_guides_sound_section_is_what_the_generator_writes(audio_visual):
+    _, benchmark = audio_visual
+    sound = [r for r in benchmark.records if r.needs_audio]
+    rows = re.findall(r"^\| `(\w+)` \| (\d+) \| (.*?) \|", SECTION, re.M)
+    assert {task: int(count) for task, count, _ in rows} == dict(
+        Counter(r.task_type for r in sound)
+    )
+    texts = {task: text for task, _, text in rows}
+    for record in sound:
+        text = record.question if isinstance(record, QARecord) else record.instruction
+        assert text == texts[record.task_type]
+    prose = " ".join(SECTION.split())
+    windows = sum(len(r.triggers) for r in sound if isinstance(r, ProactiveRecord))
+    assert f"(with seed 0, {windows} windows)" in prose
+    assert "**beeps**: 1000 Hz, 0.3 s; **pitch tones**: 400, 800, 1600 or 3200 Hz, 0.4 s" in prose
+    assert (BEEP_HZ, BEEP_FRAMES, PITCHES_HZ, PITCH_FRAMES) == (1000, 3, (400, 800, 1600, 3200), 4)
 
 
 # ----------------------------------------------------------------------------- sound
