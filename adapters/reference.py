@@ -3,8 +3,8 @@ of `synthetic-av` from the audio chunks it is streamed, with no model weights.
 
 It never sees ground truth; it keeps a small per-session summary of what it has seen
 (`ReferencePolicy`) and stays silent until the evidence is on screen. It shows what a
-well-behaved adapter looks like on the wire: workload records for every frame it analyses,
-an explicit decision at every step.
+well-behaved adapter looks like on the wire: workload records for every frame it analyses
+and every audio chunk it hears, an explicit decision at every step.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import Field
 from streameval.adapters.config import AdapterConfig
 from streameval.adapters.reference_policy import WORK_WIDTH, ReferencePolicy
 from streameval.adapters.sdk import Adapter, AudioChunk, Frame, Responder, Session
+from streameval.adapters.settings import RECORDED_IF_CHANGED
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 
@@ -35,6 +36,8 @@ class ReferenceConfig(AdapterConfig):
         True,
         description="hear the sound (declared in the hello); off, the adapter is video-only "
         "and guesses the first option of a question about sound",
+        # Hearing changes nothing on a run without sound, the reference's runs before it.
+        json_schema_extra=RECORDED_IF_CHANGED,
     )
 
 
@@ -78,7 +81,16 @@ class ReferenceAdapter(Adapter):
         )
 
     async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        started = time.monotonic_ns()
         session.state["policy"].hear(chunk.start_t, chunk.sample_rate, chunk.samples())
+        # Each chunk is taken in once: one model call, no image, its seconds of sound.
+        await session.workload(
+            kind="model_call",
+            images=0,
+            audio_seconds=chunk.duration_s,
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         await respond.say(session.state["policy"].answer(question.text, question.options), 1)

@@ -34,7 +34,10 @@ from streameval.core.benchmark.synthetic_sound import (
 )
 from streameval.core.frames.audio_track import decode_audio
 from streameval.core.launch.adapter_process import AdapterProcess
+from streameval.core.store.store import Store
+from streameval.events import EventKind
 from tests.test_cli import streameval
+from tests.test_core_run import events_by_session
 
 GUIDE = (Path(__file__).resolve().parent.parent / "docs" / "adapter-guide.md").read_text()
 SECTION = GUIDE.split("## What synthetic-av adds: sound")[1].split("\n## ")[0]
@@ -207,5 +210,12 @@ def test_the_reference_adapter_hears_every_answer_and_guesses_without_sound(tmp_
             assert (runs[modalities]["finished"], runs[modalities]["failed"]) == (9, 0)
     # Hearing: every sound question right, a "beep" in every beep's window and nowhere else.
     assert _scores(runs["video,audio"], store) == ((1.0, 8), (1.0, 0.0, 6), 0.0)
+    with Store(store, read_only=True) as opened:
+        sessions = events_by_session(opened, runs["video,audio"]["run_id"]).values()
+    for events in sessions:
+        chunks = [e.payload for e in events if e.kind == EventKind.AUDIO_SENT]
+        heard = [e.payload.audio_seconds for e in events if e.kind == EventKind.WORKLOAD]
+        assert chunks and not any(chunk.silent for chunk in chunks)
+        assert [s for s in heard if s is not None] == [0.5] * len(chunks)
     # Frames alone: the first label of each question, right for 2 of the 8; never a beep.
     assert _scores(runs["video"], store) == ((0.25, 8), (0.0, 1.0, 6), None)
