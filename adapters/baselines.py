@@ -1,6 +1,7 @@
 """Baselines that need no model: they bound what a score means from below.
 
-Their answers are one word, reported as one output token.
+Their answers are one word, reported as one output token. They take a run's sound as they
+take its frames, and ignore both: a baseline runs on a benchmark with sound tasks as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class SilentAdapter(Adapter):
     name = "silent"
     version = "1"
     conditions = _conditions("baseline-silent")
+    consumes_audio = True
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         await respond.silent()
@@ -35,6 +37,7 @@ class AlwaysAdapter(Adapter):
     name = "always"
     version = "1"
     conditions = _conditions("baseline-always")
+    consumes_audio = True
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         await respond.say(question.options[0].split(".", 1)[0] if question.options else "A", 1)
@@ -49,6 +52,7 @@ class RandomChoiceAdapter(Adapter):
     name = "random-choice"
     version = "1"
     conditions = _conditions("baseline-random-choice")
+    consumes_audio = True
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         rng = random.Random(zlib.crc32(question.task_id.encode()))

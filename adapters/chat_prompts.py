@@ -13,6 +13,7 @@ import base64
 import io
 import math
 import string
+import wave
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,34 @@ PROACTIVE_PROMPT = (
 )
 EARLIER_LINE = "Your earlier responses: {responses}.\n"
 FRAME_LABEL = "Frame at {t:g}s:"
+
+# Audio input: the window's sound goes as clips between the frames, each after this label,
+# and the prompts say so (images mode; adapters/video_chat.py refuses audio in video mode).
+AUDIO_LABEL = "Audio from {start:g}s to {end:g}s:"
+AUDIO_QA_PROMPT = (
+    "The images above are frames of a live video stream in time order, with its sound in "
+    "the audio clips between them; the last frame is what is on screen now, {t:g} seconds "
+    "into the video. Use only what these frames and clips show.\n"
+    "Question: {question}\n"
+    "Options:\n{options}\n"
+    "Reply with the letter of the correct option and nothing else."
+)
+AUDIO_OPEN_QA_PROMPT = (
+    "The images above are frames of a live video stream in time order, with its sound in "
+    "the audio clips between them; the last frame is what is on screen now, {t:g} seconds "
+    "into the video. Use only what these frames and clips show.\n"
+    "Question: {question}\n"
+    "Reply with a short answer."
+)
+AUDIO_PROACTIVE_PROMPT = (
+    "The images above are the latest frames of a live video stream in time order, with its "
+    "sound in the audio clips between them; the last frame is what is on screen now, {t:g} "
+    "seconds into the video.\n"
+    "You are watching the stream with this instruction: {instruction}\n"
+    "{earlier}"
+    "If the instruction calls for a response at this moment, give it in one short sentence. "
+    "Otherwise reply with exactly {wait} and nothing else."
+)
 
 # Video input mode: the window goes as one video after this label, and the prompts say so.
 VIDEO_LABEL = "Video from {start:g}s to {end:g}s:"
@@ -71,6 +100,7 @@ PLACEHOLDERS = {
     "proactive_prompt": {"t", "instruction", "earlier", "wait"},
     "frame_label": {"t", "index"},
     "video_label": {"start", "end", "frames", "fps"},
+    "audio_label": {"start", "end"},
 }
 _SAMPLE = {
     "t": 1.0,
@@ -149,6 +179,61 @@ def prepare_image(
 
 
 @dataclass(frozen=True)
+class PromptAudio:
+    """A span of the stream's sound as the model receives it: int16 mono PCM (little-endian)
+    covering video time [start_t, t). One Core chunk when received; `merge_audio` joins
+    contiguous ones."""
+
+    start_t: float
+    t: float
+    sample_rate: int
+    pcm: bytes
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / 2 / self.sample_rate
+
+    def wav(self) -> bytes:
+        """The span as a WAV file (RIFF, 16-bit mono at its sample rate): the format every
+        OpenAI-compatible server decodes."""
+        out = io.BytesIO()
+        with wave.open(out, "wb") as writer:
+            writer.setnchannels(1)
+            writer.setsampwidth(2)
+            writer.setframerate(self.sample_rate)
+            writer.writeframes(self.pcm)
+        return out.getvalue()
+
+
+# Chunk times are multiples of the run's chunk length, so contiguous ones meet exactly; the
+# tolerance only absorbs binary rounding.
+_CONTIGUOUS_S = 1e-6
+
+
+def merge_audio(
+    clips: Sequence[PromptAudio], frame_times: Sequence[float]
+) -> tuple[PromptAudio, ...]:
+    """Contiguous `clips` (in time order) joined into one span per stretch between frames.
+
+    A clip goes after the frames its end has reached (a frame at f comes before a clip
+    ending after f), so a span never crosses a frame time: two clips meeting at e stay apart
+    when a frame lies in [e, next clip's end). A gap or a change of sample rate also splits."""
+    spans: list[PromptAudio] = []
+    for clip in clips:
+        last = spans[-1] if spans else None
+        if (
+            last is not None
+            and abs(clip.start_t - last.t) <= _CONTIGUOUS_S
+            and clip.sample_rate == last.sample_rate
+            and not any(last.t <= f < clip.t for f in frame_times)
+        ):
+            spans[-1] = PromptAudio(last.start_t, clip.t, clip.sample_rate, last.pcm + clip.pcm)
+        else:
+            spans.append(clip)
+    return tuple(spans)
+
+
+@dataclass(frozen=True)
 class VideoInput:
     """How a request's frames travel when they go as one video rather than as images.
 
@@ -202,15 +287,41 @@ class ChatRequest:
     system: str | None = None
     frame_label: str | None = FRAME_LABEL
     video: VideoInput | None = None
+    # The window's sound (images mode), in time order, each span after `audio_label`.
+    audio: tuple[PromptAudio, ...] = ()
+    audio_label: str | None = AUDIO_LABEL
 
     def labels(self) -> list[str | None]:
         if self.frame_label is None:
             return [None] * len(self.images)
         return [self.frame_label.format(t=image.t, index=i) for i, image in enumerate(self.images)]
 
+    def items(self) -> list[tuple[str | None, PromptImage | PromptAudio]]:
+        """The images and sound spans in the order the model receives them, each with the
+        text before it: a span comes before the first frame at or after its end."""
+        ordered: list[tuple[str | None, PromptImage | PromptAudio]] = []
+        spans = list(self.audio)
+        for label, image in zip(self.labels(), self.images, strict=True):
+            while spans and spans[0].t <= image.t + _CONTIGUOUS_S:
+                ordered.append(self._audio_item(spans.pop(0)))
+            ordered.append((label, image))
+        ordered.extend(self._audio_item(span) for span in spans)
+        return ordered
+
+    def _audio_item(self, span: PromptAudio) -> tuple[str | None, PromptAudio]:
+        if self.audio_label is None:
+            return None, span
+        return self.audio_label.format(start=span.start_t, end=span.t), span
+
+    @property
+    def audio_seconds(self) -> float:
+        return sum(span.duration_s for span in self.audio)
+
 
 def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
-    """OpenAI chat format: one user turn, each image after its label, then the prompt.
+    """OpenAI chat format: one user turn, each image after its label, then the prompt; a
+    request with sound puts each span, after its label, in its place among the images
+    (`ChatRequest.items`) as an `input_audio` part holding a base64 WAV.
 
     Video mode: the video's label, one `video_url` part holding all frames (see
     `video_data_url`), then the prompt."""
@@ -221,12 +332,19 @@ def openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
         content.append({"type": "video_url", "video_url": {"url": video_data_url(request.images)}})
         content.append({"type": "text", "text": request.prompt})
         return _with_system(request, content)
-    for label, image in zip(request.labels(), request.images, strict=True):
+    for label, item in request.items():
         if label is not None:
             content.append({"type": "text", "text": label})
-        content.append({"type": "image_url", "image_url": {"url": image.data_url}})
+        content.append(_openai_part(item))
     content.append({"type": "text", "text": request.prompt})
     return _with_system(request, content)
+
+
+def _openai_part(item: PromptImage | PromptAudio) -> dict[str, Any]:
+    if isinstance(item, PromptImage):
+        return {"type": "image_url", "image_url": {"url": item.data_url}}
+    data = base64.b64encode(item.wav()).decode("ascii")
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
 
 
 def hf_messages(request: ChatRequest) -> list[dict[str, Any]]:
@@ -251,23 +369,27 @@ def shared_images(previous: ChatRequest | None, request: ChatRequest) -> int:
     """The images at the head of `request`'s prompt that `previous` (the session's last call;
     None: there was none) had at the head of its own: what a prefix cache could reuse.
 
-    The messages put the system prompt first, then each image after its label, then the
-    prompt (`openai_messages`, `hf_messages`), so an image is shared when the system prompt
-    and every label and image up to and including it are the same in both. A video is one
-    part: all its images are shared, or none."""
+    The messages put the system prompt first, then each image (and sound span) after its
+    label, then the prompt (`openai_messages`, `hf_messages`), so an image is shared when
+    the system prompt and every label, image and span up to and including it are the same in
+    both. A video is one part: all its images are shared, or none."""
     if previous is None or previous.system != request.system:
         return 0
     if request.video is not None or previous.video is not None:
         same = previous.video == request.video and previous.images == request.images
         return len(request.images) if same else 0
     shared = 0
-    before = zip(previous.labels(), previous.images, strict=True)
-    now = zip(request.labels(), request.images, strict=True)
-    for (label_before, image_before), (label, image) in zip(before, now, strict=False):
-        if label != label_before or image.frame_id != image_before.frame_id:
+    for (label_before, before), (label, item) in zip(
+        previous.items(), request.items(), strict=False
+    ):
+        if label != label_before or _identity(item) != _identity(before):
             break
-        shared += 1
+        shared += isinstance(item, PromptImage)
     return shared
+
+
+def _identity(item: PromptImage | PromptAudio) -> object:
+    return item.frame_id if isinstance(item, PromptImage) else item
 
 
 def _with_system(request: ChatRequest, content: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,13 @@ frames-as-video form, `data:video/jpeg;base64,<frame 1>,<frame 2>,...`, after a 
 with the window's span; the request also tells the server the frames' rate (see
 `video_kwargs`), from which vLLM derives the frames' times (Qwen2.5-VL's temporal positions,
 Qwen3-VL's timestamps) instead of assuming a default.
+
+With `audio: true` the window's sound goes as `input_audio` parts (`{"data": <base64 WAV>,
+"format": "wav"}`, OpenAI's chat content part, which vLLM's server turns into a
+`data:audio/wav;base64,` item: vllm/entrypoints/chat_utils.py, `parse_input_audio`) in time
+order among the images; the server's `usage.prompt_tokens_details.audio_tokens` (OpenAI's
+usage, openai-python types/completion_usage.py), when it sends one, is the call's audio
+tokens.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ class OpenAIAdapter(VideoChatAdapter):
     version = "1"
     Config = OpenAIAdapterConfig
     input_modes = frozenset({"images", "video"})
+    audio_input = True
 
     def __init__(self, config: OpenAIAdapterConfig) -> None:
         super().__init__(config, config.deployment)
@@ -185,7 +193,12 @@ async def read_chat_stream(lines: AsyncIterator[str]) -> AsyncIterator[str | Usa
                 yield content
         if chunk.get("usage"):
             counts = chunk["usage"]
-            usage = Usage(counts.get("prompt_tokens"), counts.get("completion_tokens"))
+            details = counts.get("prompt_tokens_details") or {}
+            usage = Usage(
+                counts.get("prompt_tokens"),
+                counts.get("completion_tokens"),
+                details.get("audio_tokens"),
+            )
     if usage is not None:
         yield usage
 

@@ -16,6 +16,12 @@ frames keep arriving, and those frames are kept (`buffer`) or discarded and reco
 retried a bounded number of times, each reported as a non-fatal `error`; the last one, a
 refused request, or a stream that breaks after the answer began is a fatal `error`.
 
+Sound (`audio`, a backend that lists it in `audio_input`): the adapter also consumes the
+Core's audio chunks, keeps those of the frames it keeps, and submits the sound of a call's
+window (from its first frame on) with its images, contiguous chunks merged into one span
+per stretch between frames (chat_prompts.merge_audio); the call's workload reports the
+seconds submitted.
+
 Input modes (`input_mode`): "images" submits the window as separate images, each after its
 time label; "video" submits it as ONE video (its frames in time order, declared at the rate
 their times give, after a label with the window's time span), for backends whose server
@@ -40,7 +46,14 @@ from pydantic import Field, field_validator
 from streameval.adapters import chat_prompts as prompts
 from streameval.adapters.config import AdapterConfig, AdapterConfigError
 from streameval.adapters.proactive_window import Layout, next_window
-from streameval.adapters.sdk import Adapter, Frame, Responder, ResponseStream, Session
+from streameval.adapters.sdk import (
+    Adapter,
+    AudioChunk,
+    Frame,
+    Responder,
+    ResponseStream,
+    Session,
+)
 from streameval.adapters.settings import NOT_IDENTITY, RECORDED_IF_CHANGED
 from streameval.protocol import (
     AdapterConditions,
@@ -169,6 +182,20 @@ class VideoChatConfig(AdapterConfig):
         json_schema_extra=RECORDED_IF_CHANGED,
     )
 
+    # Added with the Core's audio (issue 37): off, requests and identity are as before.
+    audio: bool = Field(
+        False,
+        description="consume the stream's sound and submit it with the frames (input_audio "
+        "WAV parts in time order among the images; backends that list it)",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+    audio_label: str | None = Field(
+        prompts.AUDIO_LABEL,
+        description="audio: text before each sound span ({start}, {end}: video seconds); "
+        "null for none",
+        json_schema_extra=RECORDED_IF_CHANGED,
+    )
+
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, words: list[str]) -> list[str]:
@@ -187,7 +214,12 @@ class VideoChatConfig(AdapterConfig):
         return chosen
 
     @field_validator(
-        "qa_prompt", "open_qa_prompt", "proactive_prompt", "frame_label", "video_label"
+        "qa_prompt",
+        "open_qa_prompt",
+        "proactive_prompt",
+        "frame_label",
+        "video_label",
+        "audio_label",
     )
     @classmethod
     def _known_placeholders(cls, template: str | None, info) -> str | None:
@@ -204,6 +236,14 @@ class VideoChatConfig(AdapterConfig):
             )
         return layout
 
+    @field_validator("audio")
+    @classmethod
+    def _audio_needs_images(cls, audio: bool, info) -> bool:
+        if audio and info.data.get("input_mode") == "video":
+            # A video part is one item: its sound could not sit between its frames.
+            raise ValueError("audio needs input_mode: images (sound goes between the images)")
+        return audio
+
     @field_validator("reanchor_frames")
     @classmethod
     def _reanchor_above_window(cls, reanchor: int, info) -> int:
@@ -216,19 +256,28 @@ class VideoChatConfig(AdapterConfig):
         return reanchor
 
     def prompt_templates(self) -> tuple[str, str, str]:
-        """(qa, open qa, proactive): as configured; in video mode the video wording for any
-        that the config leaves at its default."""
+        """(qa, open qa, proactive): as configured; in video mode the video wording, with
+        audio the wording that names the sound, for any that the config leaves at its
+        default."""
         chosen = [self.qa_prompt, self.open_qa_prompt, self.proactive_prompt]
+        wording: tuple[str, str, str] | None = None
         if self.input_mode == "video":
-            video = (
+            wording = (
                 prompts.VIDEO_QA_PROMPT,
                 prompts.VIDEO_OPEN_QA_PROMPT,
                 prompts.VIDEO_PROACTIVE_PROMPT,
             )
+        elif self.audio:
+            wording = (
+                prompts.AUDIO_QA_PROMPT,
+                prompts.AUDIO_OPEN_QA_PROMPT,
+                prompts.AUDIO_PROACTIVE_PROMPT,
+            )
+        if wording is not None:
             names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
             for i, name in enumerate(names):
                 if name not in self.model_fields_set:
-                    chosen[i] = video[i]
+                    chosen[i] = wording[i]
         return chosen[0], chosen[1], chosen[2]
 
     def most_images_per_call(self) -> int:
@@ -258,6 +307,11 @@ class VideoChatConfig(AdapterConfig):
                 "; input: each call's frames as one video (JPEG frames in time order), "
                 "its fps from the frames' times"
             )
+        if self.audio:
+            summary += (
+                "; sound: the chunks received since the window's first frame, contiguous "
+                "ones merged into one WAV span per stretch between frames"
+            )
         return summary
 
     def settings(self) -> dict[str, str | int | float | bool]:
@@ -265,14 +319,28 @@ class VideoChatConfig(AdapterConfig):
 
         Images mode with sliding proactive windows declares none: its requests are those of
         adapters that predate these settings, and so is its identity. Append windows declare
-        the layout and its bound; video mode the mode and its parameters."""
+        the layout and its bound; video mode the mode and its parameters; audio how the
+        sound goes and its label."""
         declared: dict[str, str | int | float | bool] = {}
         if self.proactive_window == "append":
             declared["proactive_window"] = "append"
             declared["reanchor_frames"] = self.reanchor_frames
-        if self.input_mode == "images":
-            return declared
-        declared |= {
+        if self.audio:
+            declared["audio_parts"] = "input_audio_wav_spans_between_frames"
+            # Recorded as the SDK renders a null option (adapters/settings.py).
+            declared["audio_label"] = "null" if self.audio_label is None else self.audio_label
+        if self.input_mode == "video":
+            declared |= self._video_settings()
+        # A prompt left unset is the video or audio wording here, not the option's default:
+        # the settings the SDK records from the options must name the one in use.
+        names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
+        for name, used in zip(names, self.prompt_templates(), strict=True):
+            if used != getattr(self, name):
+                declared[name] = used
+        return declared
+
+    def _video_settings(self) -> dict[str, str | int | float | bool]:
+        declared: dict[str, str | int | float | bool] = {
             "input_mode": "video",
             "video_encoding": "jpeg_frames",
             "video_fps_source": "frame_times",
@@ -282,12 +350,6 @@ class VideoChatConfig(AdapterConfig):
         }
         if self.image_max_pixels is not None:
             declared["video_frame_max_pixels"] = self.image_max_pixels
-        # A prompt left unset is the video wording here, not the option's default: the
-        # settings the SDK records from the options must name the one in use.
-        names = ("qa_prompt", "open_qa_prompt", "proactive_prompt")
-        for name, used in zip(names, self.prompt_templates(), strict=True):
-            if used != getattr(self, name):
-                declared[name] = used
         return declared
 
 
@@ -297,6 +359,7 @@ class Usage:
 
     input_tokens: int | None
     output_tokens: int | None
+    audio_tokens: int | None = None  # of the input tokens, those of the sound
 
 
 class ModelCallError(Exception):
@@ -318,6 +381,7 @@ class _StreamState:
     """One session: the received frames and what the adapter has done with them."""
 
     frames: list[prompts.PromptImage] = field(default_factory=list)
+    audio: list[prompts.PromptAudio] = field(default_factory=list)  # one per chunk received
     submitted: set[str] = field(default_factory=set)  # frame ids sent in an earlier call
     instruction: Instruction | None = None
     last_decision_t: float | None = None
@@ -405,6 +469,8 @@ class VideoChatAdapter(Adapter):
     Config: ClassVar[type[VideoChatConfig]] = VideoChatConfig
     # The `input_mode`s this backend can send; a config asking for another is refused.
     input_modes: ClassVar[frozenset[str]] = frozenset({"images"})
+    # Whether this backend can send sound (`audio: true`); a config asking for it is refused.
+    audio_input: ClassVar[bool] = False
 
     def __init__(self, config: VideoChatConfig, deployment: str) -> None:
         if config.input_mode not in self.input_modes:
@@ -412,7 +478,10 @@ class VideoChatAdapter(Adapter):
                 f"input_mode: {config.input_mode!r} is not supported by the {self.name!r} "
                 f"adapter (supported: {', '.join(sorted(self.input_modes))})"
             )
+        if config.audio and not self.audio_input:
+            raise AdapterConfigError(f"audio: the {self.name!r} adapter cannot send sound")
         self.config = config
+        self.consumes_audio = config.audio
         self.conditions = AdapterConditions(
             state="non-native",
             initiation="autonomous",
@@ -454,6 +523,13 @@ class VideoChatAdapter(Adapter):
             self._forget_unneeded(state)
         if session.conditions.pacing == "wall_clock":
             self._start_due_decision(session, frame.t)
+
+    async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        state = _state(session)
+        state.audio.append(
+            prompts.PromptAudio(chunk.start_t, chunk.t, chunk.sample_rate, chunk.pcm)
+        )
+        self._forget_unneeded(state)
 
     async def on_question(self, session: Session, question: Question, respond: Responder):
         config = self.config
@@ -554,6 +630,11 @@ class VideoChatAdapter(Adapter):
             if config.proactive_window == "append":
                 keep = max(keep, config.reanchor_frames)
             del state.frames[:-keep]
+        if state.frames:
+            # A window's sound starts at its first frame: none starts before the oldest kept.
+            oldest = state.frames[0].t
+            while state.audio and state.audio[0].t <= oldest:
+                state.audio.pop(0)
 
     # ------------------------------------------------------------------ model calls
 
@@ -574,6 +655,8 @@ class VideoChatAdapter(Adapter):
             system=config.system_prompt,
             frame_label=config.frame_label,
             video=self._video_input(session, images),
+            audio=self._window_audio(_state(session), images),
+            audio_label=config.audio_label,
         )
         attempts = 1 + config.max_retries
         attempt = 1
@@ -599,6 +682,17 @@ class VideoChatAdapter(Adapter):
                 continue
             await self._record_call(session, request, started, usage)
             return usage
+
+    def _window_audio(
+        self, state: _StreamState, images: Sequence[prompts.PromptImage]
+    ) -> tuple[prompts.PromptAudio, ...]:
+        """The sound received since the window's first frame (all of it before any frame),
+        merged into spans between the frames."""
+        if not self.config.audio:
+            return ()
+        start = images[0].t if images else float("-inf")
+        clips = [clip for clip in state.audio if clip.t > start]
+        return prompts.merge_audio(clips, [image.t for image in images])
 
     def _video_input(
         self, session: Session, images: Sequence[prompts.PromptImage]
@@ -645,6 +739,14 @@ class VideoChatAdapter(Adapter):
         state.submitted.update(frame_ids)
         shared = prompts.shared_images(state.last_request, request)
         state.last_request = request
+        sound: dict[str, Any] = {}
+        if session.conditions.audio is not None:
+            # Only in a session that streams sound (to an adapter that takes it): other
+            # records stay as they were.
+            sound = {
+                "audio_seconds": request.audio_seconds,
+                "audio_tokens": usage.audio_tokens if usage else None,
+            }
         await session.workload(
             kind="model_call",
             frame_ids=frame_ids,
@@ -656,6 +758,7 @@ class VideoChatAdapter(Adapter):
             output_tokens=usage.output_tokens if usage else None,
             started_ns=started_ns,
             ended_ns=time.monotonic_ns(),
+            **sound,
         )
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from streameval.events import (
     AdapterErrorPayload,
     AdapterHelloPayload,
+    AudioAckPayload,
+    AudioSentPayload,
     FrameAckPayload,
     FrameDroppedPayload,
     FrameSentPayload,
@@ -87,6 +89,9 @@ class WorkloadTally:
     # the prompt that the previous call shared (both None once such a call did not say).
     following_images: int | None = 0
     prefix_shared_images: int | None = 0
+    # Sound the model calls took in, as reported (None: no record reported it).
+    audio_seconds: float | None = None
+    audio_tokens: int | None = None
 
     def add(self, payload: WorkloadPayload) -> None:
         kind = payload.kind
@@ -104,6 +109,12 @@ class WorkloadTally:
         tokens = valid_count(payload.input_tokens)
         if tokens is not None:
             self.input_tokens = (self.input_tokens or 0) + tokens
+        seconds = valid_seconds(payload.audio_seconds)
+        if seconds is not None:
+            self.audio_seconds = (self.audio_seconds or 0.0) + seconds
+        audio_tokens = valid_count(payload.audio_tokens)
+        if audio_tokens is not None:
+            self.audio_tokens = (self.audio_tokens or 0) + audio_tokens
         if kind == "model_call" and self.events[kind] > 1:
             self._add_following(count, valid_count(payload.prefix_shared_images))
         if kind == "evict":
@@ -119,6 +130,25 @@ class WorkloadTally:
             return
         self.following_images += images
         self.prefix_shared_images = (self.prefix_shared_images or 0) + min(shared, images)
+
+
+@dataclass(slots=True)
+class AudioTally:
+    """The sound the Core streamed (`audio_sent`): chunks, seconds, and those of a video
+    without sound (`silent`: zeros standing in for it)."""
+
+    chunks: int = 0
+    seconds: float = 0.0
+    silent_chunks: int = 0
+    silent_seconds: float = 0.0
+
+    def add(self, payload: AudioSentPayload) -> None:
+        seconds = payload.samples / payload.sample_rate if payload.sample_rate > 0 else 0.0
+        self.chunks += 1
+        self.seconds += seconds
+        if payload.silent:
+            self.silent_chunks += 1
+            self.silent_seconds += seconds
 
 
 @dataclass(slots=True)
@@ -143,6 +173,7 @@ class SessionTrace:
     silent_ns: list[int] = field(default_factory=list)  # when each silent decision arrived
     episodes: list[Episode] = field(default_factory=list)
     workload: WorkloadTally = field(default_factory=WorkloadTally)
+    audio: AudioTally = field(default_factory=AudioTally)
     adapter_errors: int = 0
     status: str = "incomplete"  # finished | failed | incomplete (no outcome recorded)
     failure_stage: str | None = None
@@ -177,6 +208,12 @@ def valid_count(value: int | None) -> int | None:
     """A reported count, or None (missing) when it is impossible: negative or above
     MAX_COUNT. The Core refuses such counts as it receives them; this keeps a log recorded
     before that check, or an imported one, from averaging them into the metrics."""
+    return value if value is not None and 0 <= value <= MAX_COUNT else None
+
+
+def valid_seconds(value: float | None) -> float | None:
+    """A reported duration, or None (missing) when it is impossible (negative, above
+    MAX_COUNT), as `valid_count`."""
     return value if value is not None and 0 <= value <= MAX_COUNT else None
 
 
@@ -229,8 +266,10 @@ def _add(trace: SessionTrace, row: EventRow) -> None:
             trace.last_frame_index = payload.index
         if trace.schedule is None and trace.wall_clock:
             _note_schedule(trace, payload)
-    elif type(payload) is FrameAckPayload:
+    elif type(payload) is FrameAckPayload or type(payload) is AudioAckPayload:
         pass
+    elif type(payload) is AudioSentPayload:
+        trace.audio.add(payload)
     elif type(payload) is WorkloadPayload:
         trace.workload.add(payload)
     elif type(payload) is StepSentPayload:

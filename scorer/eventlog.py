@@ -18,6 +18,13 @@ from streameval.events import Event, EventKind, SessionFailedPayload, failure_ca
 from streameval.scorer.source import EventRow, RunSource
 
 _TICK_NS = 1_000_000
+# A session that streams sound: the run's declared chunks (`audio` below writes them).
+_AUDIO_CONDITIONS = {
+    "sample_rate": 16_000,
+    "channels": 1,
+    "encoding": "pcm_s16le",
+    "chunk_s": 0.5,
+}
 
 
 class SessionLog:
@@ -56,6 +63,7 @@ class SessionLog:
         ns: int | None = None,
         protocol: str = "trace",
         adapter_version: str = "1",
+        audio: bool = False,
     ) -> SessionLog:
         self._add(
             EventKind.ADAPTER_HELLO,
@@ -75,6 +83,7 @@ class SessionLog:
                 "settings": {},
             },
             gpu=None,
+            audio=audio,
         )
         self._add(
             EventKind.SESSION_START,
@@ -90,6 +99,7 @@ class SessionLog:
                 "jpeg_quality": 90,
                 "qa_history_s": 10.0,
                 "proactive_lead_s": 5.0,
+                "audio": _AUDIO_CONDITIONS if audio else None,
             },
             record_ids=[self.session_id],
         )
@@ -126,6 +136,28 @@ class SessionLog:
         if ack:
             self._add(EventKind.FRAME_ACK, None, t, index=index)
         return sent
+
+    def audio(self, index: int, silent: bool = False) -> None:
+        """Audio chunk `index` (video time [index * 0.5, (index + 1) * 0.5) at 16 kHz),
+        sent once the stream reached its end, then its ack."""
+        chunk_s = _AUDIO_CONDITIONS["chunk_s"]
+        t = (index + 1) * chunk_s
+        samples = round(chunk_s * _AUDIO_CONDITIONS["sample_rate"])
+        self._add(
+            EventKind.AUDIO_SENT,
+            None,
+            t,
+            index=index,
+            start_t=index * chunk_s,
+            t=t,
+            sample_rate=_AUDIO_CONDITIONS["sample_rate"],
+            samples=samples,
+            bytes=2 * samples,
+            silent=silent,
+            scheduled_ns=None,
+            lag_ns=None,
+        )
+        self._add(EventKind.AUDIO_ACK, None, t, index=index)
 
     def dropped(self, t: float, scheduled_ns: int, ns: int | None = None) -> None:
         index = self._frames
@@ -250,6 +282,8 @@ class SessionLog:
         images: int | None = None,
         input_tokens: int | None = None,
         prefix_shared_images: int | None = None,
+        audio_seconds: float | None = None,
+        audio_tokens: int | None = None,
     ) -> None:
         self._add(
             EventKind.WORKLOAD,
@@ -261,6 +295,8 @@ class SessionLog:
             pixels=None,
             replayed_frames=None,
             prefix_shared_images=prefix_shared_images,
+            audio_seconds=audio_seconds,
+            audio_tokens=audio_tokens,
             input_tokens=input_tokens,
             output_tokens=None,
             started_ns=None,

@@ -4,19 +4,25 @@ a served model (the `openai` adapter, `streameval synth`).
 A real uvicorn server in a thread answers `POST /v1/chat/completions` like vLLM: server-sent
 events, a role chunk, one chunk per content piece, a closing usage chunk with empty
 `choices`, then `data: [DONE]`. `script(body, index)` decides each reply from the request
-body and its position; every body received is kept in `requests`, in order. A reply can also
-stall, fail with an HTTP error or drop the connection part-way. When a client goes away
-before its reply ended, `disconnected` maps the request's position to the moment
-(`time.monotonic_ns()`, the host's clock, as the Core records events) the server saw it.
+body and its position; every body received is kept in `requests` (parsed) and `raw` (its
+bytes), in order. A request with `input_audio` WAV parts is charged `AUDIO_TOKENS_PER_S`
+per second of sound, reported as OpenAI does (`usage.prompt_tokens_details.audio_tokens`).
+A reply can also stall, fail with an HTTP error or drop the connection part-way. When a
+client goes away before its reply ended, `disconnected` maps the request's position to the
+moment (`time.monotonic_ns()`, the host's clock, as the Core records events) the server
+saw it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 import re
 import threading
 import time
+import wave
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -26,6 +32,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 # The adapters' default frame label (adapters/chat_prompts.py FRAME_LABEL).
 LABEL = re.compile(r"Frame at ([\d.]+)s:")
+# Qwen2-Audio's rate: its Whisper encoder's 50 frames a second, pooled by 2.
+AUDIO_TOKENS_PER_S = 25
 
 
 @dataclass
@@ -59,9 +67,26 @@ def images(body: dict) -> list[str]:
     ]
 
 
+def audio_seconds(body: dict) -> float:
+    """The seconds of sound in the request's `input_audio` WAV parts."""
+    seconds = 0.0
+    for part in body["messages"][-1]["content"]:
+        if part["type"] == "input_audio":
+            wav = base64.b64decode(part["input_audio"]["data"])
+            with wave.open(io.BytesIO(wav)) as reader:
+                seconds += reader.getnframes() / reader.getframerate()
+    return seconds
+
+
 def usage_for(body: dict, reply: Reply) -> dict:
     prompt = 50 + 100 * len(images(body))
-    return {"prompt_tokens": prompt, "completion_tokens": len(reply.pieces), "total_tokens": 0}
+    usage = {"prompt_tokens": prompt, "completion_tokens": len(reply.pieces), "total_tokens": 0}
+    sound = audio_seconds(body)
+    if sound:
+        audio_tokens = round(sound * AUDIO_TOKENS_PER_S)
+        usage["prompt_tokens"] += audio_tokens
+        usage["prompt_tokens_details"] = {"audio_tokens": audio_tokens}
+    return usage
 
 
 def chunk(delta: dict | None, usage: dict | None = None) -> str:
@@ -82,6 +107,7 @@ class FakeOpenAIServer:
     def __init__(self, script: Callable[[dict, int], Reply]) -> None:
         self.script = script
         self.requests: list[dict] = []
+        self.raw: list[bytes] = []
         self.disconnected: dict[int, int] = {}
         self.base_url = ""
         app = FastAPI()
@@ -93,9 +119,11 @@ class FakeOpenAIServer:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     async def complete(self, request: Request):
-        body = await request.json()
+        raw = await request.body()
+        body = json.loads(raw)
         index = len(self.requests)
         self.requests.append(body)
+        self.raw.append(raw)
         reply = self.script(body, index)
         if reply.status != 200:
             return JSONResponse({"error": {"message": reply.error}}, status_code=reply.status)

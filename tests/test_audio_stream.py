@@ -97,12 +97,15 @@ def test_the_track_is_cached_once_under_the_videos_digest(
 ) -> None:
     video = sound_benchmark.parent / "tone.mp4"
     digest = video_digest(video)
+    decoded = decode_audio(video, RATE)
     first = audio_track(tmp_path, video, digest, RATE)
     entry = tmp_path / digest[:2] / f"{digest}-audio-{RATE}hz"
     assert sorted(p.name for p in entry.iterdir()) == ["audio.json", "audio.pcm"]
-    assert audio_track(tmp_path, video, digest, RATE) == first
+    assert (first.pcm[:], first.has_sound) == (decoded.pcm, True)
+    again = audio_track(tmp_path, video, digest, RATE)  # read back, not decoded again
+    assert again.pcm[:] == decoded.pcm and again.chunk(2, CHUNK_S) == decoded.chunk(2, CHUNK_S)
     (entry / "audio.pcm").write_bytes(b"\x00\x00")  # damaged: rebuilt, never served
-    assert audio_track(tmp_path, video, digest, RATE) == first
+    assert audio_track(tmp_path, video, digest, RATE).pcm[:] == decoded.pcm
 
 
 # ------------------------------------------------------------------ the timeline
@@ -268,3 +271,12 @@ def test_a_streamingbench_omni_record_streams_with_its_sound(tmp_path: Path) -> 
     assert not any(e.payload.silent for e in sent)
     heard = hashlib.sha256(_expected_pcm(clip, range(70, 90))).hexdigest()
     assert _answer(events) == f"chunks=20 sha={heard} late=0"
+
+
+def test_data_validate_warns_of_a_sound_task_on_a_silent_video(sound_benchmark: Path) -> None:
+    root = str(sound_benchmark.parent)
+    checked = streameval("data", "validate", str(sound_benchmark), "--video-root", root, "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["warnings"] == [
+        "mute: needs sound, and its video mute.mp4 has none (a run streams silence)"
+    ]

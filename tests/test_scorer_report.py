@@ -318,7 +318,7 @@ def test_a_metric_drawn_from_one_video_has_no_interval_in_table_or_json(
     body = json.loads(runner.invoke(app, ["score", "one-video", "--store", url, "--json"]).stdout)
     assert body["overall"]["qa"]["accuracy"]["value"] == pytest.approx(2 / 3)
     intervals = [m["ci95"] for family in body["overall"].values() for m in family.values()]
-    assert intervals == [None] * 30
+    assert intervals == [None] * 35
 
 
 def test_a_difference_drawn_from_one_video_has_no_interval(sqlite_store: Store) -> None:

@@ -16,6 +16,7 @@ from streameval.core.benchmark.importing import Imported, Problem, option_letter
 from streameval.core.benchmark.records import ProactiveRecord, QARecord, Record, Trigger
 from streameval.core.benchmark.video_paths import outside_video_root
 from streameval.core.errors import CoreError
+from streameval.core.frames.audio_track import has_sound
 from streameval.core.frames.errors import VideoDecodeError
 from streameval.core.frames.probing import probe
 
@@ -150,6 +151,12 @@ def check_videos(records: Sequence[Record], video_root: Path, report: Report) ->
             records = f"{len(needing)} record{'s' if len(needing) != 1 else ''}"
             report.problems.append(Problem(video, f"{exc} (needed by {records})"))
             continue
+        if any(record.needs_audio for record in needing) and not has_sound(video_root / video):
+            hearing = [record.record_id for record in needing if record.needs_audio]
+            report.warnings.append(
+                f"{hearing[0]}{f' and {len(hearing) - 1} more' if len(hearing) > 1 else ''}: "
+                f"needs sound, and its video {video} has none (a run streams silence)"
+            )
         for record in needing:
             label, latest = _latest_time(record)
             # A warning, not a problem: the file is well formed, and a run fails just

@@ -7,8 +7,9 @@ folder, its index, publishing it whole). A video is known by its content digest 
 and its stream's facts (probing.py); timing.py says which source frame each sample shows,
 planning.py which packets hold them, decoding.py and sampling.py decode just those,
 completeness.py tells a truncated or corrupt stream from a whole one, and jpeg_writer.py
-resizes, encodes and writes each sample. types.py and errors.py hold what the
-other rooms import.
+resizes, encodes and writes each sample. audio_track.py does the same for the sound: decoded
+once to 16-bit mono PCM, cached beside the frames, cut into the chunks a session streams.
+types.py and errors.py hold what the other rooms import.
 
 May import: errors.
 """

@@ -191,6 +191,27 @@ _FAMILIES: dict[str, list[MetricHelp]] = {
                 "input_tokens": "input tokens of every model call, as the adapter reported them",
                 "reprefill_tokens": "tokens the model recomputed to compact its state after "
                 "evictions",
+                "audio_tokens": "audio tokens of the model calls, as the adapter reported "
+                "them (records with sound)",
+            },
+        ),
+        *_sums(
+            SECONDS,
+            _SUMMED,
+            {
+                "audio_streamed_s": "seconds of sound the Core streamed to the adapter "
+                "(samples / sample rate; records with sound)",
+                "audio_submitted_s": "seconds of sound the model calls took in, as the "
+                "adapter reported them (records with sound)",
+            },
+        ),
+        *_sums(
+            COUNT,
+            _SUMMED,
+            {
+                "audio_chunks": "audio chunks the Core streamed to the adapter",
+                "silent_audio_chunks": "streamed audio chunks of a video without sound "
+                "(zeros standing in for it)",
             },
         ),
     ],

@@ -13,14 +13,23 @@ prompt that the session's previous call had at the head of its own (the adapter'
 all the images of those calls. A count the adapter did not report is missing (None), never
 zero.
 
+Sound (issue 37), over the records whose session has any (`audio_sent` events, or a workload
+record that reported sound): the seconds the Core streamed (samples / sample rate of every
+chunk), its chunks and those of a video without sound (`silent`), and the seconds and audio
+tokens the adapter reported its model calls took in. A record without sound is outside
+these metrics' population, so a video-only run has none to show, and its per-record entry
+leaves them out.
+
 The family (`WORKLOAD`) reports each count's sum over the records that reported it, and the
 prefix share: prefix-shared images / following images, summed over the records.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from streameval.scorer.episodes import SessionTrace
 from streameval.scorer.metrics.family import Fields, MetricFamily, RecordEvaluation, number
@@ -43,6 +52,16 @@ class WorkloadResult:
     prefix_shared_images: int | None
     following_images: int | None
     model_calls: int
+    # Sound: all None for a record without any.
+    audio_streamed_s: float | None = None
+    audio_chunks: int | None = None
+    silent_audio_chunks: int | None = None
+    audio_submitted_s: float | None = None
+    audio_tokens: int | None = None
+
+    @property
+    def has_audio(self) -> bool:
+        return any(getattr(self, name) is not None for name in _AUDIO_SUMMED)
 
 
 def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) -> WorkloadResult:
@@ -71,7 +90,22 @@ def evaluate_workload(trace: SessionTrace, submission_kinds: tuple[str, ...]) ->
         prefix_shared_images=tally.prefix_shared_images,
         following_images=tally.following_images,
         model_calls=tally.events.get("model_call", 0),
+        **_audio(trace),
     )
+
+
+def _audio(trace: SessionTrace) -> dict[str, Any]:
+    """The record's sound: what the Core streamed, what the adapter said it took in."""
+    streamed, tally = trace.audio, trace.workload
+    if not streamed.chunks and tally.audio_seconds is None and tally.audio_tokens is None:
+        return {}
+    return {
+        "audio_streamed_s": streamed.seconds,
+        "audio_chunks": streamed.chunks,
+        "silent_audio_chunks": streamed.silent_chunks,
+        "audio_submitted_s": tally.audio_seconds,
+        "audio_tokens": tally.audio_tokens,
+    }
 
 
 def _output_tokens(trace: SessionTrace) -> int | None:
@@ -105,6 +139,14 @@ _SUMMED = (
     "prefix_shared_images",
     "following_images",
 )
+# Over the records with sound (`wl_audio_n`).
+_AUDIO_SUMMED = (
+    "audio_streamed_s",
+    "audio_chunks",
+    "silent_audio_chunks",
+    "audio_submitted_s",
+    "audio_tokens",
+)
 
 
 class WorkloadFamily(MetricFamily[WorkloadResult]):
@@ -120,12 +162,23 @@ class WorkloadFamily(MetricFamily[WorkloadResult]):
         self, result: WorkloadResult, evaluation: RecordEvaluation, profile: ScoringProfile
     ) -> Fields:
         counts = {f"wl_{name}": number(value) for name, value in asdict(result).items()}
-        return {"wl_n": 1.0, **counts}
+        audio = 1.0 if result.has_audio else math.nan
+        return {"wl_n": 1.0, "wl_audio_n": audio, **counts}
 
     def statistics(self, profile: ScoringProfile) -> Mapping[str, Statistic]:
         sums = {name: Sum(f"wl_{name}", "wl_n", "records") for name in _SUMMED}
         share = Ratio("wl_prefix_shared_images", "wl_following_images", "images")
-        return {**sums, "prefix_share": share}
+        audio = {name: Sum(f"wl_{name}", "wl_audio_n", "records") for name in _AUDIO_SUMMED}
+        return {**sums, "prefix_share": share, **audio}
+
+    def details(
+        self, result: WorkloadResult, evaluation: RecordEvaluation, profile: ScoringProfile
+    ) -> dict[str, Any]:
+        entry = asdict(result)
+        if not result.has_audio:
+            for name in _AUDIO_SUMMED:
+                del entry[name]
+        return entry
 
 
 WORKLOAD = WorkloadFamily()

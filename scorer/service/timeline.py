@@ -1,6 +1,7 @@
-"""One record's timeline, for a dashboard: frames, target windows, response episodes with
-their onsets and assignment, false alarms. Runtimes are seconds since the session's first
-event; video times are seconds of source video."""
+"""One record's timeline, for a dashboard: frames, audio chunks, target windows, response
+episodes with their onsets and assignment, false alarms, and the sound events the benchmark
+record names. Runtimes are seconds since the session's first event; video times are seconds
+of source video."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ class FramePoint(BaseModel):
     dropped: bool
 
 
+class AudioPoint(BaseModel):
+    """An audio chunk the Core sent: video time [start_t, t); `silent`: zeros standing in
+    for a video without sound."""
+
+    index: int
+    start_t: float
+    t: float
+    at_s: float  # when the Core sent it
+    lag_ms: float | None
+    silent: bool
+
+
+class SoundEvent(BaseModel):
+    """A sound the benchmark record says the video has (ground truth), in video time."""
+
+    start_s: float
+    end_s: float
+    label: str
+
+
 class EpisodePoint(BaseModel):
     response_id: str
     task_id: str | None  # the task it answers: the record's own, or one of its probes
@@ -61,6 +82,8 @@ class RecordTimeline(BaseModel):
     task_at_s: float | None
     steps_t: list[float]
     frames: list[FramePoint]
+    audio: list[AudioPoint]
+    sound_events: list[SoundEvent]
     windows: list[dict[str, Any]]
     episodes: list[EpisodePoint]
     result: dict[str, Any]
@@ -101,6 +124,8 @@ def record_timeline(
         task_at_s=since(trace.task_ns),
         steps_t=trace.step_t,
         frames=_frames(rows, origin),
+        audio=_audio(rows, origin),
+        sound_events=_sound_events(data),
         windows=[] if result[PROACTIVE.name] is None else result[PROACTIVE.name]["windows"],
         episodes=_episodes(evaluation, profile, since),
         result=result,
@@ -123,6 +148,37 @@ def _frames(rows: list[EventRow], origin: int) -> list[FramePoint]:
                 )
             )
     return frames
+
+
+def _audio(rows: list[EventRow], origin: int) -> list[AudioPoint]:
+    chunks = []
+    for row in rows:
+        if row[2] == "audio_sent":
+            payload = row[5]
+            lag = payload.lag_ns
+            chunks.append(
+                AudioPoint(
+                    index=payload.index,
+                    start_t=payload.start_t,
+                    t=payload.t,
+                    at_s=(row[3] - origin) / 1e9,
+                    lag_ms=None if lag is None else lag / 1e6,
+                    silent=payload.silent,
+                )
+            )
+    return chunks
+
+
+def _sound_events(record: dict[str, Any]) -> list[SoundEvent]:
+    """The sounds a record's metadata names: the synthetic benchmark's tones
+    (`metadata.video.audio.tones`, each `{onset_s, end_s, hz}`); none for a record that
+    names none."""
+    video = (record.get("metadata") or {}).get("video") or {}
+    tones = (video.get("audio") or {}).get("tones") or []
+    return [
+        SoundEvent(start_s=tone["onset_s"], end_s=tone["end_s"], label=f"{tone['hz']:g} Hz tone")
+        for tone in tones
+    ]
 
 
 def _episodes(

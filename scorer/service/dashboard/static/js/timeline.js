@@ -1,6 +1,8 @@
 "use strict";
 // One record's timeline as SVG, in video time: the frames the model was sent (thumbnails
-// when the frame cache is reachable, ticks always), the question or instruction, evidence,
+// when the frame cache is reachable, ticks always), the audio chunks it was sent (hollow
+// when the video has no sound) under the sounds the record names, the question or
+// instruction, evidence,
 // target windows with their assignment, every response episode at its onset, and the
 // polled decision steps. Colours are SVG attributes (not CSS) so a downloaded SVG or PNG
 // looks the same as the page.
@@ -28,6 +30,13 @@ const WINDOW_KINDS = {
   wrong: { color: "#ef6c00", label: "window answered in time, wrong content" },
   early: { color: "#8e24aa", label: "window took an earlier response" },
   missed: { color: "#c62828", label: "window missed", dashed: true },
+};
+
+// The audio lane: chunks the Core sent, and the sound events the benchmark record names.
+const AUDIO_KINDS = {
+  heard: { color: "#3949ab", label: "audio chunk sent" },
+  silent: { color: "#9e9e9e", label: "audio chunk sent (video without sound: zeros)", dashed: true, hollow: true },
+  sound: { color: "#00897b", label: "sound event (ground truth)" },
 };
 
 function windowKind(window) {
@@ -58,6 +67,8 @@ function timelineSpan(timeline, annotation, frameInterval) {
   const times = [
     ...timeline.frames.map((f) => f.t),
     ...timeline.frames.map((f) => f.t + frameInterval),
+    ...(timeline.audio || []).flatMap((a) => [a.start_t, a.t]),
+    ...(timeline.sound_events || []).flatMap((e) => [e.start_s, e.end_s]),
     ...timeline.windows.flatMap((w) => [w.start, w.end]),
     ...timeline.episodes.map((e) => e.onset_t),
     ...timeline.steps_t,
@@ -94,6 +105,10 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
 
   const thumbs = frames && frames.available ? thumbnailPlan(timeline, frames, plotWidth, t0, t1) : null;
   const framesTop = lane("frames", (thumbs ? thumbs.height + 4 : 0) + 16);
+  const audio = timeline.audio || [];
+  const sounds = timeline.sound_events || [];
+  // Sound events, when the record names any, above the chunks.
+  const audioTop = audio.length || sounds.length ? lane("audio", sounds.length ? 30 : 16) : null;
   // With evidence marks, two rows: the marks above, the question or instruction below them.
   const taskTop = lane(timeline.task === "qa" ? "question" : "instruction", hasEvidence(annotation) ? 40 : 22);
   const windowsTop = timeline.windows.length ? lane("windows", 28) : null;
@@ -161,6 +176,8 @@ function renderTimeline(timeline, { annotation, frames, fps, thumbnail, range })
     }
   }
 
+  if (audioTop !== null) drawAudio(plot, audio, sounds, x, audioTop);
+
   // Labels stay inside the plot, whatever the time they mark: none is cut at an edge.
   const bounds = [left, TIMELINE_WIDTH - right];
   drawTask(plot, timeline, annotation, x, taskTop, bounds);
@@ -194,6 +211,52 @@ function clippedLayer(root, name, x, width, height) {
   const layer = svg("g", { "clip-path": `url(#${id})` });
   root.append(layer);
   return layer;
+}
+
+/** Sound events (a row, when any) above the chunks: one bar per chunk over its span. */
+function drawAudio(layer, audio, sounds, x, top) {
+  for (const event of sounds) {
+    const style = AUDIO_KINDS.sound;
+    layer.append(
+      svg(
+        "rect",
+        { class: "sound-event", x: x(event.start_s), y: top + 2, width: Math.max(1, x(event.end_s) - x(event.start_s)), height: 10, fill: style.color, "fill-opacity": 0.5, stroke: style.color, "data-start": event.start_s, "data-end": event.end_s },
+        svg("title", {}, `${event.label}: ${fmt(event.start_s)}–${fmt(event.end_s)} s of video`),
+      ),
+    );
+  }
+  const chunksTop = top + (sounds.length ? 16 : 2);
+  for (const chunk of audio) {
+    const kind = chunk.silent ? "silent" : "heard";
+    const style = AUDIO_KINDS[kind];
+    // A hair narrower than its span, so neighbouring chunks stay apart.
+    const x0 = x(chunk.start_t);
+    const width = Math.max(1, x(chunk.t) - x0 - 1);
+    layer.append(
+      svg(
+        "rect",
+        {
+          class: `audio-chunk ${kind}`,
+          x: x0, y: chunksTop, width, height: 12,
+          fill: style.hollow ? "#ffffff" : style.color,
+          "fill-opacity": style.hollow ? 1 : 0.55,
+          stroke: style.color,
+          "stroke-dasharray": style.dashed ? "3 2" : null,
+          "data-start": chunk.start_t,
+          "data-end": chunk.t,
+          "data-index": chunk.index,
+          "data-silent": String(chunk.silent),
+        },
+        svg("title", {}, audioTitle(chunk)),
+      ),
+    );
+  }
+}
+
+function audioTitle(chunk) {
+  const lag = chunk.lag_ms === null ? "" : `, lag ${fmt(chunk.lag_ms)} ms`;
+  const what = chunk.silent ? " (no sound in the video: zeros)" : "";
+  return `audio chunk ${chunk.index}, ${fmt(chunk.start_t)}–${fmt(chunk.t)} s${what}: sent at ${fmt(chunk.at_s)} s${lag}`;
 }
 
 function frameTitle(frame) {
@@ -376,9 +439,12 @@ function drawAxis(root, x, t0, t1, x0, x1, top) {
 /** The kinds of windows and responses drawn, wrapped over lines; returns the bottom. */
 function drawLegend(root, timeline, left, top) {
   const kinds = new Set(timeline.episodes.filter((e) => e.onset_t !== null).map((e) => episodeKind(e, timeline)));
+  const audioKinds = new Set((timeline.audio || []).map((a) => (a.silent ? "silent" : "heard")));
+  if ((timeline.sound_events || []).length) audioKinds.add("sound");
   const entries = [
     ...[...kinds].map((kind) => ({ ...EPISODE_KINDS[kind], circle: true })),
     ...[...new Set(timeline.windows.map(windowKind))].map((kind) => WINDOW_KINDS[kind]),
+    ...["heard", "silent", "sound"].filter((kind) => audioKinds.has(kind)).map((kind) => AUDIO_KINDS[kind]),
   ];
   let lx = left;
   for (const entry of entries) {
@@ -390,7 +456,7 @@ function drawLegend(root, timeline, left, top) {
     root.append(
       entry.circle
         ? svg("circle", { cx: lx + 6, cy: top + 6, r: 5, fill: entry.hollow ? "#fff" : entry.color, stroke: entry.color, "stroke-width": 2 })
-        : svg("rect", { x: lx, y: top, width: 12, height: 12, fill: entry.color, "fill-opacity": 0.2, stroke: entry.color, "stroke-dasharray": entry.dashed ? "3 2" : null }),
+        : svg("rect", { x: lx, y: top, width: 12, height: 12, fill: entry.hollow ? "#fff" : entry.color, "fill-opacity": entry.hollow ? 1 : 0.2, stroke: entry.color, "stroke-dasharray": entry.dashed ? "3 2" : null }),
       svg("text", { x: lx + 16, y: top + 10, fill: "#333" }, entry.label),
     );
     lx += width;
