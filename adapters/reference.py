@@ -1,9 +1,10 @@
-"""The reference adapter: answers the synthetic benchmark from pixels alone, no model weights.
+"""The reference adapter: answers the synthetic benchmark from pixels, and the sound tasks
+of `synthetic-av` from the audio chunks it is streamed, with no model weights.
 
 It never sees ground truth; it keeps a small per-session summary of what it has seen
 (`ReferencePolicy`) and stays silent until the evidence is on screen. It shows what a
-well-behaved adapter looks like on the wire: workload records for every frame it analyses,
-an explicit decision at every step.
+well-behaved adapter looks like on the wire: workload records for every frame it analyses
+and every audio chunk it hears, an explicit decision at every step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pydantic import Field
 
 from streameval.adapters.config import AdapterConfig
 from streameval.adapters.reference_policy import WORK_WIDTH, ReferencePolicy
-from streameval.adapters.sdk import Adapter, Frame, Responder, Session
+from streameval.adapters.sdk import Adapter, AudioChunk, Frame, Responder, Session
+from streameval.adapters.settings import RECORDED_IF_CHANGED
 from streameval.protocol import AdapterConditions, Instruction, Question, Step
 
 
@@ -29,6 +31,13 @@ class ReferenceConfig(AdapterConfig):
         le=4096,
         description="width in pixels each frame is analysed at; narrower is faster and "
         "misses small shapes and digits",
+    )
+    audio: bool = Field(
+        True,
+        description="hear the sound (declared in the hello); off, the adapter is video-only "
+        "and guesses the first option of a question about sound",
+        # Hearing changes nothing on a run without sound, the reference's runs before it.
+        json_schema_extra=RECORDED_IF_CHANGED,
     )
 
 
@@ -52,6 +61,7 @@ class ReferenceAdapter(Adapter):
     def __init__(self, config: ReferenceConfig | None = None) -> None:
         if config is not None:
             self.config = config
+        self.consumes_audio = self.config.audio
 
     async def on_session_start(self, session: Session) -> None:
         session.state["policy"] = ReferencePolicy(self.config.work_width)
@@ -66,6 +76,18 @@ class ReferenceAdapter(Adapter):
             frame_ids=[frame.frame_id],
             images=1,
             pixels=int(rgb.shape[0] * rgb.shape[1]),
+            started_ns=started,
+            ended_ns=time.monotonic_ns(),
+        )
+
+    async def on_audio(self, session: Session, chunk: AudioChunk) -> None:
+        started = time.monotonic_ns()
+        session.state["policy"].hear(chunk.start_t, chunk.sample_rate, chunk.samples())
+        # Each chunk is taken in once: one model call, no image, its seconds of sound.
+        await session.workload(
+            kind="model_call",
+            images=0,
+            audio_seconds=chunk.duration_s,
             started_ns=started,
             ended_ns=time.monotonic_ns(),
         )

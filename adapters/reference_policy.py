@@ -1,9 +1,12 @@
-"""The reference policy: answers the synthetic benchmark from pixels alone.
+"""The reference policy: answers the synthetic benchmark from pixels and, for the tasks
+of `synthetic-av`, from the sound it hears (reference_audio.py).
 
 It knows what any image-analysis program written for these videos would know (the palette,
-the three shapes, the seven-segment digit glyphs and the question templates) and nothing
-else: no scene description, no ground truth, no I/O. Each frame is reduced to a small
-summary (which shapes in which colours, which digit) and the frame itself is dropped.
+the three shapes, the seven-segment digit glyphs, the four named pitches and the question
+templates) and nothing else: no scene description, no ground truth, no I/O. Each frame is
+reduced to a small summary (which shapes in which colours, which digit) and the frame itself
+is dropped. A question about sound it has not heard gets no reply of its own (the options
+of those questions have no "Unable to answer", so it guesses the first label).
 
 Per frame: subsample to about 160 pixels wide, map every pixel to a palette colour or to
 nothing through a lookup table (pixels far from every palette colour, such as JPEG-blurred
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streameval.adapters.reference_audio import Hearing
 from streameval.core.benchmark.synthetic import (
     DIGIT_SEGMENTS,
     GLYPH_H,
@@ -30,6 +34,7 @@ from streameval.core.benchmark.synthetic import (
     SHAPES,
     UNABLE,
 )
+from streameval.core.benchmark.synthetic_sound import PITCHES_HZ, pitch_text
 
 WORK_WIDTH = 160
 # A pixel belongs to a palette colour when it lies within this RGB distance of it. The
@@ -242,6 +247,13 @@ _PRESENT_DIGIT = re.compile(r"which digit is shown right now", re.IGNORECASE)
 _LAST_DIGIT = re.compile(r"what was the last digit shown", re.IGNORECASE)
 _COUNT_CHANGE = re.compile(rf"each time the number of {_SHAPE}s changes", re.IGNORECASE)
 _COLOUR_STATE = re.compile(rf"say '([^']+)' whenever the {_SHAPE} is (\w+)", re.IGNORECASE)
+_BEEP_COUNT = re.compile(r"how many beeps have you heard", re.IGNORECASE)
+_FIRST_PITCH = re.compile(r"what was the pitch of the first one", re.IGNORECASE)
+_BEEP_DIGIT = re.compile(r"which digit appeared on screen when the last beep", re.IGNORECASE)
+_BEEP_ONSET = re.compile(r"say '([^']+)' each time a beep starts", re.IGNORECASE)
+# A digit on the first frame at most this long before the heard onset still counts: the
+# onset is heard about a millisecond late, and a digit appears with its beep.
+_ONSET_SLACK_S = 0.05
 _OPTION = re.compile(r"^\s*\(?([A-Za-z])[.):]\s*(.*?)\s*$")
 
 
@@ -276,19 +288,47 @@ class _StateWatch:
         return self.word if entering else None
 
 
+class _OnsetWatch:
+    """Says `word` once for every tone heard after the instruction."""
+
+    def __init__(self, word: str, hearing: Hearing) -> None:
+        self.word, self.hearing = word, hearing
+        self.said = len(hearing.tones())
+
+    def step(self, summary: FrameSummary) -> str | None:
+        heard = len(self.hearing.tones())
+        if heard <= self.said:
+            return None
+        self.said = heard
+        return self.word
+
+
+def _pitch_name(hz: float) -> str:
+    """The named pitch nearest on a log scale (they lie an octave apart)."""
+    return pitch_text(min(PITCHES_HZ, key=lambda pitch: abs(np.log2(hz / pitch))))
+
+
 class ReferencePolicy:
-    """One session's policy: call observe() per frame, then answer() / instruct() + decide()."""
+    """One session's policy: call observe() per frame and hear() per audio chunk, then
+    answer() / instruct() + decide()."""
 
     def __init__(self, work_width: int = WORK_WIDTH) -> None:
         self._work_width = work_width
         self._latest: FrameSummary | None = None
         self._last_digit: int | None = None
-        self._watch: _CountWatch | _StateWatch | None = None
+        self._digits: list[tuple[float, int | None]] = []  # (t, digit) of every frame
+        self._hearing = Hearing()
+        self._watch: _CountWatch | _StateWatch | _OnsetWatch | None = None
 
     def observe(self, t: float, rgb: np.ndarray) -> None:
         self._latest = summarise(t, rgb, self._work_width)
+        self._digits.append((t, self._latest.digit))
         if self._latest.digit is not None:
             self._last_digit = self._latest.digit
+
+    def hear(self, start_t: float, sample_rate: int, samples: np.ndarray) -> None:
+        """Take in an audio chunk: mono int16 `samples` from video time `start_t`."""
+        self._hearing.hear(start_t, sample_rate, samples)
 
     def answer(self, question: str, options: Sequence[str]) -> str:
         """The label of the option the frames support; "Unable to answer" when they do not.
@@ -317,6 +357,8 @@ class ReferencePolicy:
         elif (match := _COLOUR_STATE.search(instruction)) and match.group(3).lower() in PALETTE:
             word, shape, colour = match.group(1), match.group(2).lower(), match.group(3).lower()
             self._watch = _StateWatch(word, shape, colour)
+        elif match := _BEEP_ONSET.search(instruction):
+            self._watch = _OnsetWatch(match.group(1), self._hearing)
         else:
             self._watch = None
 
@@ -327,6 +369,8 @@ class ReferencePolicy:
 
     def _reply(self, question: str) -> str | None:
         latest = self._latest
+        if any(pattern.search(question) for pattern in (_BEEP_COUNT, _FIRST_PITCH, _BEEP_DIGIT)):
+            return self._sound_reply(question) if self._hearing.heard else None
         if match := _LAST_DIGIT.search(question):
             return None if self._last_digit is None else str(self._last_digit)
         if latest is None:
@@ -338,6 +382,18 @@ class ReferencePolicy:
         if _PRESENT_DIGIT.search(question):
             return None if latest.digit is None else str(latest.digit)
         return None
+
+    def _sound_reply(self, question: str) -> str | None:
+        tones = self._hearing.tones()
+        if _BEEP_COUNT.search(question):
+            return str(len(tones))
+        if _FIRST_PITCH.search(question):
+            return _pitch_name(tones[-2].hz) if len(tones) >= 2 else None
+        if not tones:
+            return None
+        # The digit on the first frame of the last beep, which appeared with it.
+        onset = tones[-1].onset_s - _ONSET_SLACK_S
+        return next((str(d) for t, d in self._digits if t >= onset and d is not None), None)
 
 
 def _label(position: int, option: str) -> tuple[str, str]:

@@ -47,7 +47,8 @@ ADAPTERS: dict[str, BuiltIn] = {
     "reference": BuiltIn(
         "streameval.adapters.reference:ReferenceAdapter",
         "no model",
-        "Answers the synthetic benchmark from pixels alone (the demo's adapter)",
+        "Answers the synthetic benchmark from pixels (and synthetic-av's sound) alone "
+        "(the demo's adapter)",
     ),
     "silent": BuiltIn(
         "streameval.adapters.baselines:SilentAdapter",

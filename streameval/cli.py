@@ -89,12 +89,14 @@ def demo(
     modalities: Annotated[
         str | None,
         typer.Option(
-            help="What the Core streams: video,audio, or video alone (the reference "
-            "adapter then guesses the sound tasks) [default: video,audio]."
+            help="Run the synthetic benchmark with sound (synthetic-av), streaming video,audio "
+            "or video alone (the reference adapter then guesses the sound tasks); without "
+            "it, the silent synthetic benchmark."
         ),
     ] = None,
 ) -> None:
     """Generate the synthetic benchmark, serve the reference adapter, run, score, report."""
+    from streameval.core.benchmark.synthetic import AUDIO_VISUAL_NAME, SILENT
     from streameval.core.cli.progress_display import progress_display
     from streameval.core.cli.run_options import modality_list
     from streameval.core.config import EndpointConfig, RunConfig
@@ -113,7 +115,7 @@ def demo(
             progress_display(core_cli.console, not as_json) as progress,
         ):
             config = RunConfig(
-                benchmark="synthetic",
+                benchmark=SILENT.name if modalities is None else AUDIO_VISUAL_NAME,
                 benchmark_seed=seed,
                 endpoints=[EndpointConfig(url=adapter.url, concurrency=4)],
                 cache_dir=str(cache),

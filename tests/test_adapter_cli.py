@@ -87,7 +87,7 @@ def test_the_vllm_adapters_options_with_types_defaults_and_meanings():
         "system_prompt", "qa_prompt", "open_qa_prompt", "proactive_prompt", "wait_word",
         "max_tokens_qa", "max_tokens_proactive", "temperature", "seed", "top_p", "top_k",
         "repetition_penalty", "stop", "mm_processor_kwargs", "max_retries", "retry_backoff_s",
-        "proactive_window", "reanchor_frames",
+        "proactive_window", "reanchor_frames", "audio", "audio_label",
         "tensor_parallel_size", "gpu_memory_utilization",
         "max_model_len", "dtype", "enable_prefix_caching", "trust_remote_code", "engine_args",
         "output_timeout_s", "health_interval_s",
@@ -278,7 +278,8 @@ def test_the_adapter_and_preset_lists_in_json():
         "target": "streameval.adapters.reference:ReferenceAdapter",
         "origin": "built-in",
         "kind": "no model",
-        "description": "Answers the synthetic benchmark from pixels alone (the demo's adapter)",
+        "description": "Answers the synthetic benchmark from pixels (and synthetic-av's sound) "
+        "alone (the demo's adapter)",
     }
     presets = json.loads(streameval("adapter", "list", "--presets", "--json").stdout)
     by_name = {preset["preset"]: preset for preset in presets}

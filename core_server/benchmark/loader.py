@@ -1,4 +1,5 @@
-"""Find the benchmark a run names: the generated synthetic one, a benchmark.json file, a
+"""Find the benchmark a run names: the generated synthetic one (silent, or `synthetic-av`
+with sound), a benchmark.json file, a
 TRACE release directory, an OVO-Bench JSON file or a StreamingBench JSON file.
 
 The format of a path is detected from what it holds; docs/benchmarks.md describes each
@@ -21,11 +22,12 @@ from streameval.core.benchmark.importing import (
     without_unusable,
 )
 from streameval.core.benchmark.records import Benchmark
-from streameval.core.benchmark.synthetic import load_or_generate
+from streameval.core.benchmark.synthetic import AUDIO_VISUAL, SILENT, Edition, load_or_generate
 from streameval.core.benchmark.video_paths import confined
 from streameval.progress import NO_PROGRESS, Progress
 
 __all__ = [
+    "SYNTHETIC",
     "BenchmarkError",
     "accept",
     "import_path",
@@ -36,8 +38,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def synthetic_dir(cache_dir: Path, seed: int) -> Path:
-    return cache_dir / "synthetic" / f"seed-{seed}"
+# The generated benchmarks, by the name a run gives.
+SYNTHETIC: dict[str, Edition] = {edition.name: edition for edition in (SILENT, AUDIO_VISUAL)}
+
+
+def synthetic_dir(cache_dir: Path, seed: int, name: str = SILENT.name) -> Path:
+    return cache_dir / name / f"seed-{seed}"
 
 
 def import_path(
@@ -102,12 +108,14 @@ def load_benchmark(
     progress: Progress = NO_PROGRESS,
     allow_outside_video_root: bool = False,
 ) -> Benchmark:
-    """'synthetic' (generated under `cache_dir` from `seed`, which `progress` hears of) or a
-    path `import_path` reads, its videos confined to its video root unless allowed."""
-    if name == "synthetic":
+    """'synthetic' or 'synthetic-av' (generated under `cache_dir` from `seed`, which
+    `progress` hears of) or a path `import_path` reads, its videos confined to its video
+    root unless allowed."""
+    if name in SYNTHETIC:
         if video_root is not None or subset not in (None, "full"):
             raise BenchmarkError("the synthetic benchmark has no subsets and its own videos")
-        return load_or_generate(synthetic_dir(cache_dir, seed), seed=seed, progress=progress)
+        out_dir = synthetic_dir(cache_dir, seed, name)
+        return load_or_generate(out_dir, seed=seed, progress=progress, edition=SYNTHETIC[name])
     if not Path(name).exists():
         raise BenchmarkError(f"benchmark {name!r} is neither 'synthetic' nor an existing path")
     root = Path(video_root) if video_root is not None else None

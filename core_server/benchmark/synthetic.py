@@ -38,10 +38,21 @@ from streameval.core.benchmark.records import (
     Record,
     Trigger,
 )
+from streameval.core.benchmark.synthetic_sound import (
+    BEEP_HZ,
+    PITCHES_HZ,
+    SAMPLE_RATE,
+    Soundtrack,
+    Tone,
+    pitch_text,
+    render_pcm,
+)
 from streameval.progress import NO_PROGRESS, Phase, Progress
 
 GENERATOR_VERSION = "1"
 SOURCE = "synthetic"
+# The edition with sound: the silent one's videos, then three whose tasks need the sound.
+AUDIO_VISUAL_NAME = "synthetic-av"
 
 T = TypeVar("T")
 
@@ -103,6 +114,12 @@ Q_PRESENT_DIGIT = "Which digit is shown right now?"
 Q_LAST_DIGIT = "What was the last digit shown on screen?"
 I_COUNT_CHANGE = "Each time the number of {shape}s changes, say the new number."
 I_COLOUR_STATE = "Say '{colour}' whenever the {shape} is {colour}."
+Q_BEEP_COUNT = "How many beeps have you heard so far?"
+Q_FIRST_PITCH = "Two tones of different pitch just played. What was the pitch of the first one?"
+Q_BEEP_DIGIT = "Which digit appeared on screen when the last beep sounded?"
+I_BEEP_ONSET = "Say 'beep' each time a beep starts."
+BEEP_FRAMES = 3  # a beep lasts 0.3 s
+PITCH_FRAMES = 4  # a tone of the pitch-order task 0.4 s
 
 # ----------------------------------------------------------------------------- scenes
 
@@ -141,6 +158,7 @@ class Scene:
     shapes: tuple[Shape, ...]
     digits: tuple[Digit, ...] = ()
     digit_y: int = 80
+    sound: Soundtrack | None = None  # None: the video has no audio track
 
     @property
     def video_path(self) -> str:
@@ -237,6 +255,18 @@ class _Records:
 
     def _meta(self, scene: Scene) -> dict:
         video = {"duration_s": _sec(scene.frames), "fps": FPS, "width": WIDTH, "height": HEIGHT}
+        if scene.sound is not None:
+            # The soundtrack's ground truth: every tone, for checks and timelines.
+            tones = [
+                {
+                    "onset_s": _sec(tone.onset),
+                    "end_s": _sec(tone.onset + tone.frames),
+                    "hz": tone.hz,
+                }
+                for tone in scene.sound.tones
+            ]
+            audio = {"sample_rate": SAMPLE_RATE, "channels": 1, "codec": "pcm_s16le"}
+            video["audio"] = {**audio, "tones": tones}
         return {"seed": self.seed, "generator_version": GENERATOR_VERSION, "video": video}
 
     def _next_id(self, task: str) -> str:
@@ -254,19 +284,24 @@ class _Records:
         at_s: int,
         anchor: int,
         span: tuple[int, int] | None = None,
+        answer_at: int | None = None,
+        needs_audio: bool = False,
     ) -> None:
         """A QA asked at whole second `at_s`, its evidence starting at frame `anchor`.
 
-        Options: four candidates in random order, then "Unable to answer". `distractors`
-        are used in the order given (callers shuffle them); `answer` None means the video
-        cannot answer the question. The evidence span defaults to [anchor, question].
+        Options: four candidates in random order (the answer at position `answer_at` when
+        given), then "Unable to answer" unless the question needs the sound (those are
+        always answerable). `distractors` are used in the order given (callers shuffle them);
+        `answer` None means the video cannot answer the question. The evidence span defaults
+        to [anchor, question].
         """
         candidates = [d for d in dict.fromkeys(distractors) if d != answer]
         texts = candidates[: 4 if answer is None else 3]
         if answer is not None:
-            texts.insert(int(rng.integers(4)), answer)
-        texts.append(UNABLE)
-        labels = "ABCDE"
+            texts.insert(int(rng.integers(4)) if answer_at is None else answer_at, answer)
+        if not needs_audio:
+            texts.append(UNABLE)
+        labels = "ABCDE"[: len(texts)]
         spans: tuple[EvidenceSpan, ...] = ()
         if answer is not None:
             start, end = span or (anchor, at_s * FPS)
@@ -287,6 +322,7 @@ class _Records:
                 evidence_anchor_s=_sec(anchor),
                 evidence_spans=spans,
                 metadata=self._meta(scene),
+                needs_audio=needs_audio,
             )
         )
 
@@ -297,6 +333,7 @@ class _Records:
         instruction: str,
         instruction_s: int,
         triggers: Sequence[Trigger],
+        needs_audio: bool = False,
     ) -> None:
         self.records.append(
             ProactiveRecord(
@@ -309,6 +346,7 @@ class _Records:
                 instruction_time_s=float(instruction_s),
                 triggers=tuple(triggers),
                 metadata=self._meta(scene),
+                needs_audio=needs_audio,
             )
         )
 
@@ -553,14 +591,181 @@ def _mixed_video(rng: np.random.Generator, records: _Records) -> Scene:
     return scene
 
 
-_VIDEOS: tuple[Callable[[np.random.Generator, _Records], Scene], ...] = (
-    _colours_video,
-    _digits_video,
-    _no_triangle_video,
-    partial(_count_video, name="v3_count"),
-    partial(_count_video, name="v4_count"),
-    _state_video,
-    _mixed_video,
+# ----------------------------------------------------------------------------- videos with sound
+
+
+def _sound_answer_at(records: _Records) -> int:
+    """Where the next sound question puts its answer among its four options.
+
+    The eight sound questions of a seed take the positions of a seeded shuffle of
+    0,0,1,1,2,2,3,3: every label is right twice, so an adapter that cannot hear and always
+    picks one label scores exactly 1/4, the chance of a uniform guess among four options.
+    """
+    done = sum(isinstance(r, QARecord) and r.needs_audio for r in records.records)
+    order = np.random.default_rng([records.seed, len(SILENT.videos)]).permutation(8) // 2
+    return int(order[done])
+
+
+def _noise_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(1 << 31))
+
+
+def _beeps_video(rng: np.random.Generator, records: _Records) -> Scene:
+    """4-6 beeps 5-8 s apart among two shapes changing colour at other times: a proactive
+    task (say when each beep starts) and three beep counts."""
+    instruction_s = 2
+    n_beeps = int(rng.integers(4, 7))
+    first = instruction_s * FPS + int(rng.integers(30, 51))
+    onsets = [first, *(first + np.cumsum(rng.integers(50, 81, size=n_beeps - 1))).tolist()]
+    frames = onsets[-1] + int(rng.integers(60, 81))
+    shapes = tuple(
+        _shape(rng, kind, slot, _colour_timeline(rng, frames))
+        for kind, slot in zip(("circle", "square"), _slots(rng, 2), strict=True)
+    )
+    beeps = tuple(Tone(onset, BEEP_FRAMES, BEEP_HZ) for onset in onsets)
+    scene = Scene("v7_beeps", frames, shapes, sound=Soundtrack(beeps, _noise_seed(rng)))
+    triggers = [
+        Trigger(
+            trigger_type="event_onset",
+            answer="beep",
+            point_s=_sec(onset),
+            evidence_start_s=_sec(onset),
+            evidence_end_s=_sec(onset + BEEP_FRAMES),
+        )
+        for onset in onsets
+    ]
+    records.proactive(scene, "beep_onset", I_BEEP_ONSET, instruction_s, triggers, needs_audio=True)
+    for heard in sorted(rng.choice(np.arange(1, n_beeps + 1), 3, replace=False).tolist()):
+        # Asked >= 1 s after the beep ended, >= 0.5 s before the next one starts.
+        after = onsets[heard - 1] + BEEP_FRAMES + FPS
+        before = (onsets[heard] if heard < n_beeps else frames) - FPS // 2
+        second = int(rng.integers(ceil(after / FPS), before // FPS + 1))
+        distractors = _shuffled(rng, [str(n) for n in range(1, 9)])
+        records.qa(
+            rng,
+            scene,
+            "beep_count",
+            Q_BEEP_COUNT,
+            str(heard),
+            distractors,
+            at_s=second,
+            anchor=onsets[0],
+            span=(onsets[0], onsets[heard - 1] + BEEP_FRAMES),
+            answer_at=_sound_answer_at(records),
+            needs_audio=True,
+        )
+    return scene
+
+
+def _pitches_video(rng: np.random.Generator, records: _Records) -> Scene:
+    """Two pairs of tones of two different pitches, 8-12 s apart, among steady shapes: for
+    each pair, which pitch came first."""
+    shapes = tuple(
+        _shape(rng, kind, slot, _constant(_pick(rng, COLOURS)))
+        for kind, slot in zip(("triangle", "square"), _slots(rng, 2), strict=True)
+    )
+    first = int(rng.integers(30, 61))
+    starts = [first, first + int(rng.integers(80, 121))]
+    tones: list[Tone] = []
+    for start in starts:
+        pitches = rng.choice(len(PITCHES_HZ), 2, replace=False).tolist()
+        second_onset = start + PITCH_FRAMES + int(rng.integers(2, 5))
+        for onset, pitch in zip((start, second_onset), pitches, strict=True):
+            tones.append(Tone(onset, PITCH_FRAMES, PITCHES_HZ[pitch]))
+    frames = tones[-1].onset + PITCH_FRAMES + int(rng.integers(40, 61))
+    scene = Scene("v8_pitches", frames, shapes, sound=Soundtrack(tuple(tones), _noise_seed(rng)))
+    for pair, start in enumerate(starts):
+        opening, closing = tones[2 * pair], tones[2 * pair + 1]
+        end = closing.onset + PITCH_FRAMES
+        before = (starts[pair + 1] if pair + 1 < len(starts) else frames) - FPS // 2
+        second = int(rng.integers(ceil((end + FPS) / FPS), before // FPS + 1))
+        records.qa(
+            rng,
+            scene,
+            "pitch_order",
+            Q_FIRST_PITCH,
+            pitch_text(opening.hz),
+            _shuffled(rng, [pitch_text(hz) for hz in PITCHES_HZ]),
+            at_s=second,
+            anchor=start,
+            span=(start, end),
+            answer_at=_sound_answer_at(records),
+            needs_audio=True,
+        )
+    return scene
+
+
+def _beep_digits_video(rng: np.random.Generator, records: _Records) -> Scene:
+    """The ten digits once each, 2-2.5 s on screen with 1-1.5 s gaps; a beep sounds as the
+    3rd, 6th and 9th appears. Each is asked about once one or two more digits have come, so
+    neither the digit on screen nor the last one shown tells a viewer which it was."""
+    values = rng.permutation(10).tolist()
+    digits: list[Digit] = []
+    start = int(rng.integers(20, 31))
+    for value in values:
+        shown = int(rng.integers(20, 26))
+        digits.append(Digit(value, start, start + shown))
+        start += shown + int(rng.integers(10, 16))
+    frames = digits[-1].end + int(rng.integers(20, 31))
+    beeped = (2, 5, 8)
+    beeps = tuple(Tone(digits[j].start, BEEP_FRAMES, BEEP_HZ) for j in beeped)
+    shapes = (_shape(rng, "circle", _slots(rng, 1)[0], _constant(_pick(rng, COLOURS))),)
+    sound = Soundtrack(beeps, _noise_seed(rng))
+    scene = Scene(
+        "v9_beep_digits", frames, shapes, tuple(digits), int(rng.integers(20, 145)), sound
+    )
+    for j in beeped:
+        later = int(rng.integers(1, 3)) if j + 2 < len(digits) else 1
+        # Asked >= 1 s after the later digit appeared, >= 0.5 s before the next one does.
+        after = digits[j + later].start + FPS
+        before = (digits[j + later + 1].start if j + later + 1 < len(digits) else frames) - 5
+        second = int(rng.integers(ceil(after / FPS), before // FPS + 1))
+        # The digits around it, all shown within the Core's 10 s history before the beep.
+        nearby = [str(digits[k].value) for k in range(j - 2, j + later + 1) if k != j]
+        records.qa(
+            rng,
+            scene,
+            "beep_digit",
+            Q_BEEP_DIGIT,
+            str(digits[j].value),
+            _shuffled(rng, nearby),
+            at_s=second,
+            anchor=digits[j].start,
+            span=(digits[j].start, digits[j].end),
+            answer_at=_sound_answer_at(records),
+            needs_audio=True,
+        )
+    return scene
+
+
+# Builds one video's scene from its own Generator, adding its records.
+VideoBuilder = Callable[[np.random.Generator, _Records], Scene]
+
+
+@dataclass(frozen=True)
+class Edition:
+    """A benchmark the generator writes: its name and its videos, in order. Video i draws
+    from Generator([seed, i]), so an edition that appends videos to another keeps that
+    one's records and bytes, and its record numbers, for the videos they share."""
+
+    name: str
+    videos: tuple[VideoBuilder, ...]
+
+
+SILENT = Edition(
+    SOURCE,
+    (
+        _colours_video,
+        _digits_video,
+        _no_triangle_video,
+        partial(_count_video, name="v3_count"),
+        partial(_count_video, name="v4_count"),
+        _state_video,
+        _mixed_video,
+    ),
+)
+AUDIO_VISUAL = Edition(
+    AUDIO_VISUAL_NAME, (*SILENT.videos, _beeps_video, _pitches_video, _beep_digits_video)
 )
 
 # ----------------------------------------------------------------------------- rendering
@@ -638,7 +843,8 @@ def _to_yuv420p(indices: np.ndarray) -> np.ndarray:
 
 
 def _encode(scene: Scene, path: Path) -> None:
-    write_video(path, scene.frames, partial(render_indices, scene))
+    pcm = None if scene.sound is None else render_pcm(scene.sound, scene.frames, FPS)
+    write_video(path, scene.frames, partial(render_indices, scene), pcm=pcm)
 
 
 def write_video(
@@ -646,10 +852,14 @@ def write_video(
     frames: int,
     render: Callable[[int], np.ndarray],
     x264: Mapping[str, str] | None = None,
+    pcm: np.ndarray | None = None,
 ) -> None:
     """H.264 in MP4 at FPS of `frames` index images (`render(frame)`: 0 the background, then
     the PALETTE colours in order), written to a temporary name first so a crash leaves no
-    half video. `x264` adds encoder options (the causality audit's `tune`)."""
+    half video. `x264` adds encoder options (the causality audit's `tune`). `pcm` (int16
+    mono at SAMPLE_RATE, one video frame's worth per frame) becomes an uncompressed audio
+    track: PCM decodes to exactly these samples, where AAC would add priming samples and
+    coding noise, so the onsets heard are the onsets written."""
     unfinished = path.with_suffix(".partial.mp4")
     with av.open(str(unfinished), "w") as container:
         # One x264 thread: the bytes then do not depend on how many cores the machine has.
@@ -657,12 +867,27 @@ def write_video(
         stream = container.add_stream("libx264", rate=FPS, options=options)
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
         stream.codec_context.gop_size = GOP
+        sound = None if pcm is None else _audio_stream(container)
+        per_frame = SAMPLE_RATE // FPS
         for frame in range(frames):
             image = av.VideoFrame.from_ndarray(_to_yuv420p(render(frame)), "yuv420p")
             image.pts = frame
             container.mux(stream.encode(image))
+            if sound is not None and pcm is not None:
+                samples = pcm[frame * per_frame : (frame + 1) * per_frame]
+                chunk = av.AudioFrame.from_ndarray(samples[None, :], format="s16", layout="mono")
+                chunk.sample_rate, chunk.pts = SAMPLE_RATE, frame * per_frame
+                container.mux(sound.encode(chunk))
         container.mux(stream.encode(None))
+        if sound is not None:
+            container.mux(sound.encode(None))
     os.replace(unfinished, path)
+
+
+def _audio_stream(container: av.container.OutputContainer) -> av.AudioStream:
+    sound = container.add_stream("pcm_s16le", rate=SAMPLE_RATE)
+    sound.layout, sound.format = "mono", "s16"
+    return sound
 
 
 # ----------------------------------------------------------------------------- public API
@@ -672,18 +897,23 @@ def _version(seed: int) -> str:
     return f"{GENERATOR_VERSION}+seed.{seed}"
 
 
-def generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> Benchmark:
-    """Write `videos/*.mp4` and `benchmark.json` under `out_dir`; return the benchmark.
+def generate(
+    out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS, edition: Edition = SILENT
+) -> Benchmark:
+    """Write `videos/*.mp4` and `benchmark.json` of `edition` under `out_dir`; return the
+    benchmark.
 
     `progress` hears of each video written (Phase.BENCHMARK)."""
     out_dir = Path(out_dir)
-    progress.start(Phase.BENCHMARK, len(_VIDEOS))
+    progress.start(Phase.BENCHMARK, len(edition.videos))
     (out_dir / "videos").mkdir(parents=True, exist_ok=True)
     # The index goes first and comes back last: an interrupted run never leaves an index
     # that vouches for half-rewritten videos.
     (out_dir / "benchmark.json").unlink(missing_ok=True)
     records = _Records(seed)
-    scenes = [build(np.random.default_rng([seed, i]), records) for i, build in enumerate(_VIDEOS)]
+    scenes = [
+        build(np.random.default_rng([seed, i]), records) for i, build in enumerate(edition.videos)
+    ]
     # Videos are independent and PyAV encodes without the GIL: one thread per core.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         writing = [pool.submit(_encode, scene, out_dir / scene.video_path) for scene in scenes]
@@ -691,7 +921,7 @@ def generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> 
             video.result()
             progress.advance(Phase.BENCHMARK, written)
     benchmark = Benchmark(
-        name=SOURCE, version=_version(seed), video_root=".", records=records.records
+        name=edition.name, version=_version(seed), video_root=".", records=records.records
     )
     unfinished = out_dir / "benchmark.json.partial"
     unfinished.write_text(benchmark.model_dump_json(indent=1))
@@ -700,8 +930,11 @@ def generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> 
     return benchmark.model_copy(update={"video_root": str(out_dir)})
 
 
-def load_or_generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS) -> Benchmark:
-    """Reuse `out_dir` when it holds this generator version's output for `seed`, else generate.
+def load_or_generate(
+    out_dir: Path, seed: int = 0, progress: Progress = NO_PROGRESS, edition: Edition = SILENT
+) -> Benchmark:
+    """Reuse `out_dir` when it holds this generator version's output of `edition` for
+    `seed`, else generate.
 
     An unreadable benchmark.json is only a stale cache here, so it is regenerated.
     `progress` hears of the videos generated, or that they were cached.
@@ -712,10 +945,11 @@ def load_or_generate(out_dir: Path, seed: int = 0, progress: Progress = NO_PROGR
         try:
             benchmark = load_benchmark_file(path)
         except BenchmarkError:
-            return generate(out_dir, seed, progress)
+            return generate(out_dir, seed, progress, edition)
         root = Path(benchmark.video_root)
         videos = {root / record.video_path for record in benchmark.records}
-        if benchmark.version == _version(seed) and all(video.is_file() for video in videos):
+        current = (benchmark.name, benchmark.version) == (edition.name, _version(seed))
+        if current and all(video.is_file() for video in videos):
             progress.cached(Phase.BENCHMARK, len(videos))
             return benchmark
-    return generate(out_dir, seed, progress)
+    return generate(out_dir, seed, progress, edition)

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
+from streameval.core.benchmark.loader import SYNTHETIC
 from streameval.core.config import RunConfig
 from streameval.core.launch.control_adapters import allowed_endpoint, first_error, registered
 from streameval.core.store.store import Store
@@ -29,7 +30,7 @@ class RunRequest(BaseModel):
     overrides: dict = Field(
         default_factory=dict,
         description="RunConfig fields other than endpoints and cache_dir; benchmark and "
-        "video_root are 'synthetic' or paths under STREAMEVAL_DATA_ROOT",
+        "video_root are 'synthetic', 'synthetic-av' or paths under STREAMEVAL_DATA_ROOT",
     )
 
 
@@ -77,7 +78,7 @@ def _confined(config: RunConfig) -> RunConfig:
             "allow_outside_video_root cannot be set over the API: videos stay under the video root",
         )
     update: dict[str, Any] = {}
-    if config.benchmark != "synthetic":
+    if config.benchmark not in SYNTHETIC:
         update["benchmark"] = str(_under_data_root("benchmark", config.benchmark))
     if config.video_root is not None:
         update["video_root"] = str(_under_data_root("video_root", config.video_root))

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from streameval.core.cli.run_adapters import AdapterChoice
     from streameval.core.cli.run_options import RunOptions
 
-SYNTHETIC = "synthetic"
+# The generated benchmarks a suite names as they are (silent, and with sound).
+SYNTHETIC = ("synthetic", "synthetic-av")
 # Stands in for the adapters' endpoints while the run options are checked, before any
 # adapter starts (nothing connects to it).
 _NO_ENDPOINT = "ws://127.0.0.1:9/ws"
@@ -110,7 +111,8 @@ class SuiteBenchmark(_Strict):
     @model_validator(mode="after")
     def _labelled(self) -> SuiteBenchmark:
         if not self.label:
-            self.label = SYNTHETIC if self.benchmark == SYNTHETIC else Path(self.benchmark).stem
+            name = self.benchmark
+            self.label = name if name in SYNTHETIC else Path(name).stem
         return self
 
 
@@ -293,7 +295,7 @@ def _resolved_benchmark(
     suite: Suite, benchmark: SuiteBenchmark, base: Path, index: int
 ) -> SuiteBenchmark:
     update = _profiles(suite, benchmark, ("benchmarks", index))
-    if benchmark.benchmark != SYNTHETIC:
+    if benchmark.benchmark not in SYNTHETIC:
         found = (base / benchmark.benchmark).resolve()
         if not found.exists():
             raise _Problem(

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from streameval.core.benchmark.benchmark_json import load_benchmark_file
 from streameval.core.benchmark.importing import BenchmarkError
-from streameval.core.benchmark.loader import load_benchmark, synthetic_dir
+from streameval.core.benchmark.loader import SYNTHETIC, load_benchmark, synthetic_dir
 from streameval.core.frames.cache import FrameCache
 from streameval.core.frames.errors import FrameCacheError, ImageRulesError, VideoDecodeError
 from streameval.core.frames.types import ImageRules, VideoFrames
@@ -140,9 +140,10 @@ def _video_root(run_id: str, config: dict[str, Any], cache_dir: Path) -> Path:
     name = str(config.get("benchmark", ""))
     seed = int(config.get("benchmark_seed", 0))
     try:
-        if name == "synthetic":
+        if name in SYNTHETIC:
             # Read what the run used; never generate the benchmark from a results viewer.
-            benchmark = load_benchmark_file(synthetic_dir(cache_dir, seed) / "benchmark.json")
+            path = synthetic_dir(cache_dir, seed, name) / "benchmark.json"
+            benchmark = load_benchmark_file(path)
         else:
             benchmark = load_benchmark(
                 name,
