@@ -350,7 +350,7 @@ def test_a_bad_adapter_is_one_line_and_exit_2(tmp_path: Path):
     assert unknown_option.returncode == 2
     [log] = core.log_files()
     assert error_lines(unknown_option.stderr)[-1] == (
-        f"error: reference config: unknown option 'x' (options: work_width) (log: {log})"
+        f"error: reference config: unknown option 'x' (options: work_width, audio) (log: {log})"
     )
     assert core.alive() == []
 

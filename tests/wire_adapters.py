@@ -149,6 +149,9 @@ class ScriptedAdapter(Adapter):
 
     name = "scripted"
     conditions = _POLLED
+    # It answers from its script alone, so a run with sound (StreamingBench's omni-source
+    # tasks) takes it as it is.
+    consumes_audio = True
 
     def __init__(self) -> None:
         with open(os.environ["STREAMEVAL_TEST_SCRIPT"]) as handle:
