@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streameval.protocol import AUDIO_SAMPLE_BYTES, pcm_seconds
+
 QA_PROMPT = (
     "The images above are frames of a live video stream in time order; the last one is what "
     "is on screen now, {t:g} seconds into the video. Use only what these frames show.\n"
@@ -191,7 +193,7 @@ class PromptAudio:
 
     @property
     def duration_s(self) -> float:
-        return len(self.pcm) / 2 / self.sample_rate
+        return pcm_seconds(self.pcm, self.sample_rate)
 
     def wav(self) -> bytes:
         """The span as a WAV file (RIFF, 16-bit mono at its sample rate): the format every
@@ -199,7 +201,7 @@ class PromptAudio:
         out = io.BytesIO()
         with wave.open(out, "wb") as writer:
             writer.setnchannels(1)
-            writer.setsampwidth(2)
+            writer.setsampwidth(AUDIO_SAMPLE_BYTES)
             writer.setframerate(self.sample_rate)
             writer.writeframes(self.pcm)
         return out.getvalue()

@@ -33,6 +33,7 @@ from streameval.protocol import (
     Silent,
     Step,
     Workload,
+    pcm_seconds,
 )
 
 Send = Callable[[str], Awaitable[None]]
@@ -100,7 +101,7 @@ class AudioChunk:
 
     @property
     def duration_s(self) -> float:
-        return len(self.pcm) / 2 / self.sample_rate
+        return pcm_seconds(self.pcm, self.sample_rate)
 
     def samples(self):
         """The samples as an int16 numpy array (numpy imported lazily)."""

@@ -15,16 +15,12 @@ from typing import Any
 from streameval.core.benchmark.records import ProactiveRecord, QARecord
 from streameval.core.store.store import Store
 from streameval.events import Event, EventKind, SessionFailedPayload, failure_cause, probe_task_id
+from streameval.protocol import AUDIO_SAMPLE_BYTES, AudioConditions
 from streameval.scorer.source import EventRow, RunSource
 
 _TICK_NS = 1_000_000
 # A session that streams sound: the run's declared chunks (`audio` below writes them).
-_AUDIO_CONDITIONS = {
-    "sample_rate": 16_000,
-    "channels": 1,
-    "encoding": "pcm_s16le",
-    "chunk_s": 0.5,
-}
+_AUDIO = AudioConditions()
 
 
 class SessionLog:
@@ -99,7 +95,7 @@ class SessionLog:
                 "jpeg_quality": 90,
                 "qa_history_s": 10.0,
                 "proactive_lead_s": 5.0,
-                "audio": _AUDIO_CONDITIONS if audio else None,
+                "audio": _AUDIO.model_dump() if audio else None,
             },
             record_ids=[self.session_id],
         )
@@ -140,9 +136,9 @@ class SessionLog:
     def audio(self, index: int, silent: bool = False) -> None:
         """Audio chunk `index` (video time [index * 0.5, (index + 1) * 0.5) at 16 kHz),
         sent once the stream reached its end, then its ack."""
-        chunk_s = _AUDIO_CONDITIONS["chunk_s"]
+        chunk_s = _AUDIO.chunk_s
         t = (index + 1) * chunk_s
-        samples = round(chunk_s * _AUDIO_CONDITIONS["sample_rate"])
+        samples = round(chunk_s * _AUDIO.sample_rate)
         self._add(
             EventKind.AUDIO_SENT,
             None,
@@ -150,9 +146,9 @@ class SessionLog:
             index=index,
             start_t=index * chunk_s,
             t=t,
-            sample_rate=_AUDIO_CONDITIONS["sample_rate"],
+            sample_rate=_AUDIO.sample_rate,
             samples=samples,
-            bytes=2 * samples,
+            bytes=AUDIO_SAMPLE_BYTES * samples,
             silent=silent,
             scheduled_ns=None,
             lag_ns=None,

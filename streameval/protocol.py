@@ -61,6 +61,11 @@ AUDIO_ENCODING = "pcm_s16le"
 AUDIO_SAMPLE_BYTES = 2
 
 
+def pcm_seconds(pcm: bytes, sample_rate: int) -> float:
+    """How long `pcm` (AUDIO_ENCODING samples) plays at `sample_rate`."""
+    return len(pcm) / AUDIO_SAMPLE_BYTES / sample_rate
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

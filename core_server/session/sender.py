@@ -26,6 +26,7 @@ from streameval.core.streams.plan import SessionPlan
 from streameval.core.streams.timeline import TimelineItem
 from streameval.events import EventKind, FailureCause, probe_task_id
 from streameval.protocol import (
+    AUDIO_SAMPLE_BYTES,
     MAX_MESSAGE_BYTES,
     AudioConditions,
     AudioHeader,
@@ -204,7 +205,7 @@ class SessionStream:
             start_t=item.chunk * self.audio.chunk_s,
             t=item.t,
             sample_rate=self.audio.sample_rate,
-            samples=len(pcm) // 2,
+            samples=len(pcm) // AUDIO_SAMPLE_BYTES,
             silent=silent,
             nbytes=len(pcm),
         )
